@@ -1,0 +1,94 @@
+"""Finds an RDMA NIC with an active port, through pyverbs (rdma-core's Python API).
+
+Why not ask Mooncake: with protocol ``rdma`` and no device its ``initialize()``
+still returns 0 and only ``get_local_topology()`` reveals there is no NIC, so
+its return codes cannot be trusted for detection.  pyverbs reads the verbs
+devices directly: device -> port -> link state -> GIDs.
+
+Every failure here means "no RDMA", never a crash: pyverbs not installed
+(it is an optional extra, painful to build), ``get_device_list()`` raising
+``PyverbsRDMAError`` (kernel without an RDMA stack), or no ACTIVE port with a
+usable GID.  ``discover()`` returns the reason either way so callers can log
+which backend they chose and why.
+"""
+
+import logging
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+IBV_PORT_ACTIVE = 4
+_ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+@dataclass
+class RdmaPort:
+    device: str
+    port: int
+    link_layer: str  # "InfiniBand" | "Ethernet"
+    gids: List[str] = field(default_factory=list)
+
+
+@dataclass
+class RdmaDiscovery:
+    ports: List[RdmaPort]
+    reason: str
+
+    @property
+    def available(self) -> bool:
+        return bool(self.ports)
+
+    @property
+    def best(self) -> Optional[RdmaPort]:
+        return self.ports[0] if self.ports else None
+
+
+def _name(dev: object) -> str:
+    n = getattr(dev, "name", dev)
+    return n.decode() if isinstance(n, (bytes, bytearray)) else str(n)
+
+
+def discover() -> RdmaDiscovery:
+    """Lists active RDMA ports; never raises."""
+    try:
+        import pyverbs.device as d  # type: ignore[import-not-found]
+    except Exception as e:  # ImportError, or a broken build raising anything
+        return RdmaDiscovery([], f"pyverbs not importable ({type(e).__name__}: {e})")
+    try:
+        devices = d.get_device_list()
+    except Exception as e:  # PyverbsRDMAError when the kernel has no RDMA stack
+        return RdmaDiscovery([], f"pyverbs get_device_list() failed ({type(e).__name__}: {e})")
+    if not devices:
+        return RdmaDiscovery([], "pyverbs found no RDMA devices")
+
+    ports: List[RdmaPort] = []
+    notes: List[str] = []
+    for dev in devices:
+        name = _name(dev)
+        try:
+            with d.Context(name=name) as ctx:
+                nports = ctx.query_device().phys_port_cnt
+                for p in range(1, nports + 1):
+                    pa = ctx.query_port(p)
+                    if pa.state != IBV_PORT_ACTIVE:
+                        notes.append(f"{name}:{p} state={pa.state}")
+                        continue
+                    gids: List[str] = []
+                    for i in range(min(getattr(pa, "gid_tbl_len", 0) or 0, 16)):
+                        try:
+                            g = str(ctx.query_gid(p, i))
+                        except Exception:
+                            continue
+                        if g and g != _ZERO_GID and set(g) - set("0:"):
+                            gids.append(g)
+                    ll = "Ethernet" if getattr(pa, "link_layer", 1) == 2 else "InfiniBand"
+                    if ll == "Ethernet" and not gids:
+                        notes.append(f"{name}:{p} RoCE port without GID")
+                        continue
+                    ports.append(RdmaPort(name, p, ll, gids))
+        except Exception as e:
+            notes.append(f"{name}: {type(e).__name__}: {e}")
+    if ports:
+        return RdmaDiscovery(ports, f"active RDMA port {ports[0].device}:{ports[0].port} ({ports[0].link_layer})")
+    return RdmaDiscovery([], "no ACTIVE RDMA port (" + "; ".join(notes) + ")")
