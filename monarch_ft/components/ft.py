@@ -1,0 +1,205 @@
+"""The TorchFT side of a rank: Manager, cross-group gradient sync, FT state dict.
+
+Inside a group the ranks shard the model with FSDP2; across groups the same shard
+(same group rank) is averaged through the Manager's reconfigurable process group,
+the HSDP layout TorchTitan uses with TorchFT. A restarted group heals through the
+Manager's checkpoint transport, which ships each rank's own shard only.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+from typing import Any, Callable, Dict, List
+
+import torch
+from torch import nn
+from torchft.checkpointing import CheckpointTransport
+
+from monarch_ft.config import FTConfig
+
+
+def to_local_tree(obj: Any) -> Any:
+    """State dict with every DTensor replaced by its local shard (what a rank owns)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(obj, DTensor):
+        return obj.to_local()
+    if isinstance(obj, dict):
+        return {k: to_local_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_local_tree(v) for v in obj)
+    return obj
+
+
+def load_in_place(live: Any, incoming: Any, path: str = "") -> None:
+    """Copy ``incoming`` into the live tensors of ``live`` (same structure), checking shapes.
+
+    Loading in place keeps the FSDP parameters and the optimizer's state tensors the
+    very objects the training loop holds; nothing is re-wrapped.
+    """
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(live, torch.Tensor):
+        dst = live.to_local() if isinstance(live, DTensor) else live
+        if not isinstance(incoming, torch.Tensor) or dst.shape != incoming.shape or dst.dtype != incoming.dtype:
+            got = (tuple(incoming.shape), incoming.dtype) if isinstance(incoming, torch.Tensor) else type(incoming)
+            raise ValueError(f"recovered state {path or '<root>'}: expected {tuple(dst.shape)} {dst.dtype}, got {got}")
+        with torch.no_grad():
+            dst.copy_(incoming)
+    elif isinstance(live, dict):
+        if set(live) != set(incoming):
+            raise ValueError(f"recovered state {path or '<root>'}: keys differ ({sorted(map(str, set(live) ^ set(incoming)))[:5]})")
+        for k in live:
+            load_in_place(live[k], incoming[k], f"{path}.{k}" if path else str(k))
+    elif isinstance(live, (list, tuple)):
+        if len(live) != len(incoming):
+            raise ValueError(f"recovered state {path}: length {len(incoming)} != {len(live)}")
+        for i, (a, b) in enumerate(zip(live, incoming)):
+            load_in_place(a, b, f"{path}[{i}]")
+
+
+class RecordingTransport(CheckpointTransport):
+    """Wraps any CheckpointTransport and reports each send/receive (peer, bytes, seconds).
+
+    The supervisor's event log learns from these reports which peer a restarted group
+    healed from and how long moving the weights took, whatever the transport.
+    """
+
+    def __init__(self, inner: CheckpointTransport, report: Callable[..., None]) -> None:
+        self.inner = inner
+        self._report = report
+
+    def metadata(self) -> str:
+        return self.inner.metadata()
+
+    def send_checkpoint(self, dst_ranks: List[int], step: int, state_dict: Any, timeout: timedelta) -> None:
+        start = time.time()
+        self.inner.send_checkpoint(dst_ranks, step, state_dict, timeout)
+        self._report("checkpoint_sent", dst_ranks=list(dst_ranks), step=step, seconds=time.time() - start)
+
+    def disallow_checkpoint(self) -> None:
+        self.inner.disallow_checkpoint()
+
+    def recv_checkpoint(self, src_rank: int, metadata: str, step: int, timeout: timedelta) -> Any:
+        start = time.time()
+        self._report("recovery_started", src_replica_rank=src_rank, src=metadata, step=step)
+        try:
+            state = self.inner.recv_checkpoint(src_rank, metadata, step, timeout)
+        except Exception as e:
+            self._report("recovery_failed", src_replica_rank=src_rank, src=metadata, step=step, error=str(e)[:500])
+            raise
+        self._report(
+            "weights_recovered",
+            src_replica_rank=src_rank,
+            src=metadata,
+            step=step,
+            bytes=tensor_bytes(state),
+            seconds=time.time() - start,
+            started=start,
+        )
+        return state
+
+    def shutdown(self, wait: bool = True) -> None:
+        self.inner.shutdown(wait=wait)
+
+
+def tensor_bytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+def build_transport(name: str, timeout: timedelta) -> CheckpointTransport:
+    if name == "http":
+        from torchft.checkpointing import HTTPTransport
+
+        return HTTPTransport(timeout=timeout, num_chunks=0)
+    if name == "sharded":
+        from monarch_ft.transport import build_checkpoint_transport
+
+        return build_checkpoint_transport("sharded", timeout=timeout)
+    raise ValueError(f"ft.transport={name!r} is not available for rank recovery: use sharded or http")
+
+
+def build_manager(
+    cfg: FTConfig,
+    *,
+    group: int,
+    rank: int,
+    world_size: int,
+    store_addr: str,
+    store_port: int,
+    lighthouse_addr: str,
+    hostname: str,
+    state_dict: Callable[[], Dict[str, Any]],
+    load_state_dict: Callable[[Dict[str, Any]], None],
+    report: Callable[..., None],
+    use_cuda: bool,
+):
+    from torchft import Manager
+    from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
+
+    timeout = timedelta(seconds=cfg.timeout_s)
+    pg = ProcessGroupNCCL(timeout=timeout) if use_cuda else ProcessGroupGloo(timeout=timeout)
+    transport = RecordingTransport(build_transport(cfg.transport, timeout), report)
+    return Manager(
+        pg=pg,
+        load_state_dict=load_state_dict,
+        state_dict=state_dict,
+        min_replica_size=cfg.min_replica_size,
+        use_async_quorum=True,
+        timeout=timeout,
+        quorum_timeout=timedelta(seconds=cfg.quorum_timeout_s),
+        connect_timeout=timedelta(seconds=cfg.connect_timeout_s),
+        rank=rank,
+        world_size=world_size,
+        store_addr=store_addr,
+        store_port=store_port,
+        lighthouse_addr=lighthouse_addr,
+        replica_id=f"group_{group}",
+        hostname=hostname,
+        checkpoint_transport=transport,
+        # Every group initialises from the same seed, so step 0 needs no weight sync.
+        init_sync=False,
+    )
+
+
+class GradSync:
+    """Averages the local gradient shards across participating groups in one collective.
+
+    One flat buffer per step (not one collective per parameter), with a one-hot slot
+    per group appended: after the average, the slots that are non-zero name exactly
+    the groups whose gradients were counted this step.
+    """
+
+    def __init__(self, params: List[nn.Parameter], num_groups: int, group: int) -> None:
+        self.params = params
+        self.num_groups, self.group = num_groups, group
+
+    def sync(self, manager) -> List[int]:
+        from torch.distributed.tensor import DTensor
+
+        grads = []
+        for p in self.params:
+            g = p.grad
+            if g is None:
+                g = torch.zeros_like(p)
+                p.grad = g
+            grads.append(g.to_local() if isinstance(g, DTensor) else g)
+        onehot = torch.zeros(self.num_groups, dtype=torch.float32, device=grads[0].device)
+        onehot[self.group] = 1.0
+        flat = torch.cat([g.reshape(-1) for g in grads] + [onehot])
+        manager.allreduce(flat).wait()
+        offset = 0
+        with torch.no_grad():
+            for g in grads:
+                n = g.numel()
+                g.copy_(flat[offset : offset + n].view_as(g))
+                offset += n
+        members = flat[offset:]
+        return [i for i in range(self.num_groups) if members[i].item() > 0]

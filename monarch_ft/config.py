@@ -1,0 +1,171 @@
+"""Structured (dataclass) configs for every monarch_ft launch.
+
+The dataclasses are registered in Hydra's ConfigStore so that a misspelt key or a
+wrong type in an override fails at once with Hydra's own message. Values the schema
+cannot judge (zero groups, a port in use, ...) are checked by :func:`validate`, which
+raises :class:`ConfigError` with one line that names the fix.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hydra.core.config_store import ConfigStore
+
+
+class ConfigError(ValueError):
+    """A config value that cannot run; the message says what to change."""
+
+
+@dataclass
+class ModelConfig:
+    """A TorchTitan model: ``flavor`` names an entry of ``torchtitan.models.<name>``'s args."""
+
+    name: str = "llama3"
+    flavor: str = "debugmodel"
+    # Optional overrides of the flavor's TransformerModelArgs.
+    dim: Optional[int] = None
+    n_layers: Optional[int] = None
+    n_heads: Optional[int] = None
+    vocab_size: int = 2048
+
+
+@dataclass
+class TrainingConfig:
+    steps: int = 30
+    batch_size: int = 2
+    seq_len: int = 128
+    lr: float = 8e-4
+    warmup_steps: int = 2
+    weight_decay: float = 0.1
+    seed: int = 0
+    # torch threads per rank; ranks share the machine's cores.
+    threads_per_rank: int = 1
+
+
+@dataclass
+class DataConfig:
+    # Text shipped with every Python install: the standard library's own sources.
+    corpus: str = "stdlib"
+    max_corpus_mb: float = 4.0
+    # Where the trained tokenizer and token file are cached; None: <repo>/.cache/monarch_ft.
+    cache_dir: Optional[str] = None
+
+
+@dataclass
+class FTConfig:
+    replica_groups: int = 2
+    ranks_per_group: int = 2
+    # Lighthouse: started by the supervisor unless ``lighthouse_addr`` names a running one.
+    lighthouse_addr: Optional[str] = None
+    lighthouse_host: str = "127.0.0.1"
+    lighthouse_port: int = 0
+    min_replica_size: int = 1
+    # Lighthouse timing. The survivors of a fault stall for about heartbeat_timeout_ms.
+    heartbeat_timeout_ms: int = 1000
+    join_timeout_ms: int = 1000
+    quorum_tick_ms: int = 50
+    # Manager timing (collectives, should_commit, checkpoint transfers).
+    timeout_s: float = 10.0
+    quorum_timeout_s: float = 30.0
+    connect_timeout_s: float = 10.0
+    # Checkpoint transport used to heal a restarted group from a live peer: sharded | http | pg.
+    transport: str = "http"
+    # Supervisor watch: alive but no new step for this long -> hung.
+    hang_timeout_s: float = 15.0
+    # A freshly launched group must report its first step within this long.
+    startup_timeout_s: float = 120.0
+    max_restarts: int = 3
+    restart_backoff_s: float = 0.5
+    restart_backoff_max_s: float = 8.0
+
+
+@dataclass
+class CheckpointConfig:
+    """Periodic disk checkpoints through TorchTitan's CheckpointManager (DCP)."""
+
+    enable: bool = True
+    interval: int = 10
+    # Relative to the run directory; each group writes under <folder>/group_<g>.
+    folder: str = "checkpoint"
+    keep_latest_k: int = 2
+    # Resume every group from its latest disk checkpoint at launch.
+    resume: bool = False
+
+
+@dataclass
+class LauncherConfig:
+    """How ranks become processes: ``local`` (embedded default) or an engine."""
+
+    name: str = "local"
+    # Upper bound on ranks per CPU core the local machine is asked to run.
+    max_ranks_per_core: int = 4
+
+
+@dataclass
+class JobConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    training: TrainingConfig = field(default_factory=TrainingConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    ft: FTConfig = field(default_factory=FTConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    launcher: LauncherConfig = field(default_factory=LauncherConfig)
+
+
+TRANSPORTS = ("sharded", "http", "pg")
+LAUNCHERS = ("local",)
+
+
+def register_configs() -> None:
+    """Register the schemas so YAML files under configs/ are validated against them."""
+    cs = ConfigStore.instance()
+    cs.store(name="pretrain_schema", node=JobConfig)
+    cs.store(group="model", name="schema", node=ModelConfig)
+    cs.store(group="ft", name="schema", node=FTConfig)
+    cs.store(group="launcher", name="schema", node=LauncherConfig)
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def validate(cfg: JobConfig) -> None:
+    """Reject what the schema can't: each failure is one line naming the fix."""
+    ft, tr = cfg.ft, cfg.training
+    _require(ft.replica_groups >= 1, f"ft.replica_groups={ft.replica_groups}: need at least 1 replica group")
+    _require(ft.ranks_per_group >= 1, f"ft.ranks_per_group={ft.ranks_per_group}: need at least 1 rank per group")
+    _require(
+        1 <= ft.min_replica_size <= ft.replica_groups,
+        f"ft.min_replica_size={ft.min_replica_size}: must be between 1 and ft.replica_groups={ft.replica_groups}",
+    )
+    _require(tr.steps >= 1, f"training.steps={tr.steps}: must be >= 1")
+    _require(tr.batch_size >= 1, f"training.batch_size={tr.batch_size}: must be >= 1")
+    _require(tr.seq_len >= 8, f"training.seq_len={tr.seq_len}: must be >= 8")
+    _require(tr.lr > 0, f"training.lr={tr.lr}: must be > 0")
+    _require(tr.threads_per_rank >= 1, f"training.threads_per_rank={tr.threads_per_rank}: must be >= 1")
+    _require(ft.transport in TRANSPORTS, f"ft.transport={ft.transport!r}: choose one of {', '.join(TRANSPORTS)}")
+    _require(cfg.launcher.name in LAUNCHERS, f"launcher={cfg.launcher.name!r}: choose one of {', '.join(LAUNCHERS)}")
+    _require(ft.max_restarts >= 0, f"ft.max_restarts={ft.max_restarts}: must be >= 0")
+    _require(ft.hang_timeout_s > 0, f"ft.hang_timeout_s={ft.hang_timeout_s}: must be > 0")
+    _require(
+        0 <= ft.lighthouse_port <= 65535,
+        f"ft.lighthouse_port={ft.lighthouse_port}: must be 0 (a free port) or 1-65535",
+    )
+    _require(cfg.checkpoint.interval >= 1, f"checkpoint.interval={cfg.checkpoint.interval}: must be >= 1")
+    _require(
+        cfg.checkpoint.keep_latest_k == 0 or cfg.checkpoint.keep_latest_k >= 2,
+        f"checkpoint.keep_latest_k={cfg.checkpoint.keep_latest_k}: use 0 (keep all) or >= 2",
+    )
+    total = ft.replica_groups * ft.ranks_per_group
+    if cfg.launcher.name == "local":
+        cores = os.cpu_count() or 1
+        limit = max(4, cores * cfg.launcher.max_ranks_per_core)
+        _require(
+            total <= limit,
+            f"{total} ranks ({ft.replica_groups} groups x {ft.ranks_per_group}) exceed what this machine can run "
+            f"({limit} = {cores} cores x launcher.max_ranks_per_core): lower ft.replica_groups or ft.ranks_per_group",
+        )
+

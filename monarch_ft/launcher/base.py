@@ -1,0 +1,76 @@
+"""The launcher interface: how the supervisor turns rank specs into running ranks.
+
+The supervisor only ever sees :class:`RankProcess` handles (poll, signal, pid), so a
+Slurm launcher (a job of M tasks per group) or a Monarch launcher (a proc mesh per
+group) plugs in by implementing :class:`Launcher` without touching the supervisor.
+"""
+
+from __future__ import annotations
+
+import signal
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Optional
+
+
+@dataclass
+class RankLaunch:
+    group: int
+    rank: int
+    attempt: int
+    argv: list[str]
+    env: dict[str, str]
+    log_path: str
+    cwd: str
+    # Logical host the rank is placed on (a simulated host on one machine).
+    host: str = "localhost"
+    extra: dict = field(default_factory=dict)
+
+
+class RankProcess(ABC):
+    """One running rank, wherever it runs."""
+
+    launch: RankLaunch
+
+    @property
+    @abstractmethod
+    def pid(self) -> Optional[int]:
+        """OS pid when the rank runs on this machine (for psutil), else None."""
+
+    @abstractmethod
+    def poll(self) -> Optional[int]:
+        """None while running; else the exit code, negative for a signal (as subprocess)."""
+
+    @abstractmethod
+    def send_signal(self, sig: int) -> None:
+        ...
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    @abstractmethod
+    def wait(self, timeout: float) -> Optional[int]:
+        """Wait up to ``timeout`` seconds for the exit code."""
+
+
+class Launcher(ABC):
+    name: str = "base"
+
+    @abstractmethod
+    def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
+        """Start every rank of one replica group (all or none)."""
+
+    def close(self) -> None:
+        """Release whatever the launcher holds (allocations, connections)."""
+
+
+def describe_exit(code: Optional[int]) -> dict:
+    """Exit code -> {"exit_code": n} or {"signal": "SIGKILL"} for the event log."""
+    if code is None:
+        return {}
+    if code < 0:
+        try:
+            return {"signal": signal.Signals(-code).name, "exit_code": code}
+        except ValueError:
+            return {"signal": f"SIG{-code}", "exit_code": code}
+    return {"exit_code": code}

@@ -1,0 +1,36 @@
+"""Small socket helpers: free ports, port-in-use checks, reachability."""
+
+from __future__ import annotations
+
+import socket
+from urllib.parse import urlparse
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def host_port(url: str) -> tuple[str, int]:
+    parsed = urlparse(url if "://" in url else f"http://{url}")
+    if not parsed.hostname or not parsed.port:
+        raise ValueError(f"{url!r} is not an address of the form http://HOST:PORT")
+    return parsed.hostname, parsed.port
+
+
+def reachable(host: str, port: int, timeout: float = 2.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

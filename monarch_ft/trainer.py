@@ -1,0 +1,265 @@
+"""The per-rank training loop: TorchTitan's model, optimizer, LR schedule and
+checkpointing, with a TorchFT Manager across replica groups.
+
+Why a thin trainer of our own rather than ``torchtitan.train``: TorchTitan 0.2.x's
+trainer assumes an accelerator (``cuda`` device fallback, ``barrier(device_ids=...)``
+that gloo rejects), so on CPU we reuse its components directly and keep the loop
+small. The same loop runs NCCL + CUDA when a GPU is present.
+
+Step protocol (per step, every rank):
+  start_quorum -> forward/backward (FSDP2 inside the group) -> cross-group average of
+  the local grad shards through the Manager -> should_commit -> optimizer step.
+A group that finishes ``training.steps`` while the supervisor holds the job open
+(another group is being restarted) keeps joining quorums with zero gradients and
+*no* optimizer step, so the restarted group can heal from it; the optimizer is
+applied only for steps below ``training.steps`` on every group, so weights agree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from monarch_ft.components.checkpoint import TrainState, build_checkpointer
+from monarch_ft.components.ft import GradSync, build_manager, load_in_place, to_local_tree
+from monarch_ft.components.metrics import RankReporter
+from monarch_ft.components.model import build_model
+from monarch_ft.config import JobConfig
+from monarch_ft.data import TokenBatches
+
+
+@dataclass
+class RankSpec:
+    """Everything one rank needs; written by the supervisor as JSON."""
+
+    config: dict
+    group: int
+    rank: int
+    world_size: int
+    attempt: int
+    store_host: str
+    store_port: int
+    lighthouse_addr: str
+    advertise_host: str
+    run_dir: str
+    report_path: str
+    hold_path: str
+    tokens_path: str
+
+
+def state_hash(tree: Any) -> str:
+    """Digest of every tensor's bytes (hashlib over a uint8 view: no Python byte copies)."""
+    h = hashlib.blake2b(digest_size=16)
+
+    def visit(obj: Any, path: str) -> None:
+        if isinstance(obj, torch.Tensor):
+            t = obj.detach().contiguous().cpu()
+            h.update(f"{path}:{t.dtype}:{tuple(t.shape)};".encode())
+            if t.numel():
+                h.update(t.view(-1).view(torch.uint8).numpy())
+        elif isinstance(obj, dict):
+            for k in sorted(obj, key=str):
+                visit(obj[k], f"{path}.{k}")
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                visit(v, f"{path}[{i}]")
+        else:
+            h.update(f"{path}={obj!r};".encode())
+
+    visit(tree, "")
+    return h.hexdigest()
+
+
+def apply_scheduler_lr(lr_schedulers) -> None:
+    """LambdaLR.load_state_dict restores the schedule position but leaves the optimizer's
+    current lr stale until the next step(); set it now so a healed or resumed group
+    takes exactly the step its peers take."""
+    for scheduler in lr_schedulers.schedulers:
+        for group, lr in zip(scheduler.optimizer.param_groups, scheduler.get_last_lr()):
+            group["lr"] = lr
+
+
+def _config(spec: RankSpec) -> JobConfig:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(JobConfig), spec.config))
+
+
+def train(spec: RankSpec) -> None:
+    cfg = _config(spec)
+    tr = cfg.training
+    torch.set_num_threads(tr.threads_per_rank)
+    reporter = RankReporter(spec.report_path, spec.group, spec.rank, spec.attempt)
+    reporter.event("rank_started")
+
+    use_cuda = torch.cuda.is_available()
+    device = torch.device("cuda", spec.rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
+
+    # The group's own store: rank 0 hosts it (a fresh port per launch attempt), the
+    # in-group process group and the TorchFT Manager are its clients.
+    store = dist.TCPStore(
+        spec.store_host,
+        spec.store_port,
+        world_size=spec.world_size,
+        is_master=spec.rank == 0,
+        timeout=timedelta(seconds=cfg.ft.connect_timeout_s * 3),
+        wait_for_workers=False,
+    )
+    dist.init_process_group(
+        "nccl" if use_cuda else "gloo",
+        store=dist.PrefixStore("group", store),
+        rank=spec.rank,
+        world_size=spec.world_size,
+        timeout=timedelta(seconds=cfg.ft.timeout_s * 3),
+    )
+    mesh = None
+    if spec.world_size > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (spec.world_size,), mesh_dim_names=("fsdp",))
+
+    from torch.distributed.checkpoint.state_dict import _init_optim_state
+    from torchtitan.components.lr_scheduler import build_lr_schedulers
+    from torchtitan.components.optimizer import OptimizersContainer
+    from torchtitan.config.job_config import LRScheduler
+
+    model = build_model(cfg.model, tr.seq_len, mesh, device, tr.seed)
+    optimizers = OptimizersContainer(
+        [model],
+        torch.optim.AdamW,
+        {"lr": tr.lr, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": tr.weight_decay, "foreach": True},
+    )
+    optimizer = optimizers.optimizers[0]
+    # Materialise the optimizer state now (a zero-lr step, as torch's own state-dict
+    # loader does) so a healing group can receive into it in place.
+    _init_optim_state(optimizer)
+    lr_schedulers = build_lr_schedulers(optimizers, LRScheduler(warmup_steps=tr.warmup_steps), tr.steps)
+
+    # Captured once: FSDP2 keeps these sharded parameter objects for the whole run.
+    # model.state_dict() must not be called from the Manager's quorum thread while the
+    # main thread runs forward (FSDP2 swaps registered params around forward/backward).
+    params = dict(model.named_parameters())
+
+    def ft_state_dict() -> dict:
+        return {
+            "model": {name: p.to_local() if hasattr(p, "to_local") else p for name, p in params.items()},
+            "optim": {name: to_local_tree(optimizer.state[p]) for name, p in params.items()},
+            "lr_scheduler": lr_schedulers.state_dict(),
+        }
+
+    def ft_load_state_dict(state: dict) -> None:
+        live = ft_state_dict()
+        load_in_place(live["model"], state["model"], "model")
+        load_in_place(live["optim"], state["optim"], "optim")
+        lr_schedulers.load_state_dict(state["lr_scheduler"])
+        apply_scheduler_lr(lr_schedulers)
+
+    manager = build_manager(
+        cfg.ft,
+        group=spec.group,
+        rank=spec.rank,
+        world_size=spec.world_size,
+        store_addr=spec.store_host,
+        store_port=spec.store_port,
+        lighthouse_addr=spec.lighthouse_addr,
+        hostname=spec.advertise_host,
+        state_dict=ft_state_dict,
+        load_state_dict=ft_load_state_dict,
+        report=reporter.event,
+        use_cuda=use_cuda,
+    )
+    train_state = TrainState()
+    checkpointer = build_checkpointer(
+        cfg.checkpoint,
+        spec.run_dir,
+        spec.group,
+        model,
+        optimizers,
+        lr_schedulers,
+        {"train_state": train_state, "ft_manager": manager},
+        tr.seed,
+    )
+    if cfg.checkpoint.enable and cfg.checkpoint.resume and spec.attempt == 0:
+        loaded = checkpointer.load()
+        apply_scheduler_lr(lr_schedulers)
+        reporter.event("checkpoint_loaded" if loaded else "checkpoint_missing", step=manager.current_step())
+
+    batches = TokenBatches(spec.tokens_path, tr.batch_size, tr.seq_len, tr.seed)
+    grad_sync = GradSync([p for p in model.parameters() if p.requires_grad], cfg.ft.replica_groups, spec.group)
+    reporter.event("model_ready", step=manager.current_step(), params=sum(p.numel() for p in model.parameters()))
+
+    tokens_per_step = tr.batch_size * tr.seq_len
+    announced_done = False
+    last_heartbeat = 0.0
+    while True:
+        step = manager.current_step()
+        training = step < tr.steps
+        if not training:
+            if not announced_done:
+                reporter.event("train_done", step=step)
+                announced_done = True
+            if not os.path.exists(spec.hold_path):
+                break
+            if time.time() - last_heartbeat > 1.0:
+                reporter.heartbeat(step=step)
+                last_heartbeat = time.time()
+            time.sleep(0.1)
+        start = time.time()
+        manager.start_quorum()
+        optimizers.zero_grad()
+        loss = None
+        if training:
+            inputs, labels = batches.batch(step, spec.group, spec.rank)
+            logits = model(inputs.to(device))
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.to(device).flatten())
+            loss.backward()
+        members = grad_sync.sync(manager)
+        # After the quorum a healed group's step is the peers' step; decide on that.
+        step = manager.current_step()
+        apply_update = step < tr.steps
+        if apply_update:
+            torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0, foreach=True)
+        committed = manager.should_commit()
+        if committed and apply_update:
+            optimizers.step()
+            lr_schedulers.step()
+        if not apply_update:
+            continue
+        elapsed = time.time() - start
+        reporter.step(
+            step=step,
+            committed=committed,
+            loss=float(loss.item()) if loss is not None else None,
+            tokens_per_s=tokens_per_step / elapsed if elapsed > 0 else None,
+            step_time_s=elapsed,
+            quorum_size=manager.num_participants(),
+            quorum_id=manager._quorum_id,
+            participating_groups=members,
+            lr=float(optimizer.param_groups[0]["lr"]),
+        )
+        if committed:
+            train_state.step = manager.current_step()
+            if cfg.checkpoint.enable:
+                checkpointer.save(train_state.step, last_step=train_state.step == tr.steps)
+
+    final = ft_state_dict()
+    final.pop("lr_scheduler")
+    reporter.event(
+        "rank_finished",
+        step=manager.current_step(),
+        steps_trained=min(manager.current_step(), tr.steps),
+        state_hash=state_hash(final),
+    )
+    reporter.close()
+    manager.shutdown(wait=False)
+    checkpointer.close()
+    dist.destroy_process_group()
