@@ -18,6 +18,7 @@ import dataclasses
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -88,6 +89,9 @@ class Supervisor:
         self.cfg = cfg
         self.run_dir = os.path.abspath(run_dir)
         os.makedirs(self.run_dir, exist_ok=True)
+        # ranks/ holds this job's live report and spec files: a job resumed in the same
+        # run directory must not re-read the previous job's reports.
+        shutil.rmtree(os.path.join(self.run_dir, "ranks"), ignore_errors=True)
         for sub in ("ranks", "logs", "control"):
             os.makedirs(os.path.join(self.run_dir, sub), exist_ok=True)
         self.launcher = launcher or build_launcher(cfg.launcher.name)
@@ -99,6 +103,7 @@ class Supervisor:
         self.lighthouse = Lighthouse(cfg.ft, os.path.join(self.run_dir, "logs", "lighthouse.log"))
         self._stop_reason: Optional[str] = None
         self._membership: Optional[tuple[int, ...]] = None
+        self._transport_owner: dict[Any, tuple[int, int]] = {}
         self._tokens_path = ""
         self._started = 0.0
         self._last_progress_print = 0.0
@@ -226,6 +231,11 @@ class Supervisor:
                         rs.train_done = True
                     if name == "rank_finished":
                         rs.state_hash = rec.get("state_hash")
+                    if name == "model_ready":
+                        self._transport_owner[rec.get("transport_metadata")] = (rec["group"], rec["rank"])
+                    if name in ("weights_recovered", "recovery_started", "recovery_failed"):
+                        # Name the peer by group: the Manager only knows its address.
+                        rec["src_group"], rec["src_rank"] = self._transport_owner.get(rec.get("src"), (None, None))
                     rec.pop("type", None)
                     self.events.emit(name, **rec)
         if g.ranks and all(r.train_done for r in g.ranks) and not g.train_done:
@@ -330,11 +340,15 @@ class Supervisor:
                 transport=self.cfg.ft.transport,
                 supervisor_pid=os.getpid(),
             )
-            self._prepare_data()
             address = self.lighthouse.start()
             self.events.emit("lighthouse_started", address=address, pid=self.lighthouse.pid)
+            self._prepare_data()
             open(self.hold_path, "w").close()
             exit_code = self._watch()
+        except BaseException as e:
+            self.status = "failed"
+            self.events.emit("supervisor_error", error=f"{type(e).__name__}: {e}"[:500])
+            raise
         finally:
             self._shutdown()
             for sig, handler in previous:

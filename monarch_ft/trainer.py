@@ -195,7 +195,12 @@ def train(spec: RankSpec) -> None:
 
     batches = TokenBatches(spec.tokens_path, tr.batch_size, tr.seq_len, tr.seed)
     grad_sync = GradSync([p for p in model.parameters() if p.requires_grad], cfg.ft.replica_groups, spec.group)
-    reporter.event("model_ready", step=manager.current_step(), params=sum(p.numel() for p in model.parameters()))
+    reporter.event(
+        "model_ready",
+        step=manager.current_step(),
+        params=sum(p.numel() for p in model.parameters()),
+        transport_metadata=manager._checkpoint_transport.metadata(),
+    )
 
     tokens_per_step = tr.batch_size * tr.seq_len
     announced_done = False

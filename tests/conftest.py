@@ -1,0 +1,105 @@
+"""Shared helpers: run real jobs as subprocesses and inspect what they leave behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PRETRAIN = REPO / "recipes" / "pretrain.py"
+
+# Small and quick: the tiny llama3, short sequences, tight timeouts.
+FAST = [
+    "model=tiny",
+    "training.seq_len=64",
+    "training.batch_size=2",
+    "training.lr=5e-3",
+    "ft.hang_timeout_s=20",
+]
+
+
+def start_job(run_dir: Path, *overrides: str, recipe: Path = PRETRAIN) -> subprocess.Popen:
+    argv = [sys.executable, str(recipe), *overrides, f"hydra.run.dir={run_dir}"]
+    log = open(run_dir.parent / f"{run_dir.name}.console.log", "wb")
+    return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def run_job(run_dir: Path, *overrides: str, timeout: float = 240, recipe: Path = PRETRAIN) -> int:
+    proc = start_job(run_dir, *overrides, recipe=recipe)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise AssertionError(f"job did not finish within {timeout}s; console: {console(run_dir)[-3000:]}")
+
+
+def console(run_dir: Path) -> str:
+    path = run_dir.parent / f"{run_dir.name}.console.log"
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except ValueError:
+            pass
+    return out
+
+
+def wait_for(predicate, timeout: float, what: str, poll: float = 0.2):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(poll)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def job_processes(run_dir: Path) -> list[psutil.Process]:
+    """Every live process whose command line mentions this run (ranks, supervisor)."""
+    needle = str(run_dir)
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if any(needle in part for part in (p.info["cmdline"] or [])):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+def lighthouse_pids() -> set[int]:
+    pids = set()
+    for p in psutil.process_iter(["name", "status"]):
+        if p.info["name"] == "torchft_lighthouse" and p.info["status"] != psutil.STATUS_ZOMBIE:
+            pids.add(p.pid)
+    return pids
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+    """A run directory; after the test, nothing of that job may still be running."""
+    before = lighthouse_pids()
+    d = tmp_path / "run"
+    yield d
+    left = job_processes(d)
+    for p in left:
+        p.kill()
+    stray_lighthouses = lighthouse_pids() - before
+    assert not left, f"processes left behind: {[(p.pid, p.cmdline()[:4]) for p in left]}"
+    assert not stray_lighthouses, f"lighthouse processes left behind: {stray_lighthouses}"

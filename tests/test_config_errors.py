@@ -1,0 +1,70 @@
+"""Bad input fails at once with one clear line and a non-zero exit: never a hang."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import PRETRAIN, REPO
+
+
+def _run(tmp_path, *overrides, timeout=60):
+    res = subprocess.run(
+        [sys.executable, str(PRETRAIN), *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    return res.returncode, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("ft.replica_groups=0", "ft.replica_groups=0: need at least 1 replica group"),
+        ("ft.ranks_per_group=-1", "ft.ranks_per_group=-1"),
+        ("ft.transport=carrier_pigeon", "ft.transport='carrier_pigeon': choose one of sharded, http, pg"),
+        ("training.steps=0", "training.steps=0: must be >= 1"),
+        ("ft.replica_groups=64", "exceed what this machine can run"),
+        ("ft.lighthouse_addr=http://127.0.0.1:9", "cannot reach the Lighthouse at http://127.0.0.1:9"),
+    ],
+)
+def test_bad_values_fail_with_one_line(tmp_path, override, expected):
+    code, out = _run(tmp_path, override)
+    assert code == 2, out
+    errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
+    assert len(errors) == 1 and expected in errors[0], out
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("ft.no_such_key=1", "no_such_key"),
+        ("ft.replica_groups=two", "replica_groups"),
+        ("model=no_such_model", "no_such_model"),
+    ],
+)
+def test_schema_errors_come_from_hydra(tmp_path, override, expected):
+    code, out = _run(tmp_path, override)
+    assert code != 0 and expected in out, out
+    assert "Traceback" not in out
+
+
+def test_lighthouse_port_in_use(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code, out = _run(tmp_path, f"ft.lighthouse_port={port}")
+    assert code == 2, out
+    assert f"ft.lighthouse_port={port} is already in use" in out and "pick another port, or 0" in out
+
+
+def test_validate_accepts_defaults():
+    from monarch_ft.config import JobConfig, validate
+
+    validate(JobConfig())
