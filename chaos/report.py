@@ -1,0 +1,625 @@
+"""Turn a fault drill's run directory into what a person reads.
+
+A drill leaves ``drill.json``, ``metrics.jsonl`` and ``events.jsonl`` in its run
+directory. :func:`write_drill_report` writes ``report.md``, ``timeline.png`` and
+``mttr.png`` next to them; :func:`write_aggregate_report` does the same for a sweep
+of drills (``report.md``, ``mttr.png``, ``summary.json``). :func:`phase_stats` is
+the pure helper both use, and every number in a report comes from it.
+
+Phases are seconds after a fault's ``injected_at`` (cumulative offsets); a phase
+that is ``None`` for a fault does not apply to it and is left out of that phase's
+statistics. The MTTR bar charts stack the *increments* between consecutive phases
+(a phase that does not apply to a fault adds zero time for that fault), so a bar's
+height is the mean time to the last phase reached.
+
+Plots use the Agg canvas directly (no pyplot, no global backend switch), so this
+module is safe to import anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.transforms import blended_transform_factory
+
+__all__ = [
+    "PHASES",
+    "BASELINE_RECOVERY",
+    "phase_stats",
+    "phase_increments",
+    "write_drill_report",
+    "write_aggregate_report",
+    "load_run",
+    "main",
+]
+
+# Canonical phase order; unknown phase names are appended in first-seen order.
+PHASES: tuple[str, ...] = (
+    "detected",
+    "survivors_stepping",
+    "replacement_up",
+    "weights_recovered",
+    "back_in_quorum",
+)
+BASELINE_RECOVERY = "full_restart"
+
+_PHASE_COLORS = ["#4c72b0", "#55a868", "#dd8452", "#8172b3", "#c44e52", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]
+_GROUP_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"]
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def _num(x: Any) -> float | None:
+    """A finite float, or None for anything that is not one (None, NaN, strings, bools)."""
+    if x is None or isinstance(x, bool):
+        return None
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _summary(values: Iterable[Any]) -> dict[str, float | None]:
+    vals = [v for v in (_num(x) for x in values) if v is not None]
+    if not vals:
+        return {"mean": None, "p50": None, "p95": None}
+    arr = np.asarray(vals, dtype=float)
+    return {
+        "mean": float(np.mean(arr)),
+        "p50": float(np.percentile(arr, 50)),
+        "p95": float(np.percentile(arr, 95)),
+    }
+
+
+def _phase_order(faults: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Canonical phases that appear, in canonical order, then unknown ones in first-seen order."""
+    seen: list[str] = []
+    for f in faults:
+        for name in (f.get("phases") or {}):
+            if name not in seen:
+                seen.append(name)
+    known = [p for p in PHASES if p in seen]
+    return known + [p for p in seen if p not in PHASES]
+
+
+def _kind_order(faults: Iterable[Mapping[str, Any]]) -> list[str]:
+    kinds: list[str] = []
+    for f in faults:
+        k = str(f.get("kind", "unknown"))
+        if k not in kinds:
+            kinds.append(k)
+    return kinds
+
+
+def _by_kind(faults: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for f in faults:
+        out.setdefault(str(f.get("kind", "unknown")), []).append(f)
+    return out
+
+
+def phase_stats(faults: list[dict]) -> dict:
+    """Per fault kind: count, MTTR and phase mean/p50/p95, survivors' stall, recovered count.
+
+    Returns ``{kind: {"count": n, "mttr": {"mean","p50","p95"},
+    "phases": {name: {"mean","p50","p95"}}, "survivor_max_stall_s": {"mean","max"},
+    "recovered": n}}``. Percentiles are numpy's (linear). ``None`` values (a phase that
+    does not apply, an unrecovered fault's MTTR) are skipped; a statistic with no values
+    is ``None``. Kinds keep first-seen order; phases keep :data:`PHASES` order with
+    unknown names appended.
+    """
+    out: dict[str, dict] = {}
+    for kind, fs in _by_kind(faults).items():
+        stalls = [v for v in (_num(f.get("survivor_max_stall_s")) for f in fs) if v is not None]
+        out[kind] = {
+            "count": len(fs),
+            "mttr": _summary(f.get("mttr_s") for f in fs),
+            "phases": {
+                name: _summary((f.get("phases") or {}).get(name) for f in fs)
+                for name in _phase_order(fs)
+            },
+            "survivor_max_stall_s": {
+                "mean": float(np.mean(stalls)) if stalls else None,
+                "max": float(np.max(stalls)) if stalls else None,
+            },
+            "recovered": sum(1 for f in fs if f.get("recovered") is True),
+        }
+    return out
+
+
+def _fault_increments(fault: Mapping[str, Any], order: Sequence[str]) -> dict[str, float]:
+    """Seconds spent in each phase (time from the previous phase reached), 0 if it does not apply.
+
+    Offsets that go backwards (a phase reported before an earlier one) count as zero, so
+    the increments always sum to the latest offset reached.
+    """
+    phases = fault.get("phases") or {}
+    prev = 0.0
+    inc: dict[str, float] = {}
+    for name in order:
+        v = _num(phases.get(name))
+        if v is None:
+            inc[name] = 0.0
+            continue
+        inc[name] = max(0.0, v - prev)
+        prev = max(prev, v)
+    return inc
+
+
+def phase_increments(faults: list[dict], order: Sequence[str] | None = None) -> dict[str, dict[str, float]]:
+    """Per fault kind: mean seconds spent in each phase (increments, not cumulative offsets).
+
+    A phase that does not apply to a fault counts as zero seconds for it, so the
+    increments of a kind sum to the mean time to the last phase reached.
+    """
+    order = list(order) if order is not None else _phase_order(faults)
+    out: dict[str, dict[str, float]] = {}
+    for kind, fs in _by_kind(faults).items():
+        incs = [_fault_increments(f, order) for f in fs]
+        out[kind] = {name: float(np.mean([i[name] for i in incs])) for name in order}
+    return out
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
+def _fmt(x: Any, digits: int = 2) -> str:
+    v = _num(x)
+    return "n/a" if v is None else f"{v:.{digits}f}"
+
+
+def _cell(x: Any) -> str:
+    if x is None:
+        return "n/a"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    return str(x).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+# --------------------------------------------------------------------------- pictures
+
+
+def _phase_color(i: int) -> str:
+    return _PHASE_COLORS[i % len(_PHASE_COLORS)]
+
+
+def _save(fig: Figure, path: str) -> None:
+    FigureCanvasAgg(fig)
+    fig.savefig(path, dpi=fig.dpi)
+
+
+def _drill_start(drill: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]]) -> float:
+    start = _num(drill.get("started_at"))
+    if start is not None:
+        return start
+    times = [t for t in (_num(m.get("time")) for m in metrics) if t is not None]
+    times += [t for t in (_num(f.get("injected_at")) for f in drill.get("faults") or []) if t is not None]
+    return min(times) if times else 0.0
+
+
+def _plot_timeline(path: str, drill: Mapping[str, Any], metrics: Sequence[Mapping[str, Any]]) -> None:
+    faults = list(drill.get("faults") or [])
+    order = _phase_order(faults)
+    t0 = _drill_start(drill, metrics)
+
+    fig = Figure(figsize=(10, 5), dpi=120, layout="constrained")
+    ax = fig.add_subplot()
+
+    # Committed step per group, from rank 0's records.
+    series: dict[Any, list[tuple[float, float]]] = {}
+    for m in metrics:
+        if m.get("type", "step") != "step" or m.get("rank", 0) != 0 or m.get("committed") is not True:
+            continue
+        t, s = _num(m.get("time")), _num(m.get("step"))
+        if t is None or s is None:
+            continue
+        series.setdefault(m.get("group", 0), []).append((t - t0, s))
+    handles: list[Any] = []
+    for i, group in enumerate(sorted(series, key=lambda g: (str(type(g)), g))):
+        pts = sorted(series[group])
+        (line,) = ax.plot(
+            [p[0] for p in pts], [p[1] for p in pts],
+            color=_GROUP_COLORS[i % len(_GROUP_COLORS)], lw=1.6, marker=".", ms=3,
+            label=f"group {group}", zorder=3,
+        )
+        handles.append(line)
+    if not series:
+        ax.text(0.5, 0.5, "no committed steps recorded", transform=ax.transAxes,
+                ha="center", va="center", color="0.4")
+
+    # Faults: a marker at injection, then each phase as a span from the previous one.
+    label_tf = blended_transform_factory(ax.transData, ax.transAxes)
+    used_phases: set[str] = set()
+    for f in faults:
+        inj = _num(f.get("injected_at"))
+        if inj is None:
+            continue
+        x0 = inj - t0
+        phases = f.get("phases") or {}
+        prev = 0.0
+        for j, name in enumerate(order):
+            v = _num(phases.get(name))
+            if v is None:
+                continue
+            if v > prev:
+                ax.axvspan(x0 + prev, x0 + v, color=_phase_color(j), alpha=0.22, lw=0, zorder=1)
+                used_phases.add(name)
+            prev = max(prev, v)
+        ax.axvline(x0, color="black", ls="--", lw=1.0, zorder=2)
+        target = f.get("target")
+        label = f"{f.get('kind', '?')}" + (f" → g{target}" if target is not None else "")
+        ax.text(x0, 0.985, " " + label, transform=label_tf, rotation=90, ha="right", va="top",
+                fontsize=8, color="black", zorder=4,
+                bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.7))
+    if any(_num(f.get("injected_at")) is not None for f in faults):
+        handles.append(ax.axvline(np.nan, color="black", ls="--", lw=1.0, label="fault injected"))
+    for j, name in enumerate(order):
+        if name in used_phases:
+            handles.append(Patch(color=_phase_color(j), alpha=0.35, label=f"until {name}"))
+
+    ax.set_xlabel("seconds since drill start")
+    ax.set_ylabel("committed step")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f"Drill timeline (recovery={drill.get('recovery', '?')}, {len(faults)} fault(s))")
+    if handles:
+        fig.legend(handles=handles, loc="outside right upper", fontsize=8, framealpha=0.9)
+    _save(fig, path)
+
+
+def _plot_mttr(
+    path: str,
+    series: Sequence[tuple[str, Sequence[Mapping[str, Any]]]],
+    title: str,
+) -> None:
+    """Grouped stacked bars: one group per fault kind, one bar per series (label, faults)."""
+    all_faults = [f for _, fs in series for f in fs]
+    kinds = _kind_order(all_faults)
+    order = _phase_order(all_faults)
+    incs = [phase_increments(list(fs), order) for _, fs in series]
+    stats = [phase_stats(list(fs)) for _, fs in series]
+
+    n = max(1, len(series))
+    fig = Figure(figsize=(10, 5), dpi=120, layout="constrained")
+    ax = fig.add_subplot()
+    width = 0.8 / n
+    hatches = ["", "//", "..", "xx", "\\\\", "oo"]
+    xs = np.arange(len(kinds), dtype=float)
+    top = 0.0
+    for si, (label, _) in enumerate(series):
+        offs = xs - 0.4 + width * (si + 0.5)
+        bottoms = np.zeros(len(kinds))
+        for pj, name in enumerate(order):
+            h = np.array([incs[si].get(k, {}).get(name, 0.0) for k in kinds])
+            present = np.array([k in incs[si] for k in kinds])
+            ax.bar(offs[present], h[present], width * 0.92, bottom=bottoms[present],
+                   color=_phase_color(pj), hatch=hatches[si % len(hatches)],
+                   edgecolor="white" if si == 0 else "0.25", lw=0.6)
+            bottoms += h
+        for ki, k in enumerate(kinds):
+            if k not in stats[si]:
+                ax.text(offs[ki], 0, "not run", ha="center", va="bottom", fontsize=7, color="0.4", rotation=90)
+                continue
+            mean = stats[si][k]["mttr"]["mean"]
+            y = bottoms[ki]
+            top = max(top, y)
+            ax.text(offs[ki], y, f"{label}\n{_fmt(mean)} s", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(xs, kinds)
+    ax.set_ylabel("seconds after injection (mean per phase)")
+    ax.set_ylim(0, top * 1.18 + 1e-9 if top > 0 else 1.0)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.set_title(title)
+    handles: list[Any] = [Patch(color=_phase_color(j), label=name) for j, name in enumerate(order)]
+    if len(series) > 1:
+        handles += [Patch(facecolor="white", edgecolor="0.25", hatch=hatches[si % len(hatches)], label=label)
+                    for si, (label, _) in enumerate(series)]
+    if not kinds:
+        ax.text(0.5, 0.5, "no faults", transform=ax.transAxes, ha="center", va="center", color="0.4")
+    if handles:
+        fig.legend(handles=handles, loc="outside right upper", fontsize=8, framealpha=0.9)
+    _save(fig, path)
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def _kind_header(order: Sequence[str]) -> list[str]:
+    return (
+        ["kind", "count", "recovered", "MTTR mean (s)", "MTTR p50 (s)", "MTTR p95 (s)"]
+        + [f"{p} mean (s)" for p in order]
+        + ["survivor max stall mean (s)", "survivor max stall max (s)"]
+    )
+
+
+def _kind_cells(st: Mapping[str, Any], order: Sequence[str]) -> list[str]:
+    return (
+        [str(st["count"]), str(st["recovered"]),
+         _fmt(st["mttr"]["mean"]), _fmt(st["mttr"]["p50"]), _fmt(st["mttr"]["p95"])]
+        + [_fmt(st["phases"].get(p, {}).get("mean")) for p in order]
+        + [_fmt(st["survivor_max_stall_s"]["mean"]), _fmt(st["survivor_max_stall_s"]["max"])]
+    )
+
+
+def _consistent(drill: Mapping[str, Any]) -> bool | None:
+    wc = drill.get("weights_consistent")
+    if isinstance(wc, bool):
+        return wc
+    per = [f.get("weights_consistent") for f in drill.get("faults") or []]
+    if per and all(isinstance(x, bool) for x in per):
+        return all(per)
+    return None
+
+
+def write_drill_report(
+    run_dir: str,
+    drill: dict,
+    metrics: list[dict],
+    baseline: dict | None = None,
+) -> dict[str, str]:
+    """Write ``report.md``, ``timeline.png`` and ``mttr.png`` into ``run_dir``.
+
+    ``baseline`` is the drill.json dict of the same faults run with
+    ``recovery=full_restart``, or None (the report then says it was not run and the
+    ratio column reads "n/a"). Returns ``{"report": ..., "timeline": ..., "mttr": ...}``.
+    """
+    os.makedirs(run_dir, exist_ok=True)
+    paths = {
+        "report": os.path.join(run_dir, "report.md"),
+        "timeline": os.path.join(run_dir, "timeline.png"),
+        "mttr": os.path.join(run_dir, "mttr.png"),
+    }
+    faults = list(drill.get("faults") or [])
+    base_faults = list((baseline or {}).get("faults") or [])
+    order = _phase_order(faults + base_faults)
+    stats = phase_stats(faults)
+    base_stats = phase_stats(base_faults) if baseline is not None else {}
+    recovery = str(drill.get("recovery", "?"))
+
+    _plot_timeline(paths["timeline"], drill, metrics)
+    series: list[tuple[str, Sequence[Mapping[str, Any]]]] = [(f"ours ({recovery})", faults)]
+    if baseline is not None:
+        series.append((str(baseline.get("recovery", BASELINE_RECOVERY)), base_faults))
+    _plot_mttr(paths["mttr"], series, f"MTTR by phase and fault kind (recovery={recovery})")
+
+    # ---- report.md
+    lines: list[str] = [f"# Fault drill report: recovery={recovery}", ""]
+    groups, ranks = drill.get("replica_groups"), drill.get("ranks_per_group")
+    duration = None
+    if _num(drill.get("started_at")) is not None and _num(drill.get("finished_at")) is not None:
+        duration = _num(drill["finished_at"]) - _num(drill["started_at"])
+    kinds_txt = ", ".join(f"{stats[k]['count']}× {k}" for k in stats) or "none"
+    para = (
+        f"A `{recovery}` recovery drill on {_cell(groups)} replica group(s) × {_cell(ranks)} rank(s) each, "
+        f"{_cell(drill.get('steps'))} steps, {len(faults)} injected fault(s) ({kinds_txt}), "
+        f"launcher `{_cell(drill.get('launcher'))}`, seed {_cell(drill.get('seed'))}"
+    )
+    if duration is not None:
+        para += f", {duration:.2f} s wall clock"
+    para += (
+        f". Goodput {_fmt(drill.get('goodput_steps_per_s'))} steps/s against "
+        f"{_fmt(drill.get('fault_free_steps_per_s'))} steps/s fault-free "
+        f"(ratio {_fmt(drill.get('goodput_ratio'))})."
+    )
+    if baseline is None:
+        para += " The full-restart baseline was not run, so the baseline columns read n/a."
+    else:
+        para += (
+            f" Baseline: the same faults with `recovery={_cell(baseline.get('recovery', BASELINE_RECOVERY))}` "
+            f"(goodput ratio {_fmt(baseline.get('goodput_ratio'))})."
+        )
+    lines += [para, ""]
+    lines += [
+        "Phases are seconds after injection (cumulative); n/a means the phase does not apply "
+        "to that kind of fault and is left out of its statistics.",
+        "",
+        "## By fault kind",
+        "",
+    ]
+    header = _kind_header(order) + ["goodput ratio", "baseline MTTR mean (s)", "ratio (baseline/ours)"]
+    rows = []
+    for kind, st in stats.items():
+        b = base_stats.get(kind)
+        b_mean = b["mttr"]["mean"] if b else None
+        rows.append(
+            [_cell(kind)] + _kind_cells(st, order)
+            + [_fmt(drill.get("goodput_ratio")), _fmt(b_mean), _fmt(_ratio(b_mean, st["mttr"]["mean"]))]
+        )
+    lines += _table(header, rows) + [""]
+
+    lines += ["## Per fault", ""]
+    header = (["id", "kind", "target", "at_step", "mttr_s"] + list(order)
+              + ["weights_consistent", "recovered_from_group", "recovery MB", "recovery s"])
+    rows = []
+    for f in faults:
+        ph = f.get("phases") or {}
+        rb = _num(f.get("recovery_bytes"))
+        rows.append(
+            [_cell(f.get("id")), _cell(f.get("kind")), _cell(f.get("target")), _cell(f.get("at_step")),
+             _fmt(f.get("mttr_s"))]
+            + [_fmt(ph.get(p)) for p in order]
+            + [_cell(f.get("weights_consistent")), _cell(f.get("recovered_from_group")),
+               _fmt(rb / 1e6 if rb is not None else None), _fmt(f.get("recovery_seconds"))]
+        )
+    lines += _table(header, rows) + [""]
+    lines += ["MB are 10^6 bytes.", ""]
+
+    lines += ["## Timeline", "", "![timeline](timeline.png)", "", "## MTTR by phase", "", "![mttr](mttr.png)", ""]
+    wc = _consistent(drill)
+    lines.append(f"**Weights consistent across replicas: {_cell(wc)}**")
+    with open(paths["report"], "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return paths
+
+
+def _mean_of(values: Iterable[Any]) -> float | None:
+    vals = [v for v in (_num(x) for x in values) if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
+    """Summarise a sweep of drills: ``report.md``, ``mttr.png`` and ``summary.json``.
+
+    Faults are pooled by (kind, recovery) across drills. ``summary.json`` holds
+    ``stats[kind][recovery]`` (a :func:`phase_stats` entry plus the drills' mean
+    ``goodput_ratio``) and ``ratio[kind]`` = full_restart mean MTTR / ours mean MTTR,
+    where "ours" is ``summary["ours"]`` ("live" if it was run, else the first non
+    full-restart mode); ``ratio_by_recovery[kind][mode]`` gives it for every other mode.
+    Returns ``{"report": ..., "mttr": ..., "summary": ...}``.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {
+        "report": os.path.join(out_dir, "report.md"),
+        "mttr": os.path.join(out_dir, "mttr.png"),
+        "summary": os.path.join(out_dir, "summary.json"),
+    }
+    modes: list[str] = []
+    faults_by_mode: dict[str, list[dict]] = {}
+    goodput_by_mode: dict[str, list[Any]] = {}
+    for d in drills:
+        mode = str(d.get("recovery", "unknown"))
+        if mode not in modes:
+            modes.append(mode)
+        faults_by_mode.setdefault(mode, []).extend(d.get("faults") or [])
+        goodput_by_mode.setdefault(mode, []).append(d.get("goodput_ratio"))
+    # Our modes first, the baseline last.
+    modes = [m for m in modes if m != BASELINE_RECOVERY] + [m for m in modes if m == BASELINE_RECOVERY]
+    ours_modes = [m for m in modes if m != BASELINE_RECOVERY]
+    ours = "live" if "live" in ours_modes else (ours_modes[0] if ours_modes else None)
+
+    all_faults = [f for m in modes for f in faults_by_mode[m]]
+    kinds = _kind_order(all_faults)
+    order = _phase_order(all_faults)
+    stats_by_mode = {m: phase_stats(faults_by_mode[m]) for m in modes}
+
+    stats: dict[str, dict[str, Any]] = {}
+    for k in kinds:
+        stats[k] = {}
+        for m in modes:
+            if k in stats_by_mode[m]:
+                stats[k][m] = dict(stats_by_mode[m][k], goodput_ratio=_mean_of(goodput_by_mode[m]))
+
+    def mean_mttr(k: str, m: str | None) -> float | None:
+        st = stats.get(k, {}).get(m) if m is not None else None
+        return st["mttr"]["mean"] if st else None
+
+    ratio = {k: _ratio(mean_mttr(k, BASELINE_RECOVERY), mean_mttr(k, ours)) for k in kinds}
+    ratio_by_recovery = {k: {m: _ratio(mean_mttr(k, BASELINE_RECOVERY), mean_mttr(k, m)) for m in ours_modes}
+                         for k in kinds}
+    consistent = [_consistent(d) for d in drills]
+    all_consistent = None if any(c is None for c in consistent) or not consistent else all(consistent)
+    summary = {
+        "drills": len(drills),
+        "recoveries": modes,
+        "ours": ours,
+        "baseline": BASELINE_RECOVERY,
+        "kinds": kinds,
+        "phases": order,
+        "stats": stats,
+        "ratio": ratio,
+        "ratio_by_recovery": ratio_by_recovery,
+        "weights_consistent": all_consistent,
+    }
+    with open(paths["summary"], "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2)
+        fh.write("\n")
+
+    series = [(("ours (%s)" % m) if m == ours else m, faults_by_mode[m]) for m in modes]
+    _plot_mttr(paths["mttr"], series, f"MTTR by phase and fault kind across {len(drills)} drill(s)")
+
+    lines = ["# Fault drill sweep report", ""]
+    per_mode = ", ".join(
+        f"{sum(1 for d in drills if str(d.get('recovery', 'unknown')) == m)} × `{m}`" for m in modes
+    ) or "none"
+    lines += [
+        f"{len(drills)} drill(s) ({per_mode}) covering {len(all_faults)} injected fault(s) of "
+        f"{len(kinds)} kind(s): {', '.join(kinds) or 'none'}. Faults are pooled by kind and recovery "
+        f"mode; the ratio is the full-restart mean MTTR over ours"
+        + (f" (`{ours}`)" if ours else "") + ".",
+        "",
+        "## By fault kind and recovery",
+        "",
+    ]
+    header = ["kind", "recovery"] + _kind_header(order)[1:] + ["goodput ratio (mean)"]
+    rows = []
+    for k in kinds:
+        for m in modes:
+            st = stats[k].get(m)
+            if st is None:
+                continue
+            rows.append([_cell(k), _cell(m)] + _kind_cells(st, order) + [_fmt(st["goodput_ratio"])])
+    lines += _table(header, rows) + [""]
+    lines += ["## Full restart vs ours", ""]
+    rows = [[_cell(k), _fmt(mean_mttr(k, ours)), _fmt(mean_mttr(k, BASELINE_RECOVERY)), _fmt(ratio[k])]
+            for k in kinds]
+    lines += _table(["kind", "ours MTTR mean (s)", "full restart MTTR mean (s)", "ratio (full restart/ours)"], rows)
+    lines += ["", "![mttr](mttr.png)", "", f"**Weights consistent in every drill: {_cell(all_consistent)}**"]
+    with open(paths["report"], "w", encoding="utf-8") as fh:
+        fh.write("\n".join(lines) + "\n")
+    return paths
+
+
+# --------------------------------------------------------------------------- run dirs
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    out: list[dict] = []
+    if not os.path.exists(path):
+        return out
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a torn last line from a killed writer
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+def load_run(run_dir: str) -> tuple[dict, list[dict], list[dict]]:
+    """(drill.json, metrics.jsonl records, events.jsonl records) of a drill's run directory."""
+    with open(os.path.join(run_dir, "drill.json"), encoding="utf-8") as fh:
+        drill = json.load(fh)
+    return drill, _read_jsonl(os.path.join(run_dir, "metrics.jsonl")), _read_jsonl(os.path.join(run_dir, "events.jsonl"))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m chaos.report RUN_DIR [--baseline BASELINE_RUN_DIR]``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m chaos.report", description=__doc__.splitlines()[0])
+    p.add_argument("run_dir")
+    p.add_argument("--baseline", help="run directory of the same drill with recovery=full_restart")
+    a = p.parse_args(argv)
+    drill, metrics, _ = load_run(a.run_dir)
+    baseline = load_run(a.baseline)[0] if a.baseline else None
+    for name, path in write_drill_report(a.run_dir, drill, metrics, baseline).items():
+        print(f"{name}: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
