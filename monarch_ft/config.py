@@ -43,6 +43,9 @@ class TrainingConfig:
     seed: int = 0
     # torch threads per rank; ranks share the machine's cores.
     threads_per_rank: int = 1
+    # Report a state hash every N committed steps (0: only at the end); drills use it
+    # to check that a rejoined group holds exactly the healthy groups' weights.
+    state_hash_every: int = 0
 
 
 @dataclass
@@ -78,6 +81,10 @@ class FTConfig:
     # A freshly launched group must report its first step within this long.
     startup_timeout_s: float = 120.0
     max_restarts: int = 3
+    # live: restart only the failed group, which heals from a peer (TorchFT).
+    # full_restart: stop every group and resume all from the last disk checkpoint
+    # (what plain torchrun/TorchElastic does): the baseline drills compare against.
+    recovery: str = "live"
     restart_backoff_s: float = 0.5
     restart_backoff_max_s: float = 8.0
 
@@ -116,6 +123,7 @@ class JobConfig:
 
 TRANSPORTS = ("sharded", "http", "pg")
 LAUNCHERS = ("local",)
+RECOVERY_MODES = ("live", "full_restart")
 
 
 def register_configs() -> None:
@@ -148,6 +156,7 @@ def validate(cfg: JobConfig) -> None:
     _require(tr.threads_per_rank >= 1, f"training.threads_per_rank={tr.threads_per_rank}: must be >= 1")
     _require(ft.transport in TRANSPORTS, f"ft.transport={ft.transport!r}: choose one of {', '.join(TRANSPORTS)}")
     _require(cfg.launcher.name in LAUNCHERS, f"launcher={cfg.launcher.name!r}: choose one of {', '.join(LAUNCHERS)}")
+    _require(ft.recovery in RECOVERY_MODES, f"ft.recovery={ft.recovery!r}: choose one of {', '.join(RECOVERY_MODES)}")
     _require(ft.max_restarts >= 0, f"ft.max_restarts={ft.max_restarts}: must be >= 0")
     _require(ft.hang_timeout_s > 0, f"ft.hang_timeout_s={ft.hang_timeout_s}: must be > 0")
     _require(

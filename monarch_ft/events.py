@@ -21,8 +21,8 @@ class EventLog:
         self._lock = threading.Lock()
         self._echo = echo
 
-    def emit(self, kind: str, **fields: Any) -> dict[str, Any]:
-        record = {"time": fields.pop("time", None) or time.time(), "event": kind, **fields}
+    def emit(self, _event: str, **fields: Any) -> dict[str, Any]:
+        record = {"time": fields.pop("time", None) or time.time(), "event": _event, **fields}
         with self._lock:
             self.events.append(record)
             self._f.write(json.dumps(record, default=str) + "\n")

@@ -70,6 +70,8 @@ class GroupState:
     train_done: bool = False
     launched_at: float = 0.0
     losses: list[float] = field(default_factory=list)
+    # Next launch loads the latest disk checkpoint (job resume, or full-restart recovery).
+    resume_from_disk: bool = False
 
     @property
     def active(self) -> bool:
@@ -92,6 +94,7 @@ class Supervisor:
         # ranks/ holds this job's live report and spec files: a job resumed in the same
         # run directory must not re-read the previous job's reports.
         shutil.rmtree(os.path.join(self.run_dir, "ranks"), ignore_errors=True)
+        shutil.rmtree(os.path.join(self.run_dir, "control"), ignore_errors=True)
         for sub in ("ranks", "logs", "control"):
             os.makedirs(os.path.join(self.run_dir, sub), exist_ok=True)
         self.launcher = launcher or build_launcher(cfg.launcher.name)
@@ -99,11 +102,14 @@ class Supervisor:
         self.events = EventLog(os.path.join(self.run_dir, "events.jsonl"), echo=self._echo if echo else None)
         self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a", buffering=1)
         self.hold_path = os.path.join(self.run_dir, "control", "hold")
-        self.groups = [GroupState(i) for i in range(cfg.ft.replica_groups)]
+        self.groups = [GroupState(i, resume_from_disk=cfg.checkpoint.resume) for i in range(cfg.ft.replica_groups)]
         self.lighthouse = Lighthouse(cfg.ft, os.path.join(self.run_dir, "logs", "lighthouse.log"))
         self._stop_reason: Optional[str] = None
         self._membership: Optional[tuple[int, ...]] = None
         self._transport_owner: dict[Any, tuple[int, int]] = {}
+        # Latest committed step record of each group's rank 0 (for hooks such as chaos).
+        self.last_commit: dict[int, dict] = {}
+        self.first_step_time: Optional[float] = None
         self._tokens_path = ""
         self._started = 0.0
         self._last_progress_print = 0.0
@@ -165,7 +171,8 @@ class Supervisor:
         g.attempt += 1
         store_host = "127.0.0.1"
         store_port = free_port(store_host)
-        config = OmegaConf.to_container(OmegaConf.structured(self.cfg))
+        # Ranks get the JobConfig part only (recipes may extend the config, e.g. drills).
+        config = {f.name: OmegaConf.to_container(OmegaConf.structured(getattr(self.cfg, f.name))) for f in dataclasses.fields(JobConfig)}
         launches = []
         for r in range(self.cfg.ft.ranks_per_group):
             tag = f"g{g.index}r{r}"
@@ -183,6 +190,8 @@ class Supervisor:
                 "report_path": report_path(self.run_dir, g.index, r, g.attempt),
                 "hold_path": self.hold_path,
                 "tokens_path": self._tokens_path,
+                "resume_from_disk": g.resume_from_disk,
+                "scratch_dir": os.path.join(self.scratch_dir(g.index), f"rank_{r}"),
             }
             spec_path = os.path.join(self.run_dir, "ranks", f"{tag}.a{g.attempt}.spec.json")
             with open(spec_path, "w") as f:
@@ -213,11 +222,15 @@ class Supervisor:
                 if kind == "step":
                     rs.last_progress, rs.last_step = now, rec["step"]
                     rs.first_step_seen = True
+                    if self.first_step_time is None:
+                        self.first_step_time = now
                     self._metrics.write(json.dumps(rec) + "\n")
                     if rec.get("committed"):
                         g.last_step = max(g.last_step, rec["step"] + 1)
                     if rec["rank"] == 0 and rec.get("loss") is not None:
                         g.losses.append(rec["loss"])
+                    if rec["rank"] == 0 and rec.get("committed"):
+                        self.last_commit[g.index] = rec
                     if g.status == STARTING:
                         g.status = RUNNING
                         self.events.emit("group_stepping", group=g.index, attempt=g.attempt, step=rec["step"])
@@ -288,14 +301,49 @@ class Supervisor:
         self.events.emit("group_failed", group=g.index, attempt=g.attempt, **why)
         self._stop_ranks(g, graceful=False)
         self.events.emit("group_stopped", group=g.index, attempt=g.attempt)
+        if self.cfg.ft.recovery == "full_restart":
+            self._full_restart(g, now)
+            return
+        self._schedule_restart(g, now)
+
+    def _schedule_restart(self, g: GroupState, now: float, resume_from_disk: bool = False) -> None:
         if g.restarts >= self.cfg.ft.max_restarts:
             g.status = GIVEN_UP
             self.events.emit("restart_budget_exhausted", group=g.index, restarts=g.restarts, max_restarts=self.cfg.ft.max_restarts)
             return
         g.restarts += 1
         backoff = min(self.cfg.ft.restart_backoff_s * 2 ** (g.restarts - 1), self.cfg.ft.restart_backoff_max_s)
-        g.status, g.next_launch = WAITING, now + backoff
+        g.status, g.next_launch, g.resume_from_disk = WAITING, now + backoff, resume_from_disk
         self.events.emit("restart_scheduled", group=g.index, restart=g.restarts, backoff_s=round(backoff, 3))
+
+    def _full_restart(self, failed: GroupState, now: float) -> None:
+        """Baseline policy: every group stops and resumes from its last disk checkpoint."""
+        self.events.emit("full_restart", failed_group=failed.index)
+        for g in self.groups:
+            if g is not failed and g.active:
+                self._stop_ranks(g, graceful=False)
+                self.events.emit("group_stopped", group=g.index, attempt=g.attempt, reason="full_restart")
+        for g in self.groups:
+            if g.status != GIVEN_UP and (g is failed or g.status != DONE):
+                self._schedule_restart(g, now, resume_from_disk=True)
+
+    def finish_at(self, step: int) -> None:
+        """Ask every group to finish training at ``step`` (before training.steps)."""
+        path = os.path.join(self.run_dir, "control", "stop_at_step")
+        with open(path + ".tmp", "w") as f:
+            f.write(str(step))
+        os.replace(path + ".tmp", path)
+        self.events.emit("finish_requested", step=step)
+
+    def scratch_dir(self, group: int) -> str:
+        """A group's host-local files (scratch space); a node fault deletes them."""
+        return os.path.join(self.run_dir, "scratch", f"group_{group}")
+
+    def checkpoint_dir(self, group: int) -> str:
+        return os.path.join(self.run_dir, self.cfg.checkpoint.folder, f"group_{group}")
+
+    def rank_pids(self, group: int) -> list[Optional[int]]:
+        return [rs.proc.pid for rs in self.groups[group].ranks if rs.exited is None]
 
     def fail_group(self, index: int, **why: Any) -> None:
         """For hooks (e.g. a node fault): treat the group as failed now."""

@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from monarch_ft.components.checkpoint import TrainState, build_checkpointer
+from monarch_ft.components.fault_agent import FaultAgent
 from monarch_ft.components.ft import GradSync, build_manager, load_in_place, to_local_tree
 from monarch_ft.components.metrics import RankReporter
 from monarch_ft.components.model import build_model
@@ -52,6 +53,8 @@ class RankSpec:
     report_path: str
     hold_path: str
     tokens_path: str
+    resume_from_disk: bool = False
+    scratch_dir: str = ""
 
 
 def state_hash(tree: Any) -> str:
@@ -77,6 +80,23 @@ def state_hash(tree: Any) -> str:
     return h.hexdigest()
 
 
+class StopAt:
+    """``training.steps``, or an earlier step the supervisor asks every group to stop at
+    (a file it writes once); every group reads the same number, so they stop together."""
+
+    def __init__(self, path: str, steps: int) -> None:
+        self.path, self.default = path, steps
+        self._value = steps
+
+    def steps(self) -> int:
+        if self._value == self.default and os.path.exists(self.path):
+            with open(self.path) as f:
+                text = f.read().strip()
+            if text:
+                self._value = min(self.default, int(text))
+        return self._value
+
+
 def apply_scheduler_lr(lr_schedulers) -> None:
     """LambdaLR.load_state_dict restores the schedule position but leaves the optimizer's
     current lr stale until the next step(); set it now so a healed or resumed group
@@ -98,6 +118,11 @@ def train(spec: RankSpec) -> None:
     torch.set_num_threads(tr.threads_per_rank)
     reporter = RankReporter(spec.report_path, spec.group, spec.rank, spec.attempt)
     reporter.event("rank_started")
+    if spec.scratch_dir:
+        # Host-local scratch: what a node fault takes away with the host.
+        os.makedirs(spec.scratch_dir, exist_ok=True)
+        with open(os.path.join(spec.scratch_dir, "rank.json"), "w") as f:
+            f.write(f'{{"pid": {os.getpid()}, "attempt": {spec.attempt}}}\n')
 
     use_cuda = torch.cuda.is_available()
     device = torch.device("cuda", spec.rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
@@ -188,12 +213,13 @@ def train(spec: RankSpec) -> None:
         {"train_state": train_state, "ft_manager": manager},
         tr.seed,
     )
-    if cfg.checkpoint.enable and cfg.checkpoint.resume and spec.attempt == 0:
+    if cfg.checkpoint.enable and spec.resume_from_disk:
         loaded = checkpointer.load()
         apply_scheduler_lr(lr_schedulers)
         reporter.event("checkpoint_loaded" if loaded else "checkpoint_missing", step=manager.current_step())
 
     batches = TokenBatches(spec.tokens_path, tr.batch_size, tr.seq_len, tr.seed)
+    fault_agent = FaultAgent(os.path.dirname(spec.hold_path), spec.group, spec.rank, reporter.event)
     grad_sync = GradSync([p for p in model.parameters() if p.requires_grad], cfg.ft.replica_groups, spec.group)
     reporter.event(
         "model_ready",
@@ -205,9 +231,11 @@ def train(spec: RankSpec) -> None:
     tokens_per_step = tr.batch_size * tr.seq_len
     announced_done = False
     last_heartbeat = 0.0
+    stop_at = StopAt(os.path.join(os.path.dirname(spec.hold_path), "stop_at_step"), tr.steps)
     while True:
         step = manager.current_step()
-        training = step < tr.steps
+        last = stop_at.steps()
+        training = step < last
         if not training:
             if not announced_done:
                 reporter.event("train_done", step=step)
@@ -227,10 +255,11 @@ def train(spec: RankSpec) -> None:
             logits = model(inputs.to(device))
             loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.to(device).flatten())
             loss.backward()
+        fault_agent.before_allreduce(manager)
         members = grad_sync.sync(manager)
         # After the quorum a healed group's step is the peers' step; decide on that.
         step = manager.current_step()
-        apply_update = step < tr.steps
+        apply_update = step < last
         if apply_update:
             torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0, foreach=True)
         committed = manager.should_commit()
@@ -240,6 +269,9 @@ def train(spec: RankSpec) -> None:
         if not apply_update:
             continue
         elapsed = time.time() - start
+        extra = {}
+        if committed and tr.state_hash_every and manager.current_step() % tr.state_hash_every == 0:
+            extra["state_hash"] = state_hash({k: v for k, v in ft_state_dict().items() if k != "lr_scheduler"})
         reporter.step(
             step=step,
             committed=committed,
@@ -250,18 +282,18 @@ def train(spec: RankSpec) -> None:
             quorum_id=manager._quorum_id,
             participating_groups=members,
             lr=float(optimizer.param_groups[0]["lr"]),
+            **extra,
         )
         if committed:
             train_state.step = manager.current_step()
             if cfg.checkpoint.enable:
-                checkpointer.save(train_state.step, last_step=train_state.step == tr.steps)
+                checkpointer.save(train_state.step, last_step=train_state.step == last)
 
-    final = ft_state_dict()
-    final.pop("lr_scheduler")
+    final = {k: v for k, v in ft_state_dict().items() if k != "lr_scheduler"}
     reporter.event(
         "rank_finished",
         step=manager.current_step(),
-        steps_trained=min(manager.current_step(), tr.steps),
+        steps_trained=min(manager.current_step(), stop_at.steps()),
         state_hash=state_hash(final),
     )
     reporter.close()

@@ -1,0 +1,100 @@
+"""Drill configs: the pretrain schema plus a ``chaos`` section (Hydra structured)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from monarch_ft.config import ConfigError, JobConfig
+
+# Faults a restart answers (the group's processes are gone or killed) vs in-place ones.
+RESTART_KINDS = ("process_kill", "segfault", "sigterm", "hang", "node")
+IN_PLACE_KINDS = ("collective",)
+FAULT_KINDS = RESTART_KINDS + IN_PLACE_KINDS
+
+
+@dataclass
+class FaultConfig:
+    kind: str = "process_kill"
+    # When: at the first committed step >= at_step, or at_s seconds after training began.
+    at_step: Optional[int] = None
+    at_s: Optional[float] = None
+    # Which replica group (None: drawn among healthy groups) and which rank in it.
+    target: Optional[int] = None
+    rank: int = 0
+    # collective faults: abort | hang; hang lasts duration_s (longer than ft.timeout_s).
+    mode: str = "abort"
+    duration_s: float = 15.0
+
+
+@dataclass
+class ChaosConfig:
+    faults: List[FaultConfig] = field(default_factory=list)
+    # none: only ``faults``; poisson: ``count`` faults at rate_per_min, kinds from ``kinds``.
+    schedule: str = "none"
+    rate_per_min: float = 2.0
+    count: int = 0
+    kinds: List[str] = field(default_factory=lambda: ["process_kill"])
+    seed: int = 0
+    # Never hit the last healthy group unless this is set.
+    allow_last_healthy: bool = False
+    # Run the same faults again under ft.recovery=full_restart and compare.
+    baseline: bool = False
+    # A fault whose recovery has not finished after this long counts as not recovered.
+    recovery_timeout_s: float = 120.0
+    # After the last fault has recovered, train this many more steps, then finish.
+    tail_steps: int = 10
+
+
+@dataclass
+class DrillConfig(JobConfig):
+    chaos: ChaosConfig = field(default_factory=ChaosConfig)
+
+
+def register_drill_configs() -> None:
+    ConfigStore.instance().store(name="drill_schema", node=DrillConfig)
+
+
+def validate_chaos(cfg: DrillConfig, faults: list[FaultConfig]) -> None:
+    """Impossible drills fail here, before anything is launched."""
+    ch, ft = cfg.chaos, cfg.ft
+    if ch.schedule not in ("none", "poisson"):
+        raise ConfigError(f"chaos.schedule={ch.schedule!r}: choose none or poisson")
+    if ch.rate_per_min <= 0:
+        raise ConfigError(f"chaos.rate_per_min={ch.rate_per_min}: must be > 0")
+    if ch.count < 0:
+        raise ConfigError(f"chaos.count={ch.count}: must be >= 0")
+    if ch.schedule == "none" and ch.count:
+        raise ConfigError("chaos.count is set but chaos.schedule=none: add chaos.schedule=poisson")
+    if not faults:
+        raise ConfigError("the drill has no faults: give chaos.faults=[{kind: process_kill, at_step: 10}] or chaos.schedule=poisson chaos.count=N")
+    if ft.replica_groups < 2 and not ch.allow_last_healthy:
+        raise ConfigError("a drill needs ft.replica_groups >= 2 (one group keeps training), or chaos.allow_last_healthy=true")
+    for i, f in enumerate(faults):
+        where = f"chaos.faults[{i}]"
+        if f.kind not in FAULT_KINDS:
+            raise ConfigError(f"{where}.kind={f.kind!r}: choose one of {', '.join(FAULT_KINDS)}")
+        if f.target is not None and not 0 <= f.target < ft.replica_groups:
+            raise ConfigError(f"{where}.target={f.target}: no such group (ft.replica_groups={ft.replica_groups})")
+        if not 0 <= f.rank < ft.ranks_per_group:
+            raise ConfigError(f"{where}.rank={f.rank}: no such rank (ft.ranks_per_group={ft.ranks_per_group})")
+        if (f.at_step is None) == (f.at_s is None):
+            raise ConfigError(f"{where}: give exactly one of at_step or at_s")
+        if f.at_step is not None and not 0 <= f.at_step < cfg.training.steps:
+            raise ConfigError(f"{where}.at_step={f.at_step}: must be below training.steps={cfg.training.steps}")
+        if f.at_s is not None and f.at_s < 0:
+            raise ConfigError(f"{where}.at_s={f.at_s}: must be >= 0")
+        if f.kind == "collective" and f.mode not in ("abort", "hang"):
+            raise ConfigError(f"{where}.mode={f.mode!r}: collective faults are abort or hang")
+    restarts = sum(f.kind in RESTART_KINDS for f in faults)
+    # A full restart consumes one restart of every group; live recovery one of the target's.
+    fixed = [f.target for f in faults if f.kind in RESTART_KINDS and f.target is not None]
+    worst = max([fixed.count(t) for t in set(fixed)] + [0]) + sum(1 for f in faults if f.kind in RESTART_KINDS and f.target is None)
+    if ft.recovery == "full_restart" or ch.baseline:
+        worst = restarts
+    if worst > ft.max_restarts:
+        raise ConfigError(
+            f"the drill's {restarts} restarting faults need up to {worst} restarts of one group but ft.max_restarts={ft.max_restarts}: raise ft.max_restarts or inject fewer faults"
+        )

@@ -1,0 +1,107 @@
+"""Run one drill: the job with its faults, then the analysis and the report.
+
+With ``chaos.baseline=true`` the same faults (same seed) run again in
+``<run>/baseline`` under ``ft.recovery=full_restart`` and the report compares both.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import time
+
+from chaos.config import DrillConfig, validate_chaos
+from chaos.injector import ChaosInjector
+from chaos.mttr import analyze_fault, steps_never_go_back
+from chaos.schedule import build_faults
+from monarch_ft.config import validate
+
+
+def _read_jsonl(path: str) -> list[dict]:
+    out = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    return out
+
+
+def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
+    """Run the job with the faults injected; returns the drill dict (also drill.json)."""
+    from monarch_ft.supervisor import Supervisor
+
+    faults = build_faults(cfg.chaos)
+    validate(cfg)
+    validate_chaos(cfg, faults)
+    injector = ChaosInjector(faults, cfg.chaos.seed, cfg.chaos.allow_last_healthy, cfg.chaos.recovery_timeout_s, cfg.chaos.tail_steps)
+    supervisor = Supervisor(cfg, run_dir, hooks=[injector])
+    started = time.time()
+    code = supervisor.run()
+    events = _read_jsonl(os.path.join(run_dir, "events.jsonl"))
+    metrics = [m for m in _read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if m["time"] >= started]
+    events = [e for e in events if e["time"] >= started]
+    nexts = [f["injected_at"] for f in injector.injected[1:]] + [float("inf")]
+    analyzed = [
+        analyze_fault(f, events, metrics, cfg.ft.recovery == "full_restart", cfg.ft.replica_groups, cfg.ft.ranks_per_group, until)
+        for f, until in zip(injector.injected, nexts)
+    ]
+    for f in faults[len(injector.injected):]:
+        analyzed.append({"id": None, "kind": f.kind, "target": f.target, "at_step": f.at_step, "injected_at": None, "phases": {}, "mttr_s": None, "recovered": False, "weights_consistent": None, "note": "never injected: the job ended first"})
+    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    first_fault = min((f["injected_at"] for f in injector.injected), default=None)
+    commits = sorted((m for m in metrics if m["rank"] == 0 and m.get("committed")), key=lambda m: m["time"])
+    # Fault-free rate: committed steps per second of the job before the first fault.
+    pre = [m for m in commits if first_fault is None or m["time"] < first_fault]
+    rate = None
+    if len(pre) >= 2:
+        per_group = {}
+        for m in pre:
+            per_group.setdefault(m["group"], []).append(m)
+        spans = [(len(v) - 1) / (v[-1]["time"] - v[0]["time"]) for v in per_group.values() if len(v) >= 2 and v[-1]["time"] > v[0]["time"]]
+        rate = sum(spans) / len(spans) if spans else None
+    useful = len({m["step"] for m in commits})
+    span = (commits[-1]["time"] - commits[0]["time"]) if len(commits) >= 2 else None
+    goodput = (useful - 1) / span if span else None
+    drill = {
+        "recovery": cfg.ft.recovery,
+        "launcher": cfg.launcher.name,
+        "seed": cfg.chaos.seed,
+        "steps": cfg.training.steps,
+        "replica_groups": cfg.ft.replica_groups,
+        "ranks_per_group": cfg.ft.ranks_per_group,
+        "started_at": started,
+        "finished_at": time.time(),
+        "exit_code": code,
+        "fault_free_steps_per_s": rate,
+        "goodput_steps_per_s": goodput,
+        "goodput_ratio": (goodput / rate) if goodput and rate else None,
+        "weights_consistent": summary["weights_consistent"],
+        "steps_never_go_back": steps_never_go_back(metrics),
+        "faults": analyzed,
+    }
+    with open(os.path.join(run_dir, "drill.json"), "w") as f:
+        json.dump(drill, f, indent=2)
+    return drill
+
+
+def drill_ok(drill: dict) -> bool:
+    return (
+        drill["exit_code"] == 0
+        and drill["weights_consistent"]
+        and drill["steps_never_go_back"]
+        and all(f["recovered"] and f["weights_consistent"] is not False for f in drill["faults"])
+    )
+
+
+def run_with_baseline(cfg: DrillConfig, run_dir: str) -> tuple[dict, dict | None]:
+    drill = run_drill(cfg, run_dir)
+    baseline = None
+    if cfg.chaos.baseline:
+        base_cfg = copy.deepcopy(cfg)
+        base_cfg.ft.recovery = "full_restart"
+        baseline = run_drill(base_cfg, os.path.join(run_dir, "baseline"))
+    return drill, baseline

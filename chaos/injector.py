@@ -1,0 +1,112 @@
+"""The drill driver: a supervisor hook that injects the drill's faults one at a time.
+
+A fault fires when its trigger is reached (a committed step, or seconds since training
+began) *and* the previous fault has recovered, so each MTTR is measured on its own.
+Targets are drawn among healthy groups (running, in the quorum, not finished), never
+the last healthy one unless the drill allows it.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from typing import Optional
+
+from chaos.config import FaultConfig, RESTART_KINDS
+from chaos.faults import INJECTORS
+from chaos.schedule import pick_target
+
+
+class ChaosInjector:
+    def __init__(
+        self, faults: list[FaultConfig], seed: int, allow_last_healthy: bool, recovery_timeout_s: float, tail_steps: int = 10
+    ) -> None:
+        self.tail_steps = tail_steps
+        self._finish_requested = False
+        self.faults = faults
+        self.rng = random.Random(seed)
+        self.allow_last_healthy = allow_last_healthy
+        self.recovery_timeout_s = recovery_timeout_s
+        self.next_index = 0
+        self.active: Optional[dict] = None
+        self.injected: list[dict] = []
+
+    def _healthy(self, sup) -> list[int]:
+        members = set()
+        if sup.last_commit:
+            newest = max(sup.last_commit.values(), key=lambda r: r["time"])
+            members = set(newest.get("participating_groups") or [])
+        return [
+            g.index
+            for g in sup.groups
+            if g.status == "running" and not g.train_done and g.index in members and g.index in sup.last_commit
+        ]
+
+    def _due(self, sup, fault: FaultConfig, now: float) -> bool:
+        if fault.at_step is not None:
+            return max((r["step"] for r in sup.last_commit.values()), default=-1) >= fault.at_step
+        return sup.first_step_time is not None and now - sup.first_step_time >= fault.at_s
+
+    def _recovered(self, sup, active: dict) -> bool:
+        rec = sup.last_commit.get(active["target"])
+        if rec is None or rec["time"] <= active["injected_at"]:
+            return False
+        if active["kind"] in RESTART_KINDS and rec["attempt"] <= active["attempt"]:
+            return False
+        if active["kind"] not in RESTART_KINDS:
+            # In place: recovered once the group commits again after the rank acted on it.
+            acks = sup.events.find("collective_fault_injected", group=active["target"])
+            if not acks or acks[-1]["time"] < active["injected_at"] or rec["time"] <= acks[-1]["time"]:
+                return False
+        return active["target"] in (rec.get("participating_groups") or [])
+
+    def tick(self, sup, now: float) -> None:
+        if self.active is not None:
+            if self._recovered(sup, self.active):
+                sup.events.emit("fault_recovered", fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"], seconds=round(now - self.active["injected_at"], 3))
+                self.active = None
+            elif now - self.active["injected_at"] > self.recovery_timeout_s:
+                sup.events.emit("fault_recovery_timeout", fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"])
+                self.active = None
+            return
+        if self.next_index >= len(self.faults):
+            if not self._finish_requested and sup.last_commit:
+                # Every fault done: train a few more steps together, then finish cleanly.
+                self._finish_requested = True
+                sup.finish_at(max(r["step"] for r in sup.last_commit.values()) + self.tail_steps)
+            return
+        fault = self.faults[self.next_index]
+        if not self._due(sup, fault, now):
+            return
+        target = pick_target(self.rng, self._healthy(sup), fault, self.allow_last_healthy)
+        if target is None:
+            return
+        g = sup.groups[target]
+        step = sup.last_commit[target]["step"]
+        injected_at = time.time()
+        details = INJECTORS[fault.kind](sup, target, fault)
+        self.active = {
+            "id": self.next_index,
+            "kind": fault.kind,
+            "target": target,
+            "rank": fault.rank,
+            "attempt": g.attempt,
+            "at_step": fault.at_step,
+            "at_s": fault.at_s,
+            "step": step,
+            "injected_at": injected_at,
+        }
+        self.injected.append(self.active)
+        sup.events.emit(
+            "fault_injected",
+            time=injected_at,
+            fault_id=self.next_index,
+            of=len(self.faults),
+            kind=fault.kind,
+            target=target,
+            rank=fault.rank,
+            attempt=g.attempt,
+            step=step,
+            **details,
+        )
+        self.next_index += 1

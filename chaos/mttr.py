@@ -1,0 +1,149 @@
+"""MTTR per fault, phase by phase, read off the supervisor's event log and metrics.
+
+Phases (seconds after injection):
+  detected            the supervisor saw the failure (exit, signal, hang timeout), or for a
+                      collective fault the first step TorchFT refused to commit;
+  survivors_stepping  first committed step of another group without the failed one
+                      (collective: first committed step of any group after detection);
+  replacement_up      every rank of the relaunched group has built its model (restarts only);
+  weights_recovered   the relaunched group's ranks all received the live weights
+                      (full restart: they loaded the disk checkpoint);
+  back_in_quorum      the failed group commits a step with every group it was with.
+MTTR is back_in_quorum. Also per fault: the survivors' longest stall between
+committed steps, steps lost (a committed step number that went back), and whether the
+rejoined group's state hash equals the healthy groups' at the first step all report.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from chaos.config import RESTART_KINDS
+
+PHASES = ("detected", "survivors_stepping", "replacement_up", "weights_recovered", "back_in_quorum")
+
+
+def _first(items, pred):
+    return next((x for x in items if pred(x)), None)
+
+
+def analyze_fault(
+    fault: dict,
+    events: list[dict],
+    metrics: list[dict],
+    full_restart: bool,
+    replica_groups: int,
+    ranks_per_group: int,
+    until: float = float("inf"),
+) -> dict[str, Any]:
+    """``until``: the next fault's injection; nothing after it belongs to this fault."""
+    t0, g = fault["injected_at"], fault["target"]
+    all_metrics = metrics
+    events = [e for e in events if e["time"] < until]
+    metrics = [m for m in metrics if m["time"] < until]
+    restart = fault["kind"] in RESTART_KINDS
+    ev = sorted((e for e in events if e["time"] >= t0), key=lambda e: e["time"])
+    commits = sorted((m for m in metrics if m["rank"] == 0 and m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
+    refused = sorted((m for m in metrics if not m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
+    before = [m for m in metrics if m["rank"] == 0 and m.get("committed") and m["time"] < t0]
+    members_before = set((max(before, key=lambda m: m["time"]).get("participating_groups") or [])) if before else set(range(replica_groups))
+    times: dict[str, Optional[float]] = dict.fromkeys(PHASES)
+
+    if restart:
+        e = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
+        times["detected"] = e and e["time"]
+    else:
+        # The rank acts on the request at its next allreduce; the fault starts there.
+        ack = _first(ev, lambda e: e["event"] == "collective_fault_injected" and e["group"] == g)
+        m = ack and _first(refused, lambda m: m["time"] >= ack["time"])
+        times["detected"] = m and m["time"]
+    detected = times["detected"]
+
+    if detected is not None:
+        if restart and not full_restart:
+            m = _first(commits, lambda m: m["group"] != g and g not in (m.get("participating_groups") or []) and m["time"] >= detected)
+        else:
+            m = _first(commits, lambda m: m["time"] >= detected)
+        times["survivors_stepping"] = m and m["time"]
+
+    new_attempt = fault["attempt"] + 1
+    if restart:
+        first_ready: dict[int, float] = {}
+        for e in ev:
+            if e["event"] == "model_ready" and e["group"] == g and e["attempt"] >= new_attempt:
+                first_ready.setdefault(e["rank"], e["time"])
+        if len(first_ready) == ranks_per_group:
+            times["replacement_up"] = max(first_ready.values())
+    healed = [e for e in ev if e["event"] == "weights_recovered" and e["group"] == g and (not restart or e["attempt"] >= new_attempt)]
+    loaded = [e for e in ev if e["event"] == "checkpoint_loaded" and e["group"] == g and e["attempt"] >= new_attempt]
+    source = healed or loaded
+    if source:
+        per_rank = {}
+        for e in source:
+            per_rank.setdefault(e["rank"], e)
+        times["weights_recovered"] = max(e["time"] for e in per_rank.values())
+    elif restart and times["replacement_up"] is not None:
+        # A restarted group that caught up at step 0 with nothing to fetch (no peer ahead).
+        times["weights_recovered"] = times["replacement_up"]
+
+    after = max((t for t in times.values() if t is not None), default=t0)
+    want = members_before | {g}
+    back = _first(
+        commits,
+        lambda m: m["group"] == g and m["time"] >= after and (not restart or m["attempt"] >= new_attempt) and want <= set(m.get("participating_groups") or []),
+    )
+    times["back_in_quorum"] = back and back["time"]
+    phases = {k: (round(v - t0, 3) if v is not None else None) for k, v in times.items()}
+    if not restart:
+        phases["replacement_up"] = None
+        if not healed:
+            phases["weights_recovered"] = None
+    end = times["back_in_quorum"]
+
+    stall, lost = 0.0, 0
+    for sg in range(replica_groups):
+        if sg == g:
+            continue
+        seq = sorted((m for m in metrics if m["group"] == sg and m["rank"] == 0 and m.get("committed")), key=lambda m: m["time"])
+        for a, b in zip(seq, seq[1:]):
+            if b["time"] >= t0 and (end is None or a["time"] <= end):
+                stall = max(stall, b["time"] - a["time"])
+                lost += max(0, a["step"] + 1 - b["step"])
+    consistent = None
+    if back is not None:
+        hashed = [m for m in all_metrics if m.get("state_hash") and m["time"] >= back["time"]]
+        by_step: dict[int, dict[tuple[int, int], str]] = {}
+        for m in hashed:
+            by_step.setdefault(m["step"], {})[(m["group"], m["rank"])] = m["state_hash"]
+        for step in sorted(by_step):
+            seen = by_step[step]
+            if {grp for grp, _ in seen} >= want:
+                consistent = all(len({h for (grp, r), h in seen.items() if r == rank}) == 1 for rank in {r for _, r in seen})
+                break
+    recovered_from = _first(healed, lambda e: True)
+    return {
+        **{k: fault[k] for k in ("id", "kind", "target", "rank", "at_step", "injected_at")},
+        "injected_step": fault["step"],
+        "phases": phases,
+        "mttr_s": phases["back_in_quorum"],
+        "recovered": back is not None,
+        "weights_consistent": consistent,
+        "survivor_max_stall_s": round(stall, 3),
+        "survivor_steps_lost": lost,
+        "recovery_bytes": sum(e.get("bytes", 0) for e in healed) or None,
+        "recovery_seconds": max((e.get("seconds", 0) for e in healed), default=None),
+        "recovered_from_group": recovered_from.get("src_group") if recovered_from else None,
+    }
+
+
+def steps_never_go_back(metrics: list[dict]) -> bool:
+    """Per group and attempt, committed step numbers strictly increase."""
+    last: dict[tuple[int, int, int], int] = {}
+    for m in sorted(metrics, key=lambda m: m["time"]):
+        if not m.get("committed"):
+            continue
+        key = (m["group"], m["rank"], m["attempt"])
+        if key in last and m["step"] <= last[key]:
+            return False
+        last[key] = m["step"]
+    return True
