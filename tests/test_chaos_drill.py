@@ -1,0 +1,119 @@
+"""Real faults in real jobs: every kind injected once and recovered, plus the baseline."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, console, run_job
+
+DRILL = REPO / "recipes" / "drill.py"
+EVERY_KIND = (
+    "chaos.faults=[{kind: process_kill, at_step: 10, target: 1},"
+    " {kind: collective, mode: abort, at_step: 20, target: 1},"
+    " {kind: hang, at_step: 30, target: 0},"
+    " {kind: node, at_step: 40, target: 1},"
+    " {kind: segfault, at_step: 50, target: 0},"
+    " {kind: sigterm, at_step: 60, target: 1},"
+    " {kind: collective, mode: hang, duration_s: 8, at_step: 70, target: 0}]"
+)
+
+
+def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
+    code = run_job(run_dir, EVERY_KIND, "ft.replica_groups=2", "ft.ranks_per_group=2", "checkpoint.interval=5", timeout=420, recipe=DRILL)
+    assert code == 0, console(run_dir)[-4000:]
+    drill = json.loads((run_dir / "drill.json").read_text())
+    faults = drill["faults"]
+    assert [f["kind"] for f in faults] == ["process_kill", "collective", "hang", "node", "segfault", "sigterm", "collective"]
+    for f in faults:
+        assert f["recovered"] and f["weights_consistent"] is True, f
+        phases = f["phases"]
+        needed = ["detected", "survivors_stepping", "back_in_quorum"]
+        if f["kind"] != "collective":
+            needed += ["replacement_up", "weights_recovered"]
+            assert f["recovered_from_group"] != f["target"] and f["recovery_bytes"] > 0, f
+        for name in needed:
+            assert phases[name] is not None and phases[name] >= 0, (f["kind"], name, phases)
+        assert f["mttr_s"] == phases["back_in_quorum"]
+        assert phases["detected"] <= phases["back_in_quorum"]
+        assert f["survivor_steps_lost"] == 0
+    hang = faults[2]
+    # Detected by the hang timeout (5 s in the drill config), not by an exit.
+    assert 4.5 <= hang["phases"]["detected"] <= 8.0, hang
+    assert drill["weights_consistent"] and drill["steps_never_go_back"]
+
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    node = [e for e in events if e["event"] == "fault_injected" and e["kind"] == "node"][0]
+    assert node["deleted"] and all(d["files"] > 0 for d in node["deleted"])
+    assert any("checkpoint" in d["path"] for d in node["deleted"])
+    hung = [e for e in events if e["event"] == "group_failed" and e.get("reason") == "hung"]
+    assert hung and hung[0]["process_status"] == "stopped"
+
+    # The report's files exist and agree with drill.json.
+    from chaos.report import phase_stats
+
+    report = (run_dir / "report.md").read_text()
+    stats = phase_stats(faults)
+    for kind, s in stats.items():
+        assert f"{s['mttr']['mean']:.2f}" in report, kind
+    for png in ("timeline.png", "mttr.png"):
+        assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_full_restart_baseline_runs_and_resumes_from_disk(run_dir):
+    code = run_job(
+        run_dir,
+        "chaos.faults=[{kind: process_kill, at_step: 12, target: 1}]",
+        "ft.recovery=full_restart",
+        "ft.replica_groups=2",
+        "ft.ranks_per_group=1",
+        "checkpoint.interval=5",
+        timeout=300,
+        recipe=DRILL,
+    )
+    assert code == 0, console(run_dir)[-4000:]
+    drill = json.loads((run_dir / "drill.json").read_text())
+    (fault,) = drill["faults"]
+    assert drill["recovery"] == "full_restart" and fault["recovered"], fault
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert any(e["event"] == "full_restart" for e in events)
+    # Every group was stopped and resumed from its disk checkpoint.
+    relaunched = {e["group"] for e in events if e["event"] == "group_launched" and e["attempt"] == 1}
+    assert relaunched == {0, 1}
+    loaded = [e for e in events if e["event"] == "checkpoint_loaded" and e["attempt"] == 1]
+    assert {e["group"] for e in loaded} == {0, 1} and all(e["step"] % 5 == 0 for e in loaded)
+    assert drill["weights_consistent"]
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        (["chaos.faults=[{kind: process_kill, at_step: 5, target: 7}]"], "no such group"),
+        (["chaos.schedule=poisson", "chaos.rate_per_min=-1", "chaos.count=3"], "chaos.rate_per_min=-1.0: must be > 0"),
+        (["chaos.schedule=poisson", "chaos.count=12", "ft.max_restarts=2"], "raise ft.max_restarts"),
+        (["chaos.faults=[{kind: meteor, at_step: 5}]"], "kind='meteor'"),
+        ([], "the drill has no faults"),
+    ],
+)
+def test_impossible_drills_fail_before_launch(tmp_path, overrides, expected):
+    res = subprocess.run(
+        [sys.executable, str(DRILL), *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert expected in res.stderr, res.stderr
+    assert not (tmp_path / "run" / "events.jsonl").exists(), "nothing may be launched"
+
+
+def test_same_seed_same_schedule():
+    from chaos.config import ChaosConfig
+    from chaos.schedule import build_faults
+
+    a = build_faults(ChaosConfig(schedule="poisson", count=5, seed=3, kinds=["hang", "node"]))
+    b = build_faults(ChaosConfig(schedule="poisson", count=5, seed=3, kinds=["hang", "node"]))
+    c = build_faults(ChaosConfig(schedule="poisson", count=5, seed=4, kinds=["hang", "node"]))
+    assert [(f.kind, f.at_s) for f in a] == [(f.kind, f.at_s) for f in b] != [(f.kind, f.at_s) for f in c]
+    assert all(x.at_s < y.at_s for x, y in zip(a, a[1:]))
