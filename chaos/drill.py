@@ -15,19 +15,12 @@ from chaos.config import DrillConfig, validate_chaos
 from chaos.injector import ChaosInjector
 from chaos.mttr import analyze_fault, steps_never_go_back
 from chaos.schedule import build_faults
+from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import validate
 
 
 def _read_jsonl(path: str) -> list[dict]:
-    out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    return out
+    return ReportTail(path).read()
 
 
 def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
