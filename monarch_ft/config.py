@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Dict, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -104,11 +104,16 @@ class CheckpointConfig:
 
 @dataclass
 class LauncherConfig:
-    """How ranks become processes: ``local`` (embedded default) or an engine."""
+    """How ranks become processes: ``local`` (embedded default) or an engine (``monarch``, ``slurm``).
+
+    ``name`` selects the module ``monarch_ft.launcher.<name>``; ``options`` are that
+    launcher's own settings (each launcher checks them and names what is wrong).
+    """
 
     name: str = "local"
     # Upper bound on ranks per CPU core the local machine is asked to run.
     max_ranks_per_core: int = 4
+    options: Dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -122,7 +127,6 @@ class JobConfig:
 
 
 TRANSPORTS = ("sharded", "http", "pg")
-LAUNCHERS = ("local",)
 RECOVERY_MODES = ("live", "full_restart")
 
 
@@ -155,7 +159,12 @@ def validate(cfg: JobConfig) -> None:
     _require(tr.lr > 0, f"training.lr={tr.lr}: must be > 0")
     _require(tr.threads_per_rank >= 1, f"training.threads_per_rank={tr.threads_per_rank}: must be >= 1")
     _require(ft.transport in TRANSPORTS, f"ft.transport={ft.transport!r}: choose one of {', '.join(TRANSPORTS)}")
-    _require(cfg.launcher.name in LAUNCHERS, f"launcher={cfg.launcher.name!r}: choose one of {', '.join(LAUNCHERS)}")
+    from monarch_ft.launcher import available_launchers
+
+    _require(
+        cfg.launcher.name in available_launchers(),
+        f"launcher={cfg.launcher.name!r}: choose one of {', '.join(available_launchers())}",
+    )
     _require(ft.recovery in RECOVERY_MODES, f"ft.recovery={ft.recovery!r}: choose one of {', '.join(RECOVERY_MODES)}")
     _require(ft.max_restarts >= 0, f"ft.max_restarts={ft.max_restarts}: must be >= 0")
     _require(ft.hang_timeout_s > 0, f"ft.hang_timeout_s={ft.hang_timeout_s}: must be > 0")
@@ -169,7 +178,7 @@ def validate(cfg: JobConfig) -> None:
         f"checkpoint.keep_latest_k={cfg.checkpoint.keep_latest_k}: use 0 (keep all) or >= 2",
     )
     total = ft.replica_groups * ft.ranks_per_group
-    if cfg.launcher.name == "local":
+    if cfg.launcher.name in ("local", "monarch"):  # every rank on this machine
         cores = os.cpu_count() or 1
         limit = max(4, cores * cfg.launcher.max_ranks_per_core)
         _require(

@@ -26,8 +26,11 @@ def lighthouse_binary() -> str:
 
 
 class Lighthouse:
-    def __init__(self, cfg: FTConfig, log_path: str) -> None:
+    def __init__(self, cfg: FTConfig, log_path: str, host: str | None = None) -> None:
+        """``host``: where to listen (default ``ft.lighthouse_host``); a launcher whose ranks
+        run elsewhere (other hosts, network namespaces) names an address they can reach."""
         self.cfg = cfg
+        self.host = host or cfg.lighthouse_host
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
         self.address = ""
@@ -42,7 +45,7 @@ class Lighthouse:
                 )
             self.address = f"http://{host}:{port}"
             return self.address
-        host = cfg.lighthouse_host
+        host = self.host
         port = cfg.lighthouse_port or free_port(host)
         if cfg.lighthouse_port and port_in_use(host, port):
             raise ConfigError(f"ft.lighthouse_port={port} is already in use on {host}: pick another port, or 0 for a free one")

@@ -97,13 +97,16 @@ class Supervisor:
         shutil.rmtree(os.path.join(self.run_dir, "control"), ignore_errors=True)
         for sub in ("ranks", "logs", "control"):
             os.makedirs(os.path.join(self.run_dir, sub), exist_ok=True)
-        self.launcher = launcher or build_launcher(cfg.launcher.name)
+        self.launcher = launcher or build_launcher(cfg.launcher, self.run_dir)
         self.hooks: list[SupervisorHook] = list(hooks or [])
         self.events = EventLog(os.path.join(self.run_dir, "events.jsonl"), echo=self._echo if echo else None)
         self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a", buffering=1)
         self.hold_path = os.path.join(self.run_dir, "control", "hold")
         self.groups = [GroupState(i, resume_from_disk=cfg.checkpoint.resume) for i in range(cfg.ft.replica_groups)]
-        self.lighthouse = Lighthouse(cfg.ft, os.path.join(self.run_dir, "logs", "lighthouse.log"))
+        # The configured host wins unless it is the loopback default and the launcher's ranks
+        # cannot reach loopback (ranks on other hosts or in network namespaces).
+        host = cfg.ft.lighthouse_host if cfg.ft.lighthouse_host != "127.0.0.1" else self.launcher.control_host()
+        self.lighthouse = Lighthouse(cfg.ft, os.path.join(self.run_dir, "logs", "lighthouse.log"), host=host)
         self._stop_reason: Optional[str] = None
         self._membership: Optional[tuple[int, ...]] = None
         self._transport_owner: dict[Any, tuple[int, int]] = {}
@@ -169,7 +172,7 @@ class Supervisor:
         from omegaconf import OmegaConf
 
         g.attempt += 1
-        store_host = "127.0.0.1"
+        store_host = self.launcher.group_host(g.index)
         store_port = free_port(store_host)
         # Ranks get the JobConfig part only (recipes may extend the config, e.g. drills).
         config = {f.name: OmegaConf.to_container(OmegaConf.structured(getattr(self.cfg, f.name))) for f in dataclasses.fields(JobConfig)}
@@ -384,8 +387,8 @@ class Supervisor:
                 run_dir=self.run_dir,
                 replica_groups=self.cfg.ft.replica_groups,
                 ranks_per_group=self.cfg.ft.ranks_per_group,
-                launcher=self.launcher.name,
                 transport=self.cfg.ft.transport,
+                **self.launcher.describe(),
                 supervisor_pid=os.getpid(),
             )
             address = self.lighthouse.start()
@@ -475,7 +478,7 @@ class Supervisor:
             "replica_groups": self.cfg.ft.replica_groups,
             "ranks_per_group": self.cfg.ft.ranks_per_group,
             "steps": self.cfg.training.steps,
-            "launcher": self.launcher.name,
+            **self.launcher.describe(),
             "transport": self.cfg.ft.transport,
             "lighthouse": self.lighthouse.address,
             "restarts": sum(g.restarts for g in self.groups),

@@ -31,6 +31,7 @@ def _run(tmp_path, *overrides, timeout=60):
         ("training.steps=0", "training.steps=0: must be >= 1"),
         ("ft.replica_groups=64", "exceed what this machine can run"),
         ("ft.lighthouse_addr=http://127.0.0.1:9", "cannot reach the Lighthouse at http://127.0.0.1:9"),
+        ("launcher.name=carrier_pigeon", "launcher='carrier_pigeon': choose one of"),
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):

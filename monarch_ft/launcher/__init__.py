@@ -1,13 +1,31 @@
-"""Launchers: local processes by default; engines (Slurm, Monarch) behind the same interface."""
+"""Launchers: local processes by default; engines (Slurm, Monarch) behind the same interface.
+
+A launcher is the module ``monarch_ft.launcher.<name>`` exposing ``build(cfg, run_dir)``
+that returns a :class:`Launcher`; adding one touches neither the supervisor nor this file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
 
 from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess, describe_exit
-from monarch_ft.launcher.local import LocalLauncher
+
+_NOT_LAUNCHERS = {"base"}
 
 
-def build_launcher(name: str) -> Launcher:
-    if name == "local":
-        return LocalLauncher()
-    raise ValueError(f"launcher={name!r} is not available: use local")
+def available_launchers() -> list[str]:
+    import monarch_ft.launcher as pkg
+
+    return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name not in _NOT_LAUNCHERS and not m.name.startswith("_"))
 
 
-__all__ = ["Launcher", "RankLaunch", "RankProcess", "LocalLauncher", "build_launcher", "describe_exit"]
+def build_launcher(cfg, run_dir: str) -> Launcher:
+    """``cfg`` is a :class:`monarch_ft.config.LauncherConfig`."""
+    if cfg.name not in available_launchers():
+        raise ValueError(f"launcher={cfg.name!r} is not available: choose one of {', '.join(available_launchers())}")
+    module = importlib.import_module(f"monarch_ft.launcher.{cfg.name}")
+    return module.build(cfg, run_dir)
+
+
+__all__ = ["Launcher", "RankLaunch", "RankProcess", "available_launchers", "build_launcher", "describe_exit"]

@@ -56,6 +56,18 @@ class RankProcess(ABC):
 class Launcher(ABC):
     name: str = "base"
 
+    def group_host(self, group: int) -> str:
+        """Address the ranks of ``group`` bind and advertise (their TCPStore, Manager, transport)."""
+        return "127.0.0.1"
+
+    def control_host(self) -> str:
+        """Address on which supervisor-side services (the Lighthouse) must listen to be reachable."""
+        return "127.0.0.1"
+
+    def describe(self) -> dict:
+        """Launcher and host layout, for the event log and reports."""
+        return {"launcher": self.name, "hosts": "localhost"}
+
     @abstractmethod
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
         """Start every rank of one replica group (all or none)."""

@@ -74,3 +74,9 @@ class LocalLauncher(Launcher):
                 p.kill()
             raise
         return started
+
+
+def build(cfg, run_dir: str) -> LocalLauncher:
+    if cfg.options:
+        raise ValueError(f"launcher=local takes no options, got {sorted(cfg.options)}")
+    return LocalLauncher()
