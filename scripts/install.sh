@@ -9,10 +9,11 @@ if [ ! -x .venv/bin/python ]; then
     "$PYTHON" -m venv .venv
 fi
 
-# System libraries the Mooncake transfer engine links against (libibverbs, libnuma).
+# System packages: libraries the Mooncake transfer engine links against (libibverbs,
+# libnuma), Slurm + munge for the Slurm launcher and its tests, iproute2 for simulated hosts.
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     missing=""
-    for pkg in libibverbs1 libnuma1; do
+    for pkg in libibverbs1 libnuma1 slurm-wlm munge iproute2; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
     done
     if [ -n "$missing" ]; then
