@@ -7,8 +7,13 @@ from urllib.parse import urlparse
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free on ``host``; for an address this namespace doesn't hold (a simulated
+    host's), a port free on loopback: each network namespace has its own port space."""
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
+        try:
+            s.bind((host, 0))
+        except OSError:
+            s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
