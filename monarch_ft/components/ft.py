@@ -114,15 +114,18 @@ def tensor_bytes(obj: Any) -> int:
     return 0
 
 
-def build_transport(name: str, timeout: timedelta) -> CheckpointTransport:
-    if name == "http":
-        from torchft.checkpointing import HTTPTransport
+def build_transport(name: str, timeout: timedelta, host: str) -> CheckpointTransport:
+    """The checkpoint transport a restarted group heals through (``ft.transport``).
 
-        return HTTPTransport(timeout=timeout, num_chunks=0)
+    ``host`` is the address this rank advertises to its peers (a simulated host's
+    address, or loopback); TorchFT's HTTPTransport always advertises the hostname.
+    """
+    from monarch_ft.transport import build_checkpoint_transport
+
     if name == "sharded":
-        from monarch_ft.transport import build_checkpoint_transport
-
-        return build_checkpoint_transport("sharded", timeout=timeout)
+        return build_checkpoint_transport("sharded", timeout=timeout, host=host)
+    if name == "http":
+        return build_checkpoint_transport("http", timeout=timeout)
     raise ValueError(f"ft.transport={name!r} is not available for rank recovery: use sharded or http")
 
 
@@ -146,7 +149,7 @@ def build_manager(
 
     timeout = timedelta(seconds=cfg.timeout_s)
     pg = ProcessGroupNCCL(timeout=timeout) if use_cuda else ProcessGroupGloo(timeout=timeout)
-    transport = RecordingTransport(build_transport(cfg.transport, timeout), report)
+    transport = RecordingTransport(build_transport(cfg.transport, timeout, hostname), report)
     return Manager(
         pg=pg,
         load_state_dict=load_state_dict,
