@@ -62,13 +62,19 @@ def main(cfg: DictConfig) -> None:
         drill = run_drill(job, out)
     except ConfigError as e:
         print(f"monarch_ft: error: {e}", file=sys.stderr)
-        sys.exit(2)
-    sweep_dir = hc.sweep.dir if hc.mode.name == "MULTIRUN" else out
+        sys.exit(2)  # a config error is the same for every job: stop the sweep
+    multirun = hc.mode.name == "MULTIRUN"
+    sweep_dir = hc.sweep.dir if multirun else out
     drills = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(sweep_dir, "**", "drill.json"), recursive=True))]
     paths = write_aggregate_report(sweep_dir, drills)
     print(f"[mttr_bench] {b.kind}/{job.ft.recovery}: " + ", ".join(f"mttr={f['mttr_s']}" for f in drill["faults"]))
     print(f"[mttr_bench] aggregate over {len(drills)} drills: {paths['report']}")
-    sys.exit(0 if drill_ok(drill) else 1)
+    ok = drill_ok(drill)
+    if not ok:
+        print(f"[mttr_bench] {b.kind}/{job.ft.recovery}: a fault did not recover cleanly, see {out}/drill.json", file=sys.stderr)
+    # sys.exit inside a multirun job would end the whole sweep: only a single run exits.
+    if not multirun:
+        sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":
