@@ -247,6 +247,9 @@ class Supervisor:
                         rs.train_done = True
                     if name == "rank_finished":
                         rs.state_hash = rec.get("state_hash")
+                        # A group healed while the others held the job open trained no step
+                        # of its own at the end, yet holds the weights of every step.
+                        g.last_step = max(g.last_step, rec.get("steps_trained", -1))
                     if name == "model_ready":
                         self._transport_owner[rec.get("transport_metadata")] = (rec["group"], rec["rank"])
                     if name in ("weights_recovered", "recovery_started", "recovery_failed"):
