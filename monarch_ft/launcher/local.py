@@ -1,4 +1,14 @@
-"""Ranks as local OS processes: the embedded default launcher."""
+"""Ranks as local OS processes: the embedded default launcher.
+
+``launcher.options.simulated_hosts: true`` (``launcher=local_hosts``) puts each replica
+group on its own simulated host (:mod:`monarch_ft.hosts`): a network namespace with
+its own address on a bridge. The group's ranks run under ``ip netns exec <ns>``
+(``ip`` execs the rank, so the pid held is the rank's own python, signals reach it and
+``PR_SET_PDEATHSIG`` still applies), with the host's name as their hostname, and bind
+and advertise the host's address; the Lighthouse listens on the bridge address.
+Network faults (:meth:`LocalLauncher.partition`, :meth:`LocalLauncher.slow_link`) act
+on one host's link and undo themselves after ``seconds`` (a timer thread).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +16,15 @@ import ctypes
 import os
 import signal
 import subprocess
-from typing import Optional
+import threading
+import time
+from typing import Callable, Optional
 
 from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess
 
 _PR_SET_PDEATHSIG = 1
+_CLONE_NEWUTS = 0x04000000
+OPTIONS = ("simulated_hosts",)
 
 
 def _die_with_supervisor() -> None:
@@ -19,6 +33,20 @@ def _die_with_supervisor() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
+
+
+def _on_host(hostname: str) -> Callable[[], None]:
+    """preexec for a rank on a simulated host: die with the supervisor, and take the
+    host's name (its own UTS namespace: the machine's hostname is left alone)."""
+    name = hostname.encode()
+
+    def preexec() -> None:
+        _die_with_supervisor()
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        if libc.unshare(_CLONE_NEWUTS) == 0:
+            libc.sethostname(name, len(name))
+
+    return preexec
 
 
 class LocalProcess(RankProcess):
@@ -50,15 +78,61 @@ class LocalProcess(RankProcess):
 class LocalLauncher(Launcher):
     name = "local"
 
+    def __init__(self, simulated_hosts: bool = False) -> None:
+        self.hosts = None
+        self._timers: dict[int, threading.Timer] = {}
+        self._faults: dict[int, dict] = {}
+        self._fault_lock = threading.Lock()
+        if simulated_hosts:
+            from monarch_ft.hosts import SimulatedHosts
+
+            self.hosts = SimulatedHosts()
+
+    @property
+    def simulated_hosts(self) -> bool:
+        return self.hosts is not None
+
+    # ------------------------------------------------------------------ layout
+    def group_host(self, group: int) -> str:
+        if self.hosts is None:
+            return super().group_host(group)
+        return self.hosts.host(group).address
+
+    def control_host(self) -> str:
+        if self.hosts is None:
+            return super().control_host()
+        return self.hosts.bridge_address
+
+    def describe(self) -> dict:
+        if self.hosts is None:
+            return super().describe()
+        return {
+            "launcher": self.name,
+            "hosts": {g: {"netns": h.netns, "address": h.address} for g, h in sorted(self.hosts.hosts.items())},
+            "bridge": {"name": self.hosts.bridge, "address": self.hosts.bridge_address},
+        }
+
+    # ------------------------------------------------------------------ launch
+    def _argv_env(self, r: RankLaunch) -> tuple[list[str], dict[str, str], Callable[[], None]]:
+        if self.hosts is None:
+            return r.argv, r.env, _die_with_supervisor
+        h = self.hosts.host(r.group)
+        r.host = h.netns
+        env = dict(r.env)
+        # ShardedTransport's advertised host (when build_transport passes none).
+        env.setdefault("MONARCH_FT_TRANSPORT_HOST", h.address)
+        return ["ip", "netns", "exec", h.netns, *r.argv], env, _on_host(h.netns)
+
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
         started: list[RankProcess] = []
         try:
             for r in ranks:
+                argv, env, preexec = self._argv_env(r)
                 os.makedirs(os.path.dirname(r.log_path), exist_ok=True)
                 with open(r.log_path, "ab") as log:
                     proc = subprocess.Popen(
-                        r.argv,
-                        env=r.env,
+                        argv,
+                        env=env,
                         cwd=r.cwd,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -66,7 +140,7 @@ class LocalLauncher(Launcher):
                         # Own session: a Ctrl-C in the terminal reaches the supervisor only,
                         # which then stops the ranks itself.
                         start_new_session=True,
-                        preexec_fn=_die_with_supervisor,
+                        preexec_fn=preexec,
                     )
                 started.append(LocalProcess(r, proc))
         except Exception:
@@ -75,8 +149,81 @@ class LocalLauncher(Launcher):
             raise
         return started
 
+    # ------------------------------------------------------------------ network faults
+    def _need_hosts(self, what: str):
+        if self.hosts is None:
+            raise RuntimeError(f"{what} needs simulated hosts: use launcher=local_hosts (launcher.options.simulated_hosts=true)")
+        return self.hosts
+
+    def _start_fault(self, group: int, kind: str, seconds: float, undo: Callable[[], None], on_restore, details: dict) -> dict:
+        with self._fault_lock:
+            if group in self._faults:
+                raise RuntimeError(f"group {group}'s link already has a {self._faults[group]['kind']} fault")
+            started = time.time()
+            self._faults[group] = {"kind": kind, "undo": undo, "started": started}
+
+        def restore() -> None:
+            info = self.restore_link(group)
+            if info is not None and on_restore is not None:
+                try:
+                    on_restore(info)
+                except Exception:
+                    pass  # e.g. the event log already closed at the end of the job
+
+        timer = threading.Timer(seconds, restore)
+        timer.daemon = True
+        self._timers[group] = timer
+        timer.start()
+        return {"netns": self.hosts.hosts[group].netns, "veth": self.hosts.hosts[group].veth, "duration_s": seconds, **details}
+
+    def partition(self, group: int, seconds: float, on_restore: Optional[Callable[[dict], None]] = None) -> dict:
+        """Cut ``group``'s host off the network (its veth down) for ``seconds``, then restore it."""
+        hosts = self._need_hosts("a partition fault")
+        hosts.host(group)
+        hosts.set_link(group, up=False)
+        return self._start_fault(group, "partition", seconds, lambda: hosts.set_link(group, up=True), on_restore, {"action": "link down"})
+
+    def slow_link(
+        self, group: int, delay_ms: float = 0.0, rate: Optional[str] = None, seconds: float = 10.0, on_restore: Optional[Callable[[dict], None]] = None
+    ) -> dict:
+        """Add latency (netem) and/or a rate limit (netem or tbf) to ``group``'s link for ``seconds``."""
+        hosts = self._need_hosts("a slow_link fault")
+        hosts.host(group)
+        shaped = hosts.shape(group, delay_ms, rate)
+        return self._start_fault(group, "slow_link", seconds, lambda: hosts.unshape(group), on_restore, {"delay_ms": delay_ms, "rate": rate, **shaped})
+
+    def restore_link(self, group: int) -> Optional[dict]:
+        """Undo ``group``'s network fault now (also what the timer does); None if there is none."""
+        with self._fault_lock:
+            fault = self._faults.pop(group, None)
+            timer = self._timers.pop(group, None)
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+        if fault is None:
+            return None
+        fault["undo"]()
+        now = time.time()
+        return {"kind": fault["kind"], "restored_at": now, "lasted_s": round(now - fault["started"], 3)}
+
+    def close(self) -> None:
+        if self.hosts is None:
+            return
+        try:
+            for g in list(self._faults):
+                try:
+                    self.restore_link(g)
+                except Exception:
+                    pass
+        finally:
+            self.hosts.close()
+
 
 def build(cfg, run_dir: str) -> LocalLauncher:
-    if cfg.options:
-        raise ValueError(f"launcher=local takes no options, got {sorted(cfg.options)}")
-    return LocalLauncher()
+    options = dict(cfg.options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ValueError(f"launcher=local takes only the options {', '.join(OPTIONS)}, got {unknown}")
+    simulated = options.get("simulated_hosts", False)
+    if not isinstance(simulated, bool):
+        raise ValueError(f"launcher.options.simulated_hosts={simulated!r}: must be true or false")
+    return LocalLauncher(simulated_hosts=simulated)
