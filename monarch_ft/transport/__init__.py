@@ -9,6 +9,7 @@ transport by name for the supervisor.
 from monarch_ft.transport.errors import (
     AllPeersFailedError,
     ChecksumMismatchError,
+    PeerUnreachableError,
     ProtocolError,
     StaleCheckpointError,
     TransferTimeoutError,
@@ -21,6 +22,7 @@ from monarch_ft.transport.sharded import ShardedTransport, format_metadata, pars
 __all__ = [
     "AllPeersFailedError",
     "ChecksumMismatchError",
+    "PeerUnreachableError",
     "ProtocolError",
     "ShardedTransport",
     "StaleCheckpointError",

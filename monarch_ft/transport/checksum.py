@@ -42,6 +42,11 @@ def pick(offered: Iterable[str]) -> str:
     raise ValueError(f"no common checksum algorithm: peer offers {list(offered)}, we have {PREFERRED}")
 
 
+def update(algo: str, data: memoryview, value: int) -> int:
+    """Extends a running checksum with ``data`` (for streaming while bytes are cache-hot)."""
+    return ALGORITHMS[algo](data, value) if len(data) else value
+
+
 def checksum(algo: str, views: Iterable[memoryview]) -> int:
     """Checksums the concatenation of ``views`` (chained, no concatenation copy)."""
     fn = ALGORITHMS[algo]

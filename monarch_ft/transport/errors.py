@@ -33,3 +33,7 @@ class ProtocolError(TransportError):
 
 class AllPeersFailedError(TransportError):
     """Every peer that could serve the checkpoint failed; the message lists why."""
+
+
+class PeerUnreachableError(TransportError, ConnectionError):
+    """The peer's address refused or dropped the connection attempt."""

@@ -15,8 +15,12 @@ parallelism and retry.
 
 Frames on a TCP connection:
   message: ``MFTm`` | u32 version | u64 length | pickle(payload)
-  chunk:   ``MFTc`` | u8 status | u32 chunk_id | i64 step | u64 nbytes | u32 crc | bytes
-           (status 1 = error; then ``nbytes`` of UTF-8 error text follow)
+  chunk:   ``MFTc`` | u8 status | u32 chunk_id | i64 step | u64 nbytes | u32 0 | bytes | u32 crc
+           (status 1 = error; then ``nbytes`` of UTF-8 error text follow, no trailer)
+
+The checksum is a *trailer* so both ends can checksum each ~1 MiB window right
+after the kernel copied it, while it is still in cache, instead of a separate
+pass over DRAM before sending / after receiving.
 """
 
 import hashlib
@@ -42,7 +46,10 @@ MSG_MAGIC = b"MFTm"
 CHUNK_MAGIC = b"MFTc"
 MSG_HDR = struct.Struct("!4sIQ")
 CHUNK_HDR = struct.Struct("!4sBIqQI")
+CRC_TRAILER = struct.Struct("!I")
 MAX_MSG = 1 << 31
+#: Bytes per send/recv call and checksum update (fits in L2, see module doc).
+WINDOW = 1 << 20
 
 #: A piece of a chunk: (tensor index, byte offset within the tensor's span, length).
 Piece = Tuple[int, int, int]

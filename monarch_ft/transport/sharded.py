@@ -31,6 +31,7 @@ Notes:
   failure the call raises and those tensors hold unspecified data.
 """
 
+import dataclasses
 import itertools
 import logging
 import os
@@ -58,6 +59,8 @@ from monarch_ft.transport.errors import (
 from monarch_ft.transport.header import (
     CHUNK_HDR,
     CHUNK_MAGIC,
+    CRC_TRAILER,
+    WINDOW,
     Deadline,
     Header,
     TensorMeta,
@@ -392,9 +395,8 @@ class ShardedTransport(CheckpointTransport[T]):
         except ValueError as e:
             send_msg(conn, {"ok": False, "kind": "protocol", "error": str(e)})
             return session
-        header = st.header
-        header.session = session
-        header.checksum = algo
+        # per-session copy: concurrent receivers may negotiate different checksums
+        header = dataclasses.replace(st.header, session=session, checksum=algo)
         if req.get("backend") == "mooncake" and header.mooncake is not None and algo not in st.crc_future:
             # one-sided readers need our checksums at the end: compute them meanwhile
             st.crc_future[algo] = self._crc_pool.submit(lambda: [st.crc(algo, i) for i in range(len(header.chunks))])
@@ -414,22 +416,32 @@ class ShardedTransport(CheckpointTransport[T]):
                             raise ProtocolError(f"no chunk {cid}")
                         views = st.chunk_views(cid)
                         nbytes = st.header.chunk_nbytes[cid]
-                        crc = st.crc(algo, cid)
                         wire_step = step + 1 if fault.get("stale_chunk") == cid else step
-                        conn.sendall(CHUNK_HDR.pack(CHUNK_MAGIC, 0, cid, wire_step, nbytes, crc))
+                        conn.sendall(CHUNK_HDR.pack(CHUNK_MAGIC, 0, cid, wire_step, nbytes, 0))
                         if fault.get("delay_s"):
                             time.sleep(fault["delay_s"])
-                        if fault.get("corrupt_chunk") == cid:
+                        if fault.get("corrupt_chunk") == cid or fault.get("truncate_chunk") == cid:
                             data = bytearray(b"".join(bytes(v) for v in views))
+                            if fault.get("truncate_chunk") == cid:
+                                conn.sendall(data[: nbytes // 2])
+                                conn.shutdown(socket.SHUT_RDWR)
+                                return
                             data[len(data) // 2] ^= 0xFF
                             conn.sendall(data)
-                        elif fault.get("truncate_chunk") == cid:
-                            conn.sendall(b"".join(bytes(v) for v in views)[: nbytes // 2])
-                            conn.shutdown(socket.SHUT_RDWR)
-                            return
-                        else:
-                            for v in views:
-                                conn.sendall(v)
+                            conn.sendall(CRC_TRAILER.pack(st.crc(algo, cid)))
+                            continue
+                        cache = st.crcs.setdefault(algo, {})
+                        crc = cache.get(cid)
+                        running = 0
+                        for v in views:
+                            for w in range(0, len(v), WINDOW):
+                                win = v[w : w + WINDOW]
+                                conn.sendall(win)
+                                if crc is None:  # checksum while the window is cache-hot
+                                    running = ck.update(algo, win, running)
+                        if crc is None:
+                            crc = cache[cid] = running & 0xFFFFFFFF
+                        conn.sendall(CRC_TRAILER.pack(crc))
                 except StaleCheckpointError as e:
                     send_error_frame(conn, cid, step, str(e))
                     return
@@ -478,7 +490,7 @@ class ShardedTransport(CheckpointTransport[T]):
         for peer in peers:
             try:
                 self._fetch_from(peer, step, deadline, state)
-            except (TransportError, ConnectionError, OSError) as e:
+            except (TransportError, OSError) as e:
                 last = e
                 failures.append(f"{peer}: {e}")
                 logger.warning("recv_checkpoint from %s failed: %s", peer, e)

@@ -19,6 +19,7 @@ from monarch_ft.transport import checksum as ck
 from monarch_ft.transport.backend import Backend, FetchResult, Peer, run_streams, split_round_robin
 from monarch_ft.transport.errors import (
     ChecksumMismatchError,
+    PeerUnreachableError,
     ProtocolError,
     StaleCheckpointError,
     TransferTimeoutError,
@@ -26,6 +27,8 @@ from monarch_ft.transport.errors import (
 from monarch_ft.transport.header import (
     CHUNK_HDR,
     CHUNK_MAGIC,
+    CRC_TRAILER,
+    WINDOW,
     Deadline,
     Header,
     memview,
@@ -33,17 +36,13 @@ from monarch_ft.transport.header import (
     send_msg,
 )
 
-SOCK_BUF = 4 << 20
-
-
 def tune(sock: socket.socket) -> None:
-    """Low latency for small frames, big kernel buffers for throughput."""
+    """Low latency for the small frame headers.
+
+    SO_SNDBUF/SO_RCVBUF are deliberately left alone: setting them disables
+    Linux's buffer autotuning, which grows buffers further than we would.
+    """
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, opt, SOCK_BUF)
-        except OSError:  # pragma: no cover - capped by the kernel
-            pass
 
 
 def connect(peer: Peer, deadline: Deadline, doing: str) -> socket.socket:
@@ -53,7 +52,7 @@ def connect(peer: Peer, deadline: Deadline, doing: str) -> socket.socket:
         deadline.expired(f"connecting to {peer}")
         raise
     except OSError as e:
-        raise ConnectionError(f"cannot connect to {peer}: {e}") from e
+        raise PeerUnreachableError(f"cannot connect to {peer}: {e}") from e
     tune(sock)
     return sock
 
@@ -112,9 +111,10 @@ class TCPBackend(Backend):
             try:
                 send_msg(sock, {"op": "chunks", "gen": header.gen, "step": header.step, "ids": ids, "algo": algo})
                 hdr = bytearray(CHUNK_HDR.size)
+                trailer = bytearray(CRC_TRAILER.size)
                 for cid in ids:
                     recv_exact(sock, memoryview(hdr), deadline, f"{doing} (chunk {cid} header)")
-                    magic, status, rid, rstep, nbytes, crc = CHUNK_HDR.unpack(hdr)
+                    magic, status, rid, rstep, nbytes, _ = CHUNK_HDR.unpack(hdr)
                     if magic != CHUNK_MAGIC:
                         raise ProtocolError(f"bad chunk magic {bytes(magic)!r} from {peer}")
                     if status != 0:
@@ -132,12 +132,16 @@ class TCPBackend(Backend):
                         raise ProtocolError(
                             f"{peer} sent chunk {rid} ({nbytes} B), expected chunk {cid} ({header.chunk_nbytes[cid]} B)"
                         )
-                    views = []
+                    got = 0
                     for t_idx, off, n in header.chunks[cid]:
                         v = mvs[t_idx][off : off + n]
-                        recv_exact(sock, v, deadline, f"{doing} (chunk {cid})")
-                        views.append(v)
-                    got = ck.checksum(algo, views)
+                        for w in range(0, n, WINDOW):
+                            win = v[w : w + WINDOW]
+                            recv_exact(sock, win, deadline, f"{doing} (chunk {cid})")
+                            got = ck.update(algo, win, got)
+                    recv_exact(sock, memoryview(trailer), deadline, f"{doing} (chunk {cid} checksum)")
+                    (crc,) = CRC_TRAILER.unpack(trailer)
+                    got &= 0xFFFFFFFF
                     if got != crc:
                         raise ChecksumMismatchError(
                             f"checksum mismatch in chunk {cid} from {peer}: got {got:#010x}, sender said {crc:#010x}"
