@@ -1,0 +1,652 @@
+"""Ranks as Slurm tasks: each replica group is one Slurm batch job of M tasks.
+
+``launch_group`` writes a manifest (each rank's argv, env, cwd, log) and an sbatch script
+whose single ``srun`` step starts M tasks of a tiny wrapper (``RUN_DIR/slurm/task.py MANIFEST``,
+standard library only; source in :data:`TASK_SOURCE`). Task ``SLURM_PROCID`` = rank: the wrapper
+runs that rank's argv as its child, writes ``<log>.pid`` (node, host, pids) once it runs
+and ``<log>.exit`` (the child's exit code, negative for a signal, as subprocess) when it
+ends. So a rank's exit code or signal is exact, per rank, without sacct/slurmdbd.
+
+``poll()`` reads the ``.exit`` file; while there is none it looks at the wrapper's pid when
+the task runs on this machine, else at the job state from ``squeue``, which is run at
+most once per ``poll_interval_s`` for all jobs (the supervisor polls every rank at 20 Hz).
+A job that ended without a rank's exit record (cancelled before it ran, node failure)
+gives a non-zero code from ``scontrol show job`` (``ExitCode=N:SIG``, else by its state).
+
+``send_signal`` signals the rank's own process when it runs on this machine (its pid is
+known from the ``.pid`` file, e.g. for chaos and psutil), else ``scancel --signal=SIG
+--full JOB`` (the whole group: Slurm signals steps, not single tasks). ``kill()`` SIGKILLs
+the rank and ``scancel``\\ s the job once none of its ranks is left; the supervisor then
+submits a new job for the relaunched group.
+
+Options (``launcher.options.*``): see :data:`OPTIONS`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+from monarch_ft.config import ConfigError
+from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess
+
+OPTIONS: dict[str, Any] = {
+    # Slurm partition for every group's job (None: the cluster's default partition).
+    "partition": None,
+    # slurm.conf of the cluster (None: $SLURM_CONF, else Slurm's built-in default).
+    "slurm_conf": None,
+    # Extra sbatch arguments, e.g. ["--time=01:00:00", "--account=ml"].
+    "sbatch_args": [],
+    # squeue is run at most this often (seconds), for all jobs at once.
+    "poll_interval_s": 0.5,
+    "cpus_per_task": 1,
+    # launch_group waits this long for the job to start and every rank to report its pid
+    # (then returns anyway: a job still pending is watched by the supervisor's startup timeout).
+    "start_timeout_s": 30.0,
+    "job_name": "monarch_ft",
+    # Pin group g to nodes[g % len(nodes)] (sbatch --nodelist); ranks then bind that node's
+    # address. None: any node of the partition, one node per group, ranks bind 127.0.0.1
+    # (right for a single-node cluster on this machine, e.g. LocalSlurmCluster).
+    "nodes": None,
+}
+
+FINAL_STATES = {
+    "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+    "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT",
+}
+# Exit code for a rank whose job ended without the rank recording one, by job state.
+_STATE_CODES = {
+    "CANCELLED": -signal.SIGTERM,
+    "TIMEOUT": -signal.SIGTERM,
+    "PREEMPTED": -signal.SIGTERM,
+    "DEADLINE": -signal.SIGTERM,
+    "NODE_FAIL": -signal.SIGKILL,
+    "OUT_OF_MEMORY": -signal.SIGKILL,
+    "BOOT_FAIL": 1,
+    "FAILED": 1,
+    "COMPLETED": 1,  # the wrapper itself failed: see the job's slurm-*.out
+}
+_HOSTNAME = socket.gethostname()
+
+
+class SlurmError(ConfigError):
+    """A Slurm problem the user can fix; one line (the CLI prints it and exits 2)."""
+
+
+def _local_names() -> set[str]:
+    names = {_HOSTNAME, _HOSTNAME.split(".")[0], "localhost", "127.0.0.1"}
+    try:
+        names.add(socket.getfqdn())
+    except OSError:
+        pass
+    return names
+
+
+def _short(text: str, n: int = 300) -> str:
+    return " ".join((text or "").split())[:n]
+
+
+class _Job:
+    """One sbatch job = one attempt of one replica group."""
+
+    def __init__(self, job_id: str, group: int, attempt: int, submitted: float) -> None:
+        self.job_id = job_id
+        self.group = group
+        self.attempt = attempt
+        self.submitted = submitted
+        self.ranks: list["SlurmRank"] = []
+        self.state: Optional[str] = "PENDING"
+        self.node: Optional[str] = None
+        self.final_seen: Optional[float] = None
+        self.exit_info: Optional[tuple[str, int, int]] = None  # (state, code, signal) from scontrol
+        self.cancelled = False
+
+    @property
+    def final(self) -> bool:
+        return self.state is None or self.state in FINAL_STATES
+
+
+class SlurmRank(RankProcess):
+    def __init__(self, launch: RankLaunch, job: _Job, launcher: "SlurmLauncher") -> None:
+        self.launch = launch
+        self.job = job
+        self.launcher = launcher
+        self._info: Optional[dict] = None
+        self._code: Optional[int] = None
+        self._killed = False
+
+    # ------------------------------------------------------------ files
+    @property
+    def exit_path(self) -> str:
+        return self.launch.log_path + ".exit"
+
+    @property
+    def pid_path(self) -> str:
+        return self.launch.log_path + ".pid"
+
+    def info(self) -> Optional[dict]:
+        """What the wrapper wrote once the task ran: node, host, pid, wrapper_pid, job_id."""
+        if self._info is None:
+            try:
+                with open(self.pid_path) as f:
+                    self._info = json.load(f)
+            except (OSError, ValueError):
+                return None
+            if self._info.get("node"):
+                self.launch.host = self._info["node"]
+        return self._info
+
+    def _read_exit(self) -> Optional[int]:
+        try:
+            with open(self.exit_path) as f:
+                return int(f.read().strip())
+        except (OSError, ValueError):
+            return None
+
+    def _local(self) -> bool:
+        info = self.info()
+        return bool(info) and info.get("host") == _HOSTNAME
+
+    def _wrapper_alive(self) -> bool:
+        info = self.info() or {}
+        if "wrapper_pid" not in info or _start_ticks(info["wrapper_pid"]) != info.get("wrapper_start"):
+            return False
+        try:
+            with open(f"/proc/{info['wrapper_pid']}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    # ------------------------------------------------------------ RankProcess
+    @property
+    def pid(self) -> Optional[int]:
+        """The rank's own process when its task runs on this machine (psutil, chaos)."""
+        return self.info()["pid"] if self._local() else None
+
+    @property
+    def node(self) -> Optional[str]:
+        info = self.info()
+        return info.get("node") if info else self.job.node
+
+    def poll(self) -> Optional[int]:
+        if self._code is not None:
+            return self._code
+        code = self._read_exit()
+        if code is None:
+            if self._local():
+                if self._wrapper_alive():
+                    return None
+                code = self._read_exit()
+                if code is None:  # the wrapper was killed (SIGKILL) before recording
+                    code = self._fallback_code()
+            else:
+                self.launcher._refresh()
+                if not self.job.final:
+                    return None
+                code = self._read_exit()
+                if code is None:
+                    # The job ended: give a remote wrapper's .exit file a moment to appear.
+                    if self.info() is not None and time.time() - (self.job.final_seen or 0) < 2.0:
+                        return None
+                    code = self._fallback_code()
+        self._code = code
+        return code
+
+    def _fallback_code(self) -> int:
+        if self._killed:
+            return -signal.SIGKILL
+        state, code, sig = self.launcher._exit_info(self.job)
+        if sig:
+            return -sig
+        if code:
+            return code
+        return _STATE_CODES.get(state, -signal.SIGKILL if self.job.cancelled else 1)
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            return
+        if self._local():
+            try:
+                os.kill(self.info()["pid"], sig)
+            except ProcessLookupError:
+                pass
+            return
+        self.launcher._signal_job(self.job, sig)
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            self._killed = True
+            if self._local():
+                try:
+                    os.kill(self.info()["pid"], signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            else:
+                self.launcher._cancel(self.job, kill=True)
+        self.launcher._release_if_done(self.job)
+
+    def wait(self, timeout: float) -> Optional[int]:
+        deadline = time.time() + timeout
+        while True:
+            code = self.poll()
+            if code is not None or time.time() >= deadline:
+                return code
+            time.sleep(0.05)
+
+
+class SlurmLauncher(Launcher):
+    name = "slurm"
+
+    def __init__(self, run_dir: str, options: dict) -> None:
+        self.run_dir = os.path.abspath(run_dir)
+        self.options = options
+        self.env = dict(os.environ)
+        conf = options["slurm_conf"] or os.environ.get("SLURM_CONF")
+        if conf:
+            self.env["SLURM_CONF"] = os.path.abspath(conf)
+        self.slurm_conf = self.env.get("SLURM_CONF")
+        self.jobs: dict[str, _Job] = {}
+        self.current: dict[int, _Job] = {}
+        self._snap_time = 0.0
+        self._lock = threading.Lock()
+        self._nodes_cache: Optional[list[str]] = None
+
+    # ------------------------------------------------------------ commands
+    def _cmd(self, *argv: str, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess:
+        try:
+            out = subprocess.run(list(argv), env=self.env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            raise SlurmError(f"launcher=slurm: {argv[0]} not found on PATH: install Slurm (apt-get install slurm-wlm) or add its bin directory to PATH")
+        except subprocess.TimeoutExpired:
+            raise SlurmError(f"launcher=slurm: {' '.join(argv[:2])} timed out after {timeout:.0f} s: {self._unreachable_hint()}")
+        if check and out.returncode != 0:
+            msg = _short(out.stderr or out.stdout)
+            if "contact" in msg.lower() or "connection refused" in msg.lower() or "unable to establish" in msg.lower():
+                raise SlurmError(f"launcher=slurm: {self._unreachable_hint()} ({msg})")
+            raise SlurmError(f"launcher=slurm: {' '.join(argv[:2])} failed: {msg}")
+        return out
+
+    def _unreachable_hint(self) -> str:
+        where = f"SLURM_CONF={self.slurm_conf}" if self.slurm_conf else "Slurm's default slurm.conf"
+        return f"cannot reach slurmctld ({where}): start slurmctld or set launcher.options.slurm_conf"
+
+    def check(self) -> None:
+        """Fail early, in one line: no sbatch, no slurm.conf, controller down."""
+        for tool in ("sbatch", "squeue", "scancel", "scontrol"):
+            if shutil.which(tool, path=self.env.get("PATH")) is None:
+                raise SlurmError(f"launcher=slurm: {tool} not found on PATH: install Slurm (apt-get install slurm-wlm) or add its bin directory to PATH")
+        if self.slurm_conf and not os.path.isfile(self.slurm_conf):
+            source = "launcher.options.slurm_conf" if self.options["slurm_conf"] else "$SLURM_CONF"
+            raise SlurmError(f"{source}={self.slurm_conf}: no such file")
+        out = self._cmd("scontrol", "ping", timeout=30, check=False)
+        if "UP" not in out.stdout:
+            raise SlurmError(f"launcher=slurm: {self._unreachable_hint()} ({_short(out.stdout or out.stderr, 200)})")
+        if self.options["partition"]:
+            parts = self._cmd("sinfo", "--noheader", "-o", "%R").stdout.split()
+            if self.options["partition"] not in parts:
+                raise SlurmError(f"launcher.options.partition={self.options['partition']!r}: no such partition (have {', '.join(parts)})")
+
+    # ------------------------------------------------------------ layout
+    def nodes(self) -> list[str]:
+        """Node names of the partition (sinfo)."""
+        if self._nodes_cache is None:
+            argv = ["sinfo", "--noheader", "-N", "-o", "%N"]
+            if self.options["partition"]:
+                argv += ["-p", self.options["partition"]]
+            self._nodes_cache = sorted(set(self._cmd(*argv).stdout.split()))
+        return self._nodes_cache
+
+    def _group_node(self, group: int) -> Optional[str]:
+        pinned = self.options["nodes"]
+        return pinned[group % len(pinned)] if pinned else None
+
+    def group_host(self, group: int) -> str:
+        node = self._group_node(group)
+        if node is None or node in _local_names():
+            return "127.0.0.1"
+        return socket.gethostbyname(node)
+
+    def control_host(self) -> str:
+        pinned = self.options["nodes"]
+        if not pinned or all(n in _local_names() for n in pinned):
+            return "127.0.0.1"
+        return socket.gethostbyname(_HOSTNAME)
+
+    def describe(self) -> dict:
+        try:
+            hosts: Any = self.options["nodes"] or self.nodes()
+        except SlurmError:
+            hosts = "unknown"
+        return {"launcher": self.name, "hosts": hosts, "slurm_conf": self.slurm_conf, "partition": self.options["partition"]}
+
+    # ------------------------------------------------------------ launch
+    def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
+        if not ranks:
+            return []
+        group, attempt = ranks[0].group, ranks[0].attempt
+        d = os.path.join(self.run_dir, "slurm")
+        os.makedirs(d, exist_ok=True)
+        tag = f"g{group}.a{attempt}"
+        manifest = os.path.join(d, f"{tag}.json")
+        ranks = sorted(ranks, key=lambda r: r.rank)
+        for r in ranks:
+            os.makedirs(os.path.dirname(r.log_path), exist_ok=True)
+            for path in (r.log_path + ".exit", r.log_path + ".pid"):
+                if os.path.exists(path):
+                    os.remove(path)
+        with open(manifest, "w") as f:
+            json.dump(
+                {
+                    "supervisor_pid": os.getpid(),
+                    "supervisor_host": _HOSTNAME,
+                    "ranks": [
+                        {"rank": r.rank, "argv": r.argv, "env": r.env, "cwd": r.cwd, "log_path": r.log_path,
+                         "exit_path": r.log_path + ".exit", "pid_path": r.log_path + ".pid"}
+                        for r in ranks
+                    ],
+                },
+                f,
+            )
+        o = self.options
+        m = len(ranks)
+        lines = [
+            "#!/bin/bash",
+            f"#SBATCH --job-name={o['job_name']}-g{group}a{attempt}",
+            f"#SBATCH --ntasks={m}",
+            "#SBATCH --nodes=1",
+            f"#SBATCH --cpus-per-task={o['cpus_per_task']}",
+            f"#SBATCH --output={os.path.join(self.run_dir, 'logs', f'slurm-{tag}-%j.out')}",
+            f"#SBATCH --chdir={ranks[0].cwd}",
+            "#SBATCH --no-requeue",
+        ]
+        if o["partition"]:
+            lines.append(f"#SBATCH --partition={o['partition']}")
+        node = self._group_node(group)
+        if node:
+            lines.append(f"#SBATCH --nodelist={node}")
+        task_py = os.path.join(d, "task.py")
+        if not os.path.exists(task_py):
+            _write_atomic(task_py, TASK_SOURCE)
+        task = [sys.executable, "-I", "-S", task_py, manifest]
+        lines.append(f"srun --ntasks={m} --kill-on-bad-exit=0 " + " ".join(shlex.quote(a) for a in task))
+        script = os.path.join(d, f"{tag}.sbatch")
+        with open(script, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        out = self._cmd("sbatch", "--parsable", *o["sbatch_args"], script, check=False)
+        if out.returncode != 0:
+            msg = _short(out.stderr or out.stdout)
+            if "contact" in msg.lower() or "connection refused" in msg.lower():
+                raise SlurmError(f"launcher=slurm: {self._unreachable_hint()} ({msg})")
+            raise SlurmError(f"launcher=slurm: sbatch rejected group {group}'s job: {msg}")
+        job_id = out.stdout.strip().split(";")[0]
+        job = _Job(job_id, group, attempt, time.time())
+        job.ranks = [SlurmRank(r, job, self) for r in ranks]
+        with self._lock:
+            self.jobs[job_id] = job
+            self.current[group] = job
+        self._wait_started(job)
+        return list(job.ranks)
+
+    def _wait_started(self, job: _Job) -> None:
+        """Until every rank reported its pid (the job runs), the job ended, or start_timeout_s."""
+        deadline = time.time() + self.options["start_timeout_s"]
+        while time.time() < deadline:
+            if all(r.info() is not None or r._read_exit() is not None for r in job.ranks):
+                return
+            self._refresh()
+            if job.final:
+                return
+            time.sleep(0.05)
+
+    # ------------------------------------------------------------ watch
+    def _refresh(self, force: bool = False) -> None:
+        """One squeue for every job not yet final, at most once per poll_interval_s."""
+        with self._lock:
+            now = time.time()
+            if not force and now - self._snap_time < self.options["poll_interval_s"]:
+                return
+            active = [j for j in self.jobs.values() if not j.final]
+            if not active:
+                self._snap_time = now
+                return
+            try:
+                out = subprocess.run(
+                    ["squeue", "--noheader", "--states=all", "-o", "%i|%T|%N", "-j", ",".join(j.job_id for j in active)],
+                    env=self.env, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+                )
+            except (OSError, subprocess.TimeoutExpired):
+                self._snap_time = now
+                return
+            self._snap_time = now
+            seen: dict[str, tuple[str, str]] = {}
+            if out.returncode == 0:
+                for line in out.stdout.splitlines():
+                    parts = line.strip().split("|")
+                    if len(parts) == 3:
+                        seen[parts[0]] = (parts[1], parts[2])
+            elif "invalid job id" not in (out.stderr or "").lower():
+                return  # controller briefly unreachable: keep what we knew
+            for j in active:
+                if j.job_id in seen:
+                    j.state, node = seen[j.job_id]
+                    if node and node != "(null)":
+                        j.node = node
+                elif now > j.submitted:
+                    j.state = None  # purged from the controller: ended long ago
+                if j.final and j.final_seen is None:
+                    j.final_seen = now
+
+    def job_state(self, group: int) -> Optional[str]:
+        """Slurm state of the group's current job (PENDING, RUNNING, COMPLETED, ...)."""
+        job = self.current.get(group)
+        if job is None:
+            return None
+        self._refresh()
+        return job.state
+
+    def _exit_info(self, job: _Job) -> tuple[str, int, int]:
+        if job.exit_info is None:
+            state, code, sig = job.state or "", 0, 0
+            out = subprocess.run(["scontrol", "show", "job", "-o", job.job_id], env=self.env, capture_output=True, text=True, timeout=30)
+            for field in out.stdout.split():
+                if field.startswith("JobState="):
+                    state = field.split("=", 1)[1]
+                elif field.startswith("ExitCode="):
+                    a, _, b = field.split("=", 1)[1].partition(":")
+                    code, sig = int(a or 0), int(b or 0)
+            # Slurm reports a cancelled job's batch script as killed by SIGTERM/SIGKILL
+            # even when the rank itself never ran: keep that as the rank's signal.
+            job.exit_info = (state, code, sig)
+        return job.exit_info
+
+    def _signal_job(self, job: _Job, sig: int) -> None:
+        self._refresh()
+        if job.state == "PENDING" and sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
+            self._cancel(job)
+        elif not job.final:
+            self._cmd("scancel", f"--signal={signal.Signals(sig).name[3:]}", "--full", job.job_id, check=False)
+
+    def _cancel(self, job: _Job, kill: bool = False) -> None:
+        if job.cancelled:
+            return
+        job.cancelled = True
+        if kill:
+            self._cmd("scancel", "--signal=KILL", "--full", job.job_id, check=False)
+        self._cmd("scancel", job.job_id, check=False)
+
+    def _release_if_done(self, job: _Job) -> None:
+        """Once no rank of the job is left, cancel the job so its allocation is freed now."""
+        if any(r._killed for r in job.ranks) and all(r._killed or r._code is not None for r in job.ranks) and not job.final:
+            self._cancel(job)
+
+    # ------------------------------------------------------------ chaos helpers
+    def cancel_group(self, group: int) -> Optional[str]:
+        """Cancel the group's current job (Slurm's own stop: SIGTERM, SIGKILL after KillWait)."""
+        job = self.current.get(group)
+        if job is None or job.final:
+            return None
+        job.cancelled = True
+        self._cmd("scancel", job.job_id)
+        return job.job_id
+
+    def group_node(self, group: int) -> Optional[str]:
+        job = self.current.get(group)
+        if job is None:
+            return None
+        for r in job.ranks:
+            if r.node:
+                return r.node
+        self._refresh(force=True)
+        return job.node
+
+    def drain_node(self, node: str, reason: str = "monarch_ft fault", down: bool = True) -> None:
+        """Take a node out: ``down`` (default) also kills its jobs, as a node failure; else DRAIN
+        (running jobs continue, no new ones)."""
+        state = "DOWN" if down else "DRAIN"
+        self._cmd("scontrol", "update", f"nodename={node}", f"state={state}", f"reason={reason}")
+
+    def resume_node(self, node: str) -> None:
+        self._cmd("scontrol", "update", f"nodename={node}", "state=RESUME")
+
+    # ------------------------------------------------------------ close
+    def close(self, timeout: float = 10.0) -> None:
+        """Cancel this launcher's jobs still queued or running and wait until they ended."""
+        self._refresh(force=True)
+        live = [j for j in self.jobs.values() if not j.final]
+        # Jobs whose ranks all ended finish by themselves (COMPLETED): give them a moment.
+        deadline = time.time() + 3.0
+        while time.time() < deadline and any(all(r.poll() is not None for r in j.ranks) for j in live):
+            time.sleep(0.1)
+            self._refresh(force=True)
+            live = [j for j in live if not j.final]
+        for j in live:
+            try:
+                self._cancel(j, kill=True)
+            except SlurmError:
+                pass
+        deadline = time.time() + timeout
+        while live and time.time() < deadline:
+            time.sleep(0.2)
+            self._refresh(force=True)
+            live = [j for j in live if not j.final]
+
+
+def build(cfg, run_dir: str) -> SlurmLauncher:
+    options = dict(cfg.options or {})
+    unknown = sorted(set(options) - set(OPTIONS))
+    if unknown:
+        raise ConfigError(f"launcher=slurm: unknown option(s) {', '.join(unknown)}: known are {', '.join(sorted(OPTIONS))}")
+    merged = {**OPTIONS, **options}
+    if merged["sbatch_args"] is None:
+        merged["sbatch_args"] = []
+    if isinstance(merged["sbatch_args"], str):
+        merged["sbatch_args"] = shlex.split(merged["sbatch_args"])
+    merged["sbatch_args"] = [str(a) for a in merged["sbatch_args"]]
+    if isinstance(merged["nodes"], str):
+        merged["nodes"] = [n for n in merged["nodes"].split(",") if n]
+    if merged["nodes"] is not None:
+        merged["nodes"] = [str(n) for n in merged["nodes"]] or None
+    for key in ("poll_interval_s", "start_timeout_s"):
+        try:
+            merged[key] = float(merged[key])
+        except (TypeError, ValueError):
+            raise ConfigError(f"launcher.options.{key}={merged[key]!r}: must be a number")
+        if merged[key] <= 0 and key == "poll_interval_s" or merged[key] < 0:
+            raise ConfigError(f"launcher.options.{key}={merged[key]}: must be > 0")
+    if not isinstance(merged["cpus_per_task"], int) or merged["cpus_per_task"] < 1:
+        raise ConfigError(f"launcher.options.cpus_per_task={merged['cpus_per_task']!r}: must be an integer >= 1")
+    launcher = SlurmLauncher(run_dir, merged)
+    launcher.check()
+    return launcher
+
+
+# ---------------------------------------------------------------------------- task wrapper
+# Written to RUN_DIR/slurm/task.py and run by srun as ``python -I -S task.py MANIFEST``:
+# standard library only, so a task starts in milliseconds.
+TASK_SOURCE = r'''
+import ctypes, json, os, signal, socket, subprocess, sys
+
+
+def start_ticks(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def write_atomic(path, text):
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def child_setup():
+    try:  # the rank dies with this wrapper, whatever kills it
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def main(manifest_path):
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    procid = int(os.environ.get("SLURM_PROCID", "0"))
+    spec = manifest["ranks"][procid]
+    env = dict(spec["env"])
+    for key in ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_STEP_ID", "SLURMD_NODENAME", "SLURM_NODEID", "SLURM_LOCALID"):
+        if key in os.environ:
+            env[key] = os.environ[key]
+    # Slurm signals every process of the task (the rank is in this process group and
+    # tree); the wrapper survives catchable signals to record how the rank ended.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
+        signal.signal(sig, lambda *_: None)
+    with open(spec["log_path"], "ab") as log:
+        child = subprocess.Popen(spec["argv"], env=env, cwd=spec["cwd"], stdout=log, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, preexec_fn=child_setup)
+    host = socket.gethostname()
+    info = {"pid": child.pid, "wrapper_pid": os.getpid(), "wrapper_start": start_ticks(os.getpid()), "host": host,
+            "node": os.environ.get("SLURMD_NODENAME", host), "job_id": os.environ.get("SLURM_JOB_ID"), "procid": procid}
+    write_atomic(spec["pid_path"], json.dumps(info))
+    sup = manifest.get("supervisor_pid") if manifest.get("supervisor_host") == host else None
+    sup_start = start_ticks(sup) if sup else None
+    while True:
+        try:
+            code = child.wait(timeout=1.0)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if sup_start is not None and start_ticks(sup) != sup_start:
+            child.kill()  # the supervisor is gone (e.g. SIGKILLed): the rank must not outlive it
+    write_atomic(spec["exit_path"], str(code))
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
+'''
+
+
+def _start_ticks(pid: int) -> Optional[str]:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,165 @@
+"""The Slurm launcher on a real single-node Slurm cluster (munged + slurmctld + slurmd), no mocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from types import SimpleNamespace
+
+import psutil
+import pytest
+
+from conftest import FAST, console, read_jsonl, start_job, wait_for
+from monarch_ft.launcher import RankLaunch, build_launcher
+from monarch_ft.launcher.slurm_cluster import LocalSlurmCluster, missing_binaries
+
+
+def _skip_reason() -> str | None:
+    missing = missing_binaries()
+    if missing:
+        return f"Slurm/munge not installed (missing {', '.join(missing)}): scripts/install.sh installs slurm-wlm and munge as root"
+    if os.geteuid() != 0:
+        return "slurmd must run as root to start job steps (this test starts its own cluster)"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    with LocalSlurmCluster(str(tmp_path_factory.mktemp("slurm")), cpus=4) as c:
+        yield c
+
+
+def test_cluster_starts_and_leaves_nothing_running(tmp_path):
+    t0 = time.time()
+    c = LocalSlurmCluster(str(tmp_path / "cluster"), cpus=4)
+    with c:
+        assert c.node_state() == "idle"
+        assert time.time() - t0 < 20
+        daemons = c.pids()
+        assert len(daemons) == 3
+        assert c.ctld_port != c.slurmd_port
+        out = c.run("srun", "-n2", "hostname").stdout.split()
+        assert out == [c.node, c.node]
+        # a job still running when the cluster stops is stopped with it
+        c.run("sbatch", "--wrap", "sleep 300", "--output=/dev/null")
+        wait_for(lambda: "RUNNING" in c.run("squeue", "--noheader", "-o", "%T").stdout, 15, "the job to run")
+    assert not c.leftover_processes()
+    assert not [p for p in daemons if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def _rank(tmp_path, rank: int, code: str) -> RankLaunch:
+    return RankLaunch(
+        group=0,
+        rank=rank,
+        attempt=0,
+        argv=[sys.executable, "-c", code],
+        env=dict(os.environ),
+        log_path=str(tmp_path / "logs" / f"g0r{rank}.a0.log"),
+        cwd=str(tmp_path),
+    )
+
+
+def test_exit_codes_and_signals_per_rank(cluster, tmp_path):
+    launcher = build_launcher(SimpleNamespace(name="slurm", options={"slurm_conf": cluster.conf, "poll_interval_s": 0.3}), str(tmp_path))
+    try:
+        ranks = [
+            _rank(tmp_path, 0, "import time; time.sleep(0.5)"),
+            _rank(tmp_path, 1, "import sys; print('bye'); sys.exit(3)"),
+            _rank(tmp_path, 2, "import time; time.sleep(120)"),
+        ]
+        procs = launcher.launch_group(ranks)
+        assert [p.launch.rank for p in procs] == [0, 1, 2]
+        assert all(p.pid is not None and p.launch.host == cluster.node for p in procs), "ranks run here: local pids"
+        job = procs[0].job.job_id
+        assert {p.job.job_id for p in procs} == {job}, "one Slurm job per group"
+        assert procs[2].poll() is None
+        procs[2].send_signal(signal.SIGKILL)
+        assert [p.wait(15) for p in procs] == [0, 3, -signal.SIGKILL]
+        assert "bye" in open(ranks[1].log_path).read()
+        # srun saw tasks fail, so the batch script and the job end FAILED (by themselves)
+        wait_for(lambda: launcher.job_state(0) == "FAILED", 15, "the job to end")
+    finally:
+        launcher.close()
+
+
+def test_cancel_group_and_bad_options(cluster, tmp_path):
+    launcher = build_launcher(SimpleNamespace(name="slurm", options={"slurm_conf": cluster.conf}), str(tmp_path))
+    try:
+        procs = launcher.launch_group([_rank(tmp_path, r, "import time; time.sleep(120)") for r in range(2)])
+        assert launcher.group_node(0) == cluster.node
+        assert launcher.cancel_group(0) == procs[0].job.job_id
+        codes = [p.wait(20) for p in procs]
+        assert codes == [-signal.SIGTERM, -signal.SIGTERM], codes
+    finally:
+        launcher.close()
+    # A job still pending (held back by --begin) when the ranks are killed: scancel, non-zero codes.
+    pending = build_launcher(
+        SimpleNamespace(name="slurm", options={"slurm_conf": cluster.conf, "sbatch_args": ["--begin=now+300"], "start_timeout_s": 0.5}),
+        str(tmp_path / "pending"),
+    )
+    try:
+        procs = pending.launch_group([_rank(tmp_path / "pending", r, "pass") for r in range(2)])
+        assert [p.pid for p in procs] == [None, None] and [p.poll() for p in procs] == [None, None]
+        assert pending.job_state(0) == "PENDING"
+        for p in procs:
+            p.kill()
+        assert [p.wait(10) for p in procs] == [-signal.SIGKILL, -signal.SIGKILL]
+        wait_for(lambda: pending.job_state(0) == "CANCELLED", 10, "the pending job to be cancelled")
+    finally:
+        pending.close()
+    with pytest.raises(ValueError, match="unknown option.*bogus"):
+        build_launcher(SimpleNamespace(name="slurm", options={"slurm_conf": cluster.conf, "bogus": 1}), str(tmp_path))
+    with pytest.raises(ValueError, match="start slurmctld or set launcher.options.slurm_conf"):
+        dead = tmp_path / "dead.conf"
+        dead.write_text(open(cluster.conf).read().replace(f"SlurmctldPort={cluster.ctld_port}", "SlurmctldPort=9"))
+        build_launcher(SimpleNamespace(name="slurm", options={"slurm_conf": str(dead)}), str(tmp_path))
+    with pytest.raises(ValueError, match="no such file"):
+        build_launcher(SimpleNamespace(name="slurm", options={"slurm_conf": str(tmp_path / "nope.conf")}), str(tmp_path))
+
+
+def _steps(metrics, group):
+    return [m for m in metrics if m["group"] == group and m["rank"] == 0 and m["committed"]]
+
+
+def test_sigkilled_rank_relaunched_as_new_slurm_job_heals_from_peer(cluster, run_dir):
+    proc = start_job(
+        run_dir, *FAST, "launcher=slurm", f"launcher.options.slurm_conf={cluster.conf}",
+        "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=150",
+    )
+    metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
+    try:
+        wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 120, "group 1 to step")
+    except AssertionError:
+        proc.kill()
+        raise AssertionError(console(run_dir)[-3000:])
+    victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
+    assert victim["pid"] and victim["host"] == cluster.node
+    os.kill(victim["pid"], signal.SIGKILL)
+    code = proc.wait(timeout=240)
+    assert code == 0, console(run_dir)[-3000:]
+
+    events = read_jsonl(events_path)
+    started = [e for e in events if e["event"] == "job_started"][0]
+    assert started["launcher"] == "slurm" and started["hosts"] == [cluster.node]
+    exited = [e for e in events if e["event"] == "rank_exited" and e["group"] == 1 and e.get("signal") == "SIGKILL"]
+    assert exited and exited[0]["rank"] == 1
+    assert any(e["event"] == "group_failed" and e["group"] == 1 for e in events)
+    assert [e for e in events if e["event"] == "group_launched" and e["group"] == 1 and e["attempt"] == 1], "group 1 was not relaunched"
+    jobs = {a: json.loads((run_dir / "logs" / f"g1r0.a{a}.log.pid").read_text())["job_id"] for a in (0, 1)}
+    assert jobs[0] != jobs[1], "the relaunched group is a new Slurm job"
+    healed = [e for e in events if e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] == 1]
+    assert {e["rank"] for e in healed} == {0, 1}, "both ranks of the new group heal from a peer"
+    assert all(e["src_group"] == 0 and e["bytes"] > 0 for e in healed)
+    assert not any(e["event"] == "group_launched" and e["group"] == 0 and e["attempt"] > 0 for e in events)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["weights_consistent"] is True
+    assert summary["groups"]["1"]["restarts"] == 1
+    # every job of the run ended (close() waits for them)
+    out = cluster.run("squeue", "--noheader", "-o", "%i|%T").stdout.strip()
+    assert not out, out
