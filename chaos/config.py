@@ -11,8 +11,15 @@ from monarch_ft.config import ConfigError, JobConfig
 
 # Faults a restart answers (the group's processes are gone or killed) vs in-place ones.
 RESTART_KINDS = ("process_kill", "segfault", "sigterm", "hang", "node")
-IN_PLACE_KINDS = ("collective",)
+# Network faults on a simulated host's link (launcher=local_hosts): in place (no process
+# is touched), undone after duration_s; a partition longer than the supervisor's hang
+# timeout may still end in a restart, so the restart budget counts it.
+NETWORK_KINDS = ("partition", "slow_link")
+IN_PLACE_KINDS = ("collective",) + NETWORK_KINDS
 FAULT_KINDS = RESTART_KINDS + IN_PLACE_KINDS
+# In-place kinds: the event after which a commit of the target group (in the quorum)
+# counts as recovered: the rank acted on the fault / the link was restored.
+RECOVERY_MARKER = {"collective": "collective_fault_injected", "partition": "link_restored", "slow_link": "link_restored"}
 
 
 @dataclass
@@ -25,8 +32,12 @@ class FaultConfig:
     target: Optional[int] = None
     rank: int = 0
     # collective faults: abort | hang; hang lasts duration_s (longer than ft.timeout_s).
+    # partition / slow_link: how long the link stays cut / slow.
     mode: str = "abort"
     duration_s: float = 15.0
+    # slow_link: added latency (tc netem) and/or a rate limit ("1mbit"; netem or tbf).
+    delay_ms: float = 0.0
+    rate: Optional[str] = None
 
 
 @dataclass
@@ -88,13 +99,39 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultConfig]) -> None:
             raise ConfigError(f"{where}.at_s={f.at_s}: must be >= 0")
         if f.kind == "collective" and f.mode not in ("abort", "hang"):
             raise ConfigError(f"{where}.mode={f.mode!r}: collective faults are abort or hang")
-    restarts = sum(f.kind in RESTART_KINDS for f in faults)
+        if f.kind in NETWORK_KINDS:
+            _validate_network_fault(cfg, f, where)
+    budget_kinds = RESTART_KINDS + ("partition",)
+    restarts = sum(f.kind in budget_kinds for f in faults)
     # A full restart consumes one restart of every group; live recovery one of the target's.
-    fixed = [f.target for f in faults if f.kind in RESTART_KINDS and f.target is not None]
-    worst = max([fixed.count(t) for t in set(fixed)] + [0]) + sum(1 for f in faults if f.kind in RESTART_KINDS and f.target is None)
+    fixed = [f.target for f in faults if f.kind in budget_kinds and f.target is not None]
+    worst = max([fixed.count(t) for t in set(fixed)] + [0]) + sum(1 for f in faults if f.kind in budget_kinds and f.target is None)
     if ft.recovery == "full_restart" or ch.baseline:
         worst = restarts
     if worst > ft.max_restarts:
         raise ConfigError(
             f"the drill's {restarts} restarting faults need up to {worst} restarts of one group but ft.max_restarts={ft.max_restarts}: raise ft.max_restarts or inject fewer faults"
         )
+
+
+def _validate_network_fault(cfg: DrillConfig, f: FaultConfig, where: str) -> None:
+    options = cfg.launcher.options or {}
+    if cfg.launcher.name != "local" or options.get("simulated_hosts") is not True:
+        raise ConfigError(
+            f"{where}.kind={f.kind}: network faults need simulated hosts (one network namespace per group): use launcher=local_hosts (launcher.options.simulated_hosts=true)"
+        )
+    if f.duration_s <= 0:
+        raise ConfigError(f"{where}.duration_s={f.duration_s}: must be > 0 (how long the link stays {'cut' if f.kind == 'partition' else 'slow'})")
+    if f.kind == "slow_link":
+        if f.delay_ms < 0:
+            raise ConfigError(f"{where}.delay_ms={f.delay_ms}: must be >= 0")
+        if not f.delay_ms and not f.rate:
+            raise ConfigError(f"{where}: a slow_link needs delay_ms > 0 and/or a rate (e.g. rate: 1mbit)")
+        from monarch_ft.hosts import qdisc_supported
+
+        if f.delay_ms and not qdisc_supported("netem"):
+            raise ConfigError(
+                f"{where}.delay_ms={f.delay_ms:g}: this kernel has no tc netem qdisc (CONFIG_NET_SCH_NETEM) to add latency: give only a rate (delay_ms: 0, rate: 1mbit; tbf), or run on a kernel with netem"
+            )
+        if f.rate and not f.delay_ms and not qdisc_supported("tbf"):
+            raise ConfigError(f"{where}.rate={f.rate}: this kernel has no tc tbf qdisc (CONFIG_NET_SCH_TBF) to limit the rate")

@@ -61,6 +61,34 @@ def inject_collective(sup, group: int, fault: FaultConfig) -> dict:
     return {"mode": fault.mode, "request": path, "pid": sup.groups[group].ranks[fault.rank].proc.pid}
 
 
+def _hosts(sup, kind: str):
+    launcher = sup.launcher
+    if not getattr(launcher, "simulated_hosts", False):
+        raise RuntimeError(f"a {kind} fault needs simulated hosts: use launcher=local_hosts (launcher.options.simulated_hosts=true)")
+    return launcher
+
+
+def _on_restore(sup, group: int, kind: str) -> Callable[[dict], None]:
+    """Called (timer thread) when the link is back: the event recovery is measured from."""
+
+    def restored(info: dict) -> None:
+        sup.events.emit("link_restored", time=info["restored_at"], group=group, fault_kind=kind, lasted_s=info["lasted_s"])
+
+    return restored
+
+
+def inject_partition(sup, group: int, fault: FaultConfig) -> dict:
+    """The group's host drops off the network (its link down) for duration_s, then comes back."""
+    launcher = _hosts(sup, "partition")
+    return launcher.partition(group, fault.duration_s, on_restore=_on_restore(sup, group, "partition"))
+
+
+def inject_slow_link(sup, group: int, fault: FaultConfig) -> dict:
+    """The group's host link gets latency and/or a rate limit for duration_s."""
+    launcher = _hosts(sup, "slow_link")
+    return launcher.slow_link(group, fault.delay_ms, fault.rate, fault.duration_s, on_restore=_on_restore(sup, group, "slow_link"))
+
+
 INJECTORS: dict[str, Callable[..., dict]] = {
     "process_kill": inject_process_kill,
     "segfault": inject_segfault,
@@ -68,4 +96,6 @@ INJECTORS: dict[str, Callable[..., dict]] = {
     "hang": inject_hang,
     "node": inject_node,
     "collective": inject_collective,
+    "partition": inject_partition,
+    "slow_link": inject_slow_link,
 }

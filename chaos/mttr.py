@@ -9,8 +9,13 @@ Phases (seconds after injection):
   weights_recovered   the relaunched group's ranks all received the live weights
                       (full restart: they loaded the disk checkpoint);
   back_in_quorum      the failed group commits a step with every group it was with.
-MTTR is back_in_quorum. Also per fault: the survivors' longest stall between
-committed steps, steps lost (a committed step number that went back), and whether the
+MTTR is back_in_quorum. Network faults (partition, slow_link on a simulated host's link):
+detected is the first of the group failing (the supervisor restarted it) or a commit of
+another group without it (dropped from the quorum), None if neither happened (the job
+absorbed a slow link); replacement_up only if it was restarted; back_in_quorum is the
+group's first commit with every group it was with after the link was restored.
+Also per fault: the survivors' longest stall between committed steps, steps lost (a
+committed step number that went back), and whether the
 rejoined group's state hash equals the healthy groups' at the first step all report.
 """
 
@@ -18,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from chaos.config import RESTART_KINDS
+from chaos.config import NETWORK_KINDS, RESTART_KINDS
 
 PHASES = ("detected", "survivors_stepping", "replacement_up", "weights_recovered", "back_in_quorum")
 
@@ -42,6 +47,7 @@ def analyze_fault(
     events = [e for e in events if e["time"] < until]
     metrics = [m for m in metrics if m["time"] < until]
     restart = fault["kind"] in RESTART_KINDS
+    network = fault["kind"] in NETWORK_KINDS
     ev = sorted((e for e in events if e["time"] >= t0), key=lambda e: e["time"])
     commits = sorted((m for m in metrics if m["rank"] == 0 and m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
     refused = sorted((m for m in metrics if not m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
@@ -52,6 +58,11 @@ def analyze_fault(
     if restart:
         e = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
         times["detected"] = e and e["time"]
+    elif network:
+        failed = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
+        dropped = _first(commits, lambda m: m["group"] != g and g not in (m.get("participating_groups") or []))
+        seen = [x["time"] for x in (failed, dropped) if x]
+        times["detected"] = min(seen) if seen else None
     else:
         # The rank acts on the request at its next allreduce; the fault starts there.
         ack = _first(ev, lambda e: e["event"] == "collective_fault_injected" and e["group"] == g)
@@ -60,14 +71,16 @@ def analyze_fault(
     detected = times["detected"]
 
     if detected is not None:
-        if restart and not full_restart:
+        if (restart or network) and not full_restart:
             m = _first(commits, lambda m: m["group"] != g and g not in (m.get("participating_groups") or []) and m["time"] >= detected)
         else:
             m = _first(commits, lambda m: m["time"] >= detected)
         times["survivors_stepping"] = m and m["time"]
 
     new_attempt = fault["attempt"] + 1
-    if restart:
+    # A network fault that ended in a restart: phases as for a restart from then on.
+    relaunched = network and any(e["event"] == "group_launched" and e["group"] == g and e["attempt"] >= new_attempt for e in ev)
+    if restart or relaunched:
         first_ready: dict[int, float] = {}
         for e in ev:
             if e["event"] == "model_ready" and e["group"] == g and e["attempt"] >= new_attempt:
@@ -87,6 +100,10 @@ def analyze_fault(
         times["weights_recovered"] = times["replacement_up"]
 
     after = max((t for t in times.values() if t is not None), default=t0)
+    if network:
+        # Not back before the link is: the fault lasts duration_s.
+        restored = _first(ev, lambda e: e["event"] == "link_restored" and e["group"] == g)
+        after = max(after, restored["time"]) if restored else float("inf")
     want = members_before | {g}
     back = _first(
         commits,
@@ -94,7 +111,7 @@ def analyze_fault(
     )
     times["back_in_quorum"] = back and back["time"]
     phases = {k: (round(v - t0, 3) if v is not None else None) for k, v in times.items()}
-    if not restart:
+    if not restart and not relaunched:
         phases["replacement_up"] = None
         if not healed:
             phases["weights_recovered"] = None
