@@ -1,0 +1,72 @@
+"""The actor that runs one rank inside a Monarch proc (imported in the proc, not the supervisor).
+
+Kept apart from ``monarch_ft.launcher.monarch`` so a proc imports only what a rank needs.
+The trainer runs in a worker thread of the actor's event loop, so the actor keeps
+answering ``info``/``signal`` while ``run`` is in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import importlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+
+from monarch.actor import Actor, endpoint
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """The proc runs under a tiny ``sh`` that records its exit status; if that shell is
+    killed (Monarch's stop escalating, a node going away), the kernel kills the rank too."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
+def _train(spec_path: str) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from monarch_ft.trainer import RankSpec, train
+
+    with open(spec_path) as f:
+        spec = RankSpec(**json.load(f))
+    train(spec)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return 0
+
+
+class RankActor(Actor):
+    """One rank of a replica group: ``run(spec_path)`` is ``monarch_ft.worker``'s ``train()`` call."""
+
+    def __init__(self) -> None:
+        _die_with_parent()
+        self._running = False
+
+    @endpoint
+    async def info(self) -> dict:
+        return {"pid": os.getpid(), "ppid": os.getppid(), "host": socket.gethostname()}
+
+    @endpoint
+    async def run(self, spec_path: str, entry: str = "monarch_ft.launcher._monarch_actor:_train") -> int:
+        """Calls ``entry(spec_path)`` (``module:function``; train() by default) in a worker thread."""
+        module, _, name = entry.partition(":")
+        fn = getattr(importlib.import_module(module), name)
+        # train() returns once the rank reported rank_finished; what it leaves behind
+        # (torchft's native threads) is ended with the proc when the launcher stops the mesh.
+        self._running = True
+        try:
+            return await asyncio.to_thread(fn, spec_path)
+        finally:
+            self._running = False
+
+    @endpoint
+    async def signal(self, sig: int) -> None:
+        os.kill(os.getpid(), sig)

@@ -1,0 +1,536 @@
+"""Ranks as Monarch actors: one proc mesh per replica group (``launcher=monarch``).
+
+Each launch of a group spawns a fresh proc mesh of M procs (``spawn_procs(per_host={"procs": M})``
+on this host by default, or on the hosts of a Monarch ``SlurmJob`` with ``allocator: slurm``) and
+one :class:`~monarch_ft.launcher._monarch_actor.RankActor` per proc; its ``run(spec_path)``
+endpoint calls :func:`monarch_ft.trainer.train` and the launcher holds that call's future.
+
+How a rank's fate is known (:meth:`MonarchRank.poll`), most precise first:
+
+1. the ``run`` future: a value is a clean exit (0); an ``ActorError`` (train() raised) is 1;
+2. the exit status of the proc's own process, recorded by the tiny ``sh`` each proc is
+   bootstrapped under (``$?`` of the Python proc: 128+N becomes -N, as subprocess reports a
+   signal); this gives the real signal of a SIGKILL/SIGSEGV at once;
+3. Monarch's supervision: the ``run`` future failing with a ``SupervisionError`` or a
+   ``MeshFailure`` delivered to the client (``unhandled_fault_hook``), whose report carries
+   ``Killed(sig=N)`` or ``exited with non-zero code N`` and the rank's point;
+4. the pid is gone and none of the above arrived within ``exit_grace_s``: 1.
+
+Monarch's own supervision alone is too slow and, with a short poll, not reliable enough here
+(its actor-mesh poll defaults to ~10 s; at 1 s it sometimes missed a SIGKILL on 2 loaded cores),
+hence (2). Pids come from the actors themselves (``info()``: the proc's ``os.getpid()`` and its
+wrapper's pid), so a fault injector, psutil and the supervisor's hang check see the real process.
+
+``kill()`` on any rank stops the whole group: SIGKILL to every local process of the mesh, then
+``ProcMesh.stop()``, then a check that the processes are gone. A group whose ranks all returned
+is stopped in the background (train() leaves torchft threads behind; the proc ends with the mesh).
+
+Known weak spot: the Monarch controller is this launcher's process, i.e. the supervisor. It owns
+every proc mesh and receives all supervision; if it dies, the meshes die with it
+(``mesh_bootstrap_enable_pdeathsig``) and nothing restarts the job. It is a single point of
+failure, as for the local launcher; TorchFT's Lighthouse is equally a single process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Any, Optional
+
+import psutil
+
+from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess
+
+log = logging.getLogger("monarch_ft.launcher.monarch")
+
+DEFAULT_ENTRY = "monarch_ft.launcher._monarch_actor:_train"
+
+OPTION_DEFAULTS: dict[str, Any] = {
+    # local: procs on this host (this_host()); slurm: each group on the hosts of its own SlurmJob.
+    "allocator": "local",
+    # Monarch's actor-mesh supervision poll (HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY).
+    "supervision_poll": "2s",
+    # Spawning a group's procs and actors, up to the actors answering info().
+    "spawn_timeout_s": 120.0,
+    # ProcMesh.stop() when a group is killed or finished.
+    "stop_timeout_s": 15.0,
+    # After a rank's process is gone, how long to wait for its exit status before assuming 1.
+    "exit_grace_s": 3.0,
+    # Settings of monarch.job.SlurmJob for allocator=slurm.
+    "slurm": {},
+}
+SLURM_KEYS = {
+    "nodes_per_group",
+    "partition",
+    "time_limit",
+    "slurm_args",
+    "job_name",
+    "account",
+    "qos",
+    "job_start_timeout",
+    "monarch_port",
+    "exclusive",
+    "gpus_per_node",
+    "cpus_per_task",
+    "mem",
+}
+ALLOCATORS = ("local", "slurm")
+
+# The proc runs under sh: cd, send all output to the rank's log, run the Python proc in the
+# foreground, record its $? atomically, exit with it (Monarch then sees the same status).
+_WRAPPER = (
+    'cd "$MONARCH_FT_CWD" || exit 97; '
+    'exec >>"$MONARCH_FT_LOG" 2>&1 </dev/null; '
+    '"$0" "$@"; code=$?; '
+    'echo "$code" >"$MONARCH_FT_EXIT.tmp" && mv -f "$MONARCH_FT_EXIT.tmp" "$MONARCH_FT_EXIT"; '
+    "exit $code"
+)
+
+_POINT = re.compile(r"\{'[^']+': (\d+)/(\d+)\}")
+_KILLED = re.compile(r"Killed\(sig=(\d+)")
+_EXITED = re.compile(r"exited with non-zero code (-?\d+)")
+
+
+def _shell_code(code: int) -> int:
+    """``$?`` of a shell: 128+N means killed by signal N."""
+    return -(code - 128) if 128 < code < 128 + 65 else code
+
+
+def exit_code_from_report(text: str) -> Optional[int]:
+    """The exit code Monarch reports for a dead proc (its wrapper ``sh``), or None."""
+    m = _KILLED.search(text)
+    if m:
+        return -int(m.group(1))
+    m = _EXITED.search(text)
+    if m:
+        return _shell_code(int(m.group(1)))
+    return None
+
+
+# --------------------------------------------------------------------- supervision
+_registry_lock = threading.Lock()
+_mesh_groups: dict[str, "_Group"] = {}
+_hook_installed = False
+
+
+def _fault_hook(failure) -> None:
+    """Replaces Monarch's default (exit the client with 1): the supervisor decides."""
+    try:
+        name = failure.mesh_name
+        report = failure.report()
+    except Exception as e:  # pragma: no cover - defensive
+        log.warning("unreadable Monarch mesh failure: %s", e)
+        return
+    with _registry_lock:
+        group = _mesh_groups.get(name)
+    if group is None:
+        # Monarch's own per-mesh helpers (the logger mesh) report the same death again.
+        log.debug("Monarch failure on an untracked mesh %s: %s", name, report[:300])
+        return
+    group.on_failure(report)
+
+
+def _install_hook() -> None:
+    global _hook_installed
+    if _hook_installed:
+        return
+    import monarch.actor
+
+    monarch.actor.unhandled_fault_hook = _fault_hook
+    _hook_installed = True
+
+
+def _alive(pid: Optional[int]) -> bool:
+    if pid is None:
+        return False
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _rank_entry_and_spec(r: RankLaunch) -> tuple[str, str]:
+    entry = r.extra.get("monarch_entry", DEFAULT_ENTRY)
+    if "monarch_spec" in r.extra:
+        return entry, r.extra["monarch_spec"]
+    argv = list(r.argv)
+    if len(argv) >= 4 and argv[1:3] == ["-m", "monarch_ft.worker"]:
+        return entry, argv[3]
+    raise ValueError(
+        f"launcher=monarch runs ranks as actors calling train(spec); it cannot run argv {argv[:4]} "
+        "(expected [python, -m, monarch_ft.worker, SPEC.json])"
+    )
+
+
+# --------------------------------------------------------------------- ranks
+class MonarchRank(RankProcess):
+    def __init__(self, group: "_Group", index: int, launch: RankLaunch, exit_path: str) -> None:
+        self.group = group
+        self.index = index
+        self.launch = launch
+        self.exit_path = exit_path
+        self.proc_pid: Optional[int] = None
+        self.wrapper_pid: Optional[int] = None
+        self.host: str = ""
+        self.local = True
+        self.future = None
+        self.result: Optional[tuple[str, Any]] = None  # ("ok", value) | ("actor_error", msg) | ("supervision", msg)
+        self.failure_report: Optional[str] = None
+        self.code: Optional[int] = None
+        self.gone_since: Optional[float] = None
+        self._lock = threading.Lock()
+
+    # what the supervisor sees
+    @property
+    def pid(self) -> Optional[int]:
+        return self.proc_pid if self.local else None
+
+    def _watch(self) -> None:
+        try:
+            value = self.future.get()
+            self.result = ("ok", value)
+        except Exception as e:
+            from monarch.actor import ActorError
+
+            kind = "actor_error" if isinstance(e, ActorError) else "supervision"
+            self.result = (kind, f"{type(e).__name__}: {e}")
+
+    def _exit_file(self) -> Optional[int]:
+        try:
+            with open(self.exit_path) as f:
+                return _shell_code(int(f.read().strip()))
+        except (OSError, ValueError):
+            return None
+
+    def poll(self) -> Optional[int]:
+        with self._lock:
+            if self.code is not None:
+                return self.code
+            code = self._verdict()
+            if code is not None:
+                self.code = code
+                self.group.rank_done(self)
+            return self.code
+
+    def _verdict(self) -> Optional[int]:
+        res = self.result
+        if res is not None and res[0] == "ok":
+            return 0
+        if res is not None and res[0] == "actor_error":
+            return 1
+        code = self._exit_file()
+        if code is not None:
+            return code
+        for text in (res[1] if res is not None else None, self.failure_report):
+            if text:
+                c = exit_code_from_report(text)
+                if c is not None:
+                    return c
+        if self.group.killed:
+            return -signal.SIGKILL
+        if res is not None or self.failure_report is not None:
+            # Monarch says it failed but not how: wait a little for the status file.
+            return self._after_grace()
+        if self.local and not _alive(self.proc_pid):
+            return self._after_grace()
+        return None
+
+    def _after_grace(self) -> Optional[int]:
+        now = time.time()
+        if self.gone_since is None:
+            self.gone_since = now
+        return 1 if now - self.gone_since >= self.group.launcher.exit_grace_s else None
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is not None:
+            return
+        if self.local and self.proc_pid is not None:
+            try:
+                os.kill(self.proc_pid, sig)
+            except ProcessLookupError:
+                pass
+            return
+        fut = self.group.actors.slice(procs=self.index).signal.call_one(int(sig))
+        threading.Thread(target=lambda: _quiet_get(fut, 10.0), daemon=True).start()
+
+    def kill(self) -> None:
+        self.group.kill()
+
+    def wait(self, timeout: float) -> Optional[int]:
+        deadline = time.time() + timeout
+        while True:
+            code = self.poll()
+            if code is not None or time.time() >= deadline:
+                return code
+            time.sleep(0.05)
+
+
+def _quiet_get(fut, timeout: float) -> None:
+    try:
+        fut.get(timeout=timeout)
+    except Exception:
+        pass
+
+
+# --------------------------------------------------------------------- groups
+class _Group:
+    """One launch attempt of one replica group: a proc mesh and its rank actors."""
+
+    def __init__(self, launcher: "MonarchLauncher", group: int, attempt: int) -> None:
+        self.launcher = launcher
+        self.group = group
+        self.attempt = attempt
+        self.name = f"g{group}a{attempt}"
+        self.procs = None
+        self.actors = None
+        self.mesh_name: Optional[str] = None
+        self.ranks: list[MonarchRank] = []
+        self.killed = False
+        self.stopped = False
+        self._stop_lock = threading.Lock()
+
+    def on_failure(self, report: str) -> None:
+        m = _POINT.search(report)
+        if m is None:
+            for r in self.ranks:
+                r.failure_report = r.failure_report or report
+            return
+        i = int(m.group(1))
+        if 0 <= i < len(self.ranks) and self.ranks[i].failure_report is None:
+            self.ranks[i].failure_report = report
+
+    def local_pids(self) -> list[int]:
+        return [p for r in self.ranks if r.local for p in (r.proc_pid, r.wrapper_pid) if p]
+
+    def rank_done(self, rank: MonarchRank) -> None:
+        # Every rank returned from train(): stop the mesh (the procs still hold torchft threads).
+        if not self.killed and self.ranks and all(r.code == 0 for r in self.ranks):
+            threading.Thread(target=self.stop, name=f"stop-{self.name}", daemon=True).start()
+
+    def kill(self) -> None:
+        with self._stop_lock:
+            if not self.killed:
+                self.killed = True
+                for pid in self.local_pids():
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        self.stop()
+
+    def stop(self) -> None:
+        with self._stop_lock:
+            if self.stopped:
+                return
+            self.stopped = True
+            t0 = time.time()
+            if self.procs is not None:
+                try:
+                    self.procs.stop(f"monarch_ft: group {self.group} attempt {self.attempt} done").get(
+                        timeout=self.launcher.stop_timeout_s
+                    )
+                except Exception as e:
+                    log.warning("stopping proc mesh %s: %s", self.name, e)
+            left = [p for p in self.local_pids() if _alive(p)]
+            for pid in left:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            procs = []
+            for pid in left:
+                try:
+                    procs.append(psutil.Process(pid))
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(procs, timeout=5.0)
+            with _registry_lock:
+                if self.mesh_name:
+                    _mesh_groups.pop(self.mesh_name, None)
+            log.info("group %s stopped in %.2fs", self.name, time.time() - t0)
+
+
+# --------------------------------------------------------------------- launcher
+class MonarchLauncher(Launcher):
+    name = "monarch"
+
+    def __init__(self, run_dir: str, options: dict[str, Any]) -> None:
+        self.run_dir = os.path.abspath(run_dir)
+        self.options = options
+        self.allocator = options["allocator"]
+        self.spawn_timeout_s = float(options["spawn_timeout_s"])
+        self.stop_timeout_s = float(options["stop_timeout_s"])
+        self.exit_grace_s = float(options["exit_grace_s"])
+        self.slurm_options = dict(options["slurm"])
+        self.groups: dict[int, _Group] = {}
+        self.all_groups: list[_Group] = []
+        self._host_meshes: dict[int, Any] = {}
+        self._slurm_jobs: dict[int, Any] = {}
+        self._slurm_hosts: dict[int, list[str]] = {}
+        self._status_dir = os.path.join(self.run_dir, "monarch")
+        os.makedirs(self._status_dir, exist_ok=True)
+        os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", str(options["supervision_poll"]))
+        _install_hook()
+
+    # ------------------------------------------------------------ hosts
+    def _host_mesh(self, group: int):
+        if self.allocator == "local":
+            from monarch.actor import this_host
+
+            return this_host()
+        if group not in self._host_meshes:
+            self._allocate_slurm(group)
+        return self._host_meshes[group]
+
+    def _allocate_slurm(self, group: int) -> None:
+        if shutil.which("sbatch") is None or shutil.which("squeue") is None:
+            raise RuntimeError("launcher=monarch allocator=slurm needs Slurm's sbatch and squeue on PATH")
+        from monarch.job import SlurmJob
+
+        opts = dict(self.slurm_options)
+        nodes = int(opts.pop("nodes_per_group", 1))
+        mesh = f"group{group}"
+        job = SlurmJob(
+            meshes={mesh: nodes},
+            python_exe=sys.executable,
+            log_dir=os.path.join(self.run_dir, "logs"),
+            job_name=opts.pop("job_name", f"monarch_ft_g{group}"),
+            slurm_args=list(opts.pop("slurm_args", [])),
+            **opts,
+        )
+        job.apply()
+        state = job.state(cached_path=None)
+        self._slurm_jobs[group] = job
+        self._host_meshes[group] = getattr(state, mesh)
+        self._slurm_hosts[group] = list(getattr(job, "_all_hostnames", []) or [])
+
+    def group_host(self, group: int) -> str:
+        if self.allocator == "local":
+            return "127.0.0.1"
+        self._host_mesh(group)
+        hosts = self._slurm_hosts.get(group) or []
+        return socket.gethostbyname(hosts[0]) if hosts else socket.gethostbyname(socket.gethostname())
+
+    def control_host(self) -> str:
+        if self.allocator == "local":
+            return "127.0.0.1"
+        return socket.gethostbyname(socket.gethostname())
+
+    def describe(self) -> dict:
+        if self.allocator == "local":
+            return {"launcher": self.name, "allocator": "local", "hosts": "localhost"}
+        return {"launcher": self.name, "allocator": self.allocator, "hosts": {str(g): h for g, h in self._slurm_hosts.items()}}
+
+    # ------------------------------------------------------------ launch
+    def _bootstrap(self, ranks: list[RankLaunch], exits: list[str]):
+        from monarch._src.actor.host_mesh import default_bootstrap_cmd
+        from monarch._rust_bindings.monarch_hyperactor.host_mesh import BootstrapCommand
+
+        base = default_bootstrap_cmd()
+        base_env = {k: v for k, v in base.env.items() if v is not None}
+
+        def per_rank(point) -> "BootstrapCommand":
+            i = point.rank % len(ranks)
+            r = ranks[i]
+            env = {**r.env, **base_env, "MONARCH_FT_CWD": r.cwd, "MONARCH_FT_LOG": r.log_path, "MONARCH_FT_EXIT": exits[i]}
+            return BootstrapCommand("/bin/sh", None, ["-c", _WRAPPER, base.program, *base.args], env, False)
+
+        return per_rank
+
+    def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
+        if not ranks:
+            return []
+        g, attempt = ranks[0].group, ranks[0].attempt
+        group = _Group(self, g, attempt)
+        exits = []
+        for r in ranks:
+            os.makedirs(os.path.dirname(r.log_path), exist_ok=True)
+            path = os.path.join(self._status_dir, f"g{g}r{r.rank}.a{attempt}.exit")
+            for p in (path, path + ".tmp"):
+                if os.path.exists(p):
+                    os.remove(p)
+            exits.append(path)
+        entries = [_rank_entry_and_spec(r) for r in ranks]
+        group.ranks = [MonarchRank(group, i, r, exits[i]) for i, r in enumerate(ranks)]
+        try:
+            from monarch_ft.launcher._monarch_actor import RankActor
+
+            host = self._host_mesh(g)
+            group.procs = host.spawn_procs(
+                per_host={"procs": len(ranks)}, name=group.name, bootstrap_command=self._bootstrap(ranks, exits)
+            )
+            group.actors = group.procs.spawn("rank", RankActor)
+            group.mesh_name = group.actors._name.get(timeout=self.spawn_timeout_s)
+            with _registry_lock:
+                _mesh_groups[group.mesh_name] = group
+            infos = group.actors.info.call().get(timeout=self.spawn_timeout_s)
+            here = socket.gethostname()
+            for point, info in infos.items():
+                rank = group.ranks[point.rank]
+                rank.proc_pid, rank.wrapper_pid, rank.host = info["pid"], info["ppid"], info["host"]
+                rank.local = self.allocator == "local" or info["host"] == here
+            for i, rank in enumerate(group.ranks):
+                entry, spec = entries[i]
+                rank.future = group.actors.slice(procs=i).run.call_one(spec, entry)
+                threading.Thread(target=rank._watch, name=f"watch-g{g}r{i}", daemon=True).start()
+        except BaseException:
+            group.kill()
+            raise
+        old = self.groups.get(g)
+        if old is not None and not old.stopped:
+            old.kill()
+        self.groups[g] = group
+        self.all_groups.append(group)
+        return list(group.ranks)
+
+    def close(self) -> None:
+        for group in self.all_groups:
+            if not group.stopped:
+                group.kill()
+        for job in self._slurm_jobs.values():
+            try:
+                job.kill()
+            except Exception as e:
+                log.warning("releasing the Slurm allocation: %s", e)
+        self._slurm_jobs.clear()
+
+
+def _validate(options: dict) -> dict[str, Any]:
+    options = dict(options or {})
+    unknown = sorted(set(options) - set(OPTION_DEFAULTS))
+    if unknown:
+        raise ValueError(f"launcher=monarch: unknown option(s) {unknown}; known: {sorted(OPTION_DEFAULTS)}")
+    merged = {**OPTION_DEFAULTS, **options}
+    if merged["allocator"] not in ALLOCATORS:
+        raise ValueError(f"launcher=monarch: allocator must be one of {list(ALLOCATORS)}, got {merged['allocator']!r}")
+    for key in ("spawn_timeout_s", "stop_timeout_s", "exit_grace_s"):
+        try:
+            value = float(merged[key])
+        except (TypeError, ValueError):
+            raise ValueError(f"launcher=monarch: {key} must be a number, got {merged[key]!r}") from None
+        if value <= 0:
+            raise ValueError(f"launcher=monarch: {key} must be > 0, got {value}")
+    if not re.fullmatch(r"\s*\d+(\.\d+)?\s*(ms|s|m)\s*", str(merged["supervision_poll"])):
+        raise ValueError(f"launcher=monarch: supervision_poll must be a duration like '2s' or '500ms', got {merged['supervision_poll']!r}")
+    slurm = dict(merged["slurm"] or {})
+    bad = sorted(set(slurm) - SLURM_KEYS)
+    if bad:
+        raise ValueError(f"launcher=monarch: unknown slurm option(s) {bad}; known: {sorted(SLURM_KEYS)}")
+    merged["slurm"] = slurm
+    return merged
+
+
+def build(cfg, run_dir: str) -> MonarchLauncher:
+    options = _validate(dict(cfg.options or {}))
+    try:
+        import monarch.actor  # noqa: F401
+    except ImportError as e:
+        raise ValueError(f"launcher=monarch needs torchmonarch (pip install torchmonarch==0.7.0): {e}") from None
+    return MonarchLauncher(run_dir, options)

@@ -1,0 +1,171 @@
+"""launcher=monarch: real Monarch proc meshes and actors on this machine (no mocks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import FAST, PRETRAIN, REPO, console, read_jsonl, start_job, wait_for
+
+monarch = pytest.importorskip("monarch.actor", reason="torchmonarch is not installed (pip install torchmonarch==0.7.0)")
+
+from monarch_ft.config import LauncherConfig  # noqa: E402
+from monarch_ft.launcher import RankLaunch, build_launcher  # noqa: E402
+
+TESTS = Path(__file__).resolve().parent
+
+
+def trivial_rank(spec_path: str) -> int:
+    """Entry of the trivial ranks (runs inside a Monarch proc): report, then sleep or return."""
+    with open(spec_path) as f:
+        spec = json.load(f)
+    print(f"trivial rank {spec['rank']} pid {os.getpid()}", flush=True)
+    with open(spec["mark"] + ".tmp", "w") as f:
+        json.dump({"pid": os.getpid(), "env": os.environ.get("MFT_TEST_VAR"), "cwd": os.getcwd(), "omp": os.environ.get("OMP_NUM_THREADS")}, f)
+    os.replace(spec["mark"] + ".tmp", spec["mark"])
+    time.sleep(spec["sleep"])
+    return 0
+
+
+def monarch_procs() -> list[psutil.Process]:
+    """Live Monarch procs (bootstrap_main) spawned by this process or its children."""
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and any("bootstrap_main" in a for a in p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
+def all_monarch_procs() -> set[int]:
+    """Every live Monarch proc on the machine (by command line), wherever its parent is."""
+    pids = set()
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and any("monarch._src.actor.bootstrap_main" in a for a in (p.info["cmdline"] or [])):
+                pids.add(p.pid)
+        except psutil.Error:
+            pass
+    return pids
+
+
+def _ranks(run_dir: Path, attempt: int, sleeps: list[float]) -> list[RankLaunch]:
+    out = []
+    for r, sleep in enumerate(sleeps):
+        spec = run_dir / f"r{r}.a{attempt}.json"
+        spec.write_text(json.dumps({"rank": r, "sleep": sleep, "mark": str(run_dir / f"r{r}.a{attempt}.mark")}))
+        env = dict(os.environ, MFT_TEST_VAR=f"v{r}", OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]))
+        out.append(
+            RankLaunch(
+                group=0,
+                rank=r,
+                attempt=attempt,
+                argv=[sys.executable, "-m", "monarch_ft.worker", str(spec)],
+                env=env,
+                log_path=str(run_dir / "logs" / f"g0r{r}.a{attempt}.log"),
+                cwd=str(run_dir),
+                extra={"monarch_entry": "test_launcher_monarch:trivial_rank"},
+            )
+        )
+    return out
+
+
+def test_unknown_options_are_rejected(tmp_path):
+    with pytest.raises(ValueError, match="bogus"):
+        build_launcher(LauncherConfig(name="monarch", options={"bogus": 1}), str(tmp_path))
+    with pytest.raises(ValueError, match="allocator"):
+        build_launcher(LauncherConfig(name="monarch", options={"allocator": "yarn"}), str(tmp_path))
+    with pytest.raises(ValueError, match="nodez"):
+        build_launcher(LauncherConfig(name="monarch", options={"slurm": {"nodez": 2}}), str(tmp_path))
+
+
+def test_sigkilled_actor_proc_is_reported_and_kill_leaves_nothing(tmp_path):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    launcher = build_launcher(LauncherConfig(name="monarch", options={}), str(run_dir))
+    try:
+        procs = launcher.launch_group(_ranks(run_dir, 0, [120, 120]))
+        assert launcher.describe()["launcher"] == "monarch"
+        pids = [p.pid for p in procs]
+        assert all(pids) and len(set(pids)) == 2 and os.getpid() not in pids
+        marks = [wait_for(lambda r=r: (run_dir / f"r{r}.a0.mark").exists(), 60, f"rank {r} to run") for r in range(2)]
+        assert all(marks)
+        for r in range(2):
+            mark = json.loads((run_dir / f"r{r}.a0.mark").read_text())
+            # The rank's env, cwd and pid are those of the actor's own process.
+            assert mark == {"pid": pids[r], "env": f"v{r}", "cwd": str(run_dir), "omp": "1"}
+        assert [p.poll() for p in procs] == [None, None]
+
+        t0 = time.time()
+        procs[1].send_signal(signal.SIGKILL)
+        assert procs[1].wait(15) == -signal.SIGKILL
+        detected = time.time() - t0
+        assert procs[0].poll() is None, "the other rank keeps running until the group is killed"
+
+        for p in procs:
+            p.kill()
+        assert [p.wait(15) for p in procs] == [-signal.SIGKILL, -signal.SIGKILL]
+        assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        wait_for(lambda: not monarch_procs(), 15, "every Monarch proc to exit")
+        assert "trivial rank 0" in (run_dir / "logs" / "g0r0.a0.log").read_text(), "rank output goes to its log"
+
+        # The group relaunches as a fresh mesh; ranks that return exit 0 and the mesh goes away.
+        again = launcher.launch_group(_ranks(run_dir, 1, [0, 0]))
+        assert {p.pid for p in again}.isdisjoint(pids)
+        assert [p.wait(60) for p in again] == [0, 0]
+        wait_for(lambda: not monarch_procs(), 30, "the finished group's procs to exit")
+        print(f"SIGKILL detected in {detected:.2f}s")
+    finally:
+        launcher.close()
+    assert not monarch_procs()
+
+
+def test_pretrain_on_monarch_sigkilled_rank_restarts_and_heals(run_dir):
+    before = all_monarch_procs()
+    proc = start_job(
+        run_dir,
+        *FAST,
+        "launcher=monarch",
+        "ft.replica_groups=2",
+        "ft.ranks_per_group=2",
+        "training.steps=150",
+    )
+    try:
+        metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
+        wait_for(lambda: len([m for m in read_jsonl(metrics_path) if m["group"] == 1 and m["rank"] == 0]) >= 5, 150, "group 1 to step")
+        victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
+        assert victim["pid"] and victim["pid"] != proc.pid
+        os.kill(victim["pid"], signal.SIGKILL)
+        code = proc.wait(timeout=240)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert code == 0, console(run_dir)[-3000:]
+
+    events = read_jsonl(events_path)
+    started = [e for e in events if e["event"] == "job_started"][0]
+    assert started["launcher"] == "monarch"
+    exited = [e for e in events if e["event"] == "rank_exited" and e["group"] == 1 and e.get("signal") == "SIGKILL"]
+    assert exited and exited[0]["rank"] == 1
+    assert any(e["event"] == "group_failed" and e["group"] == 1 for e in events)
+    relaunch = [e for e in events if e["event"] == "rank_launched" and e["group"] == 1 and e["attempt"] == 1]
+    assert {e["rank"] for e in relaunch} == {0, 1}, "group 1's mesh was respawned"
+    assert not {e["pid"] for e in relaunch} & {e["pid"] for e in events if e["event"] == "rank_launched" and e["attempt"] == 0}
+    healed = [e for e in events if e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] == 1]
+    assert {e["rank"] for e in healed} == {0, 1}, "both ranks of the new group heal from a peer"
+    assert all(e["src_group"] == 0 and e["bytes"] > 0 for e in healed)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["weights_consistent"] is True
+    assert summary["groups"]["1"]["restarts"] == 1 and summary["groups"]["0"]["restarts"] == 0
+    assert summary["status"] == "completed"
+    # No Monarch proc of this job is left (their command lines do not name the run dir).
+    wait_for(lambda: not (all_monarch_procs() - before), 15, "every Monarch proc of the job to exit")
