@@ -53,14 +53,14 @@ def test_cluster_starts_and_leaves_nothing_running(tmp_path):
     assert not [p for p in daemons if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
-def _rank(tmp_path, rank: int, code: str) -> RankLaunch:
+def _rank(tmp_path, rank: int, code: str, attempt: int = 0) -> RankLaunch:
     return RankLaunch(
         group=0,
         rank=rank,
-        attempt=0,
+        attempt=attempt,
         argv=[sys.executable, "-c", code],
         env=dict(os.environ),
-        log_path=str(tmp_path / "logs" / f"g0r{rank}.a0.log"),
+        log_path=str(tmp_path / "logs" / f"g0r{rank}.a{attempt}.log"),
         cwd=str(tmp_path),
     )
 
@@ -96,6 +96,18 @@ def test_cancel_group_and_bad_options(cluster, tmp_path):
         assert launcher.cancel_group(0) == procs[0].job.job_id
         codes = [p.wait(20) for p in procs]
         assert codes == [-signal.SIGTERM, -signal.SIGTERM], codes
+
+        # A node fault through Slurm: the node goes DOWN, its job fails, resume brings it back.
+        procs = launcher.launch_group([_rank(tmp_path, r, "import time; time.sleep(120)", attempt=1) for r in range(2)])
+        launcher.drain_node(cluster.node, reason="test node fault")
+        codes = [p.wait(20) for p in procs]
+        assert all(c is not None and c != 0 for c in codes), codes
+        wait_for(lambda: launcher.job_state(0) == "NODE_FAIL", 10, "the job to fail with its node")
+        assert cluster.node_state().startswith("down")
+        launcher.resume_node(cluster.node)
+        wait_for(lambda: cluster.node_state() == "idle", 20, "the node to come back")
+        procs = launcher.launch_group([_rank(tmp_path, r, "pass", attempt=2) for r in range(2)])
+        assert [p.wait(20) for p in procs] == [0, 0]
     finally:
         launcher.close()
     # A job still pending (held back by --begin) when the ranks are killed: scancel, non-zero codes.

@@ -560,8 +560,8 @@ def build(cfg, run_dir: str) -> SlurmLauncher:
             merged[key] = float(merged[key])
         except (TypeError, ValueError):
             raise ConfigError(f"launcher.options.{key}={merged[key]!r}: must be a number")
-        if merged[key] <= 0 and key == "poll_interval_s" or merged[key] < 0:
-            raise ConfigError(f"launcher.options.{key}={merged[key]}: must be > 0")
+        if merged[key] < 0 or (key == "poll_interval_s" and merged[key] == 0):
+            raise ConfigError(f"launcher.options.{key}={merged[key]}: must be {'> 0' if key == 'poll_interval_s' else '>= 0'}")
     if not isinstance(merged["cpus_per_task"], int) or merged["cpus_per_task"] < 1:
         raise ConfigError(f"launcher.options.cpus_per_task={merged['cpus_per_task']!r}: must be an integer >= 1")
     launcher = SlurmLauncher(run_dir, merged)

@@ -210,7 +210,6 @@ class LocalSlurmCluster:
         ]
         with open(self.conf, "w") as f:
             f.write("\n".join(lines) + "\n")
-        # slurmd looks for cgroup.conf next to slurm.conf only when a cgroup plugin is used.
 
     def _start_munged(self) -> None:
         m = os.path.join(self.workdir, "munge")
@@ -307,8 +306,9 @@ class LocalSlurmCluster:
                     pass
             time.sleep(0.1)
             left = self.leftover_processes()
-        self.procs.clear() if not left else None
-        if left:
+        if not left:
+            self.procs.clear()
+        else:
             raise SlurmClusterError(f"processes left behind after stopping the cluster: {[(p.pid, p.name()) for p in left]}")
 
 
@@ -316,6 +316,13 @@ def _current_user() -> str:
     import pwd
 
     return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def build(cfg, run_dir: str):
+    """This module sits among the launchers but is none: say what to use instead."""
+    from monarch_ft.config import ConfigError
+
+    raise ConfigError("launcher=slurm_cluster is not a launcher (it starts a local Slurm cluster): use launcher=slurm launcher.options.slurm_conf=CONF")
 
 
 def main(argv: list[str]) -> int:
