@@ -318,13 +318,6 @@ def _current_user() -> str:
     return pwd.getpwuid(os.geteuid()).pw_name
 
 
-def build(cfg, run_dir: str):
-    """This module sits among the launchers but is none: say what to use instead."""
-    from monarch_ft.config import ConfigError
-
-    raise ConfigError("launcher=slurm_cluster is not a launcher (it starts a local Slurm cluster): use launcher=slurm launcher.options.slurm_conf=CONF")
-
-
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m monarch_ft.launcher.slurm_cluster WORKDIR", file=sys.stderr)
