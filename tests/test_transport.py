@@ -490,3 +490,22 @@ def test_mooncake_rdma_round_trip():
         pytest.skip(f"no RDMA NIC: {found.reason}")
     _mooncake_or_skip()
     _mooncake_round_trip("mooncake-rdma")
+
+
+def test_checksum_negotiation_and_windows():
+    from monarch_ft.transport import checksum as ck
+    from monarch_ft.transport.header import byte_view, memview
+
+    assert ck.pick(["nope", "crc32"]) == "crc32"
+    with pytest.raises(ValueError, match="no common checksum"):
+        ck.pick(["nope"])
+    t = torch.rand((3 << 20) // 4 + 5)
+    m = memview(byte_view(t, t.numel() * 4))
+    for algo in ck.PREFERRED:  # streamed window by window == one pass
+        v = 0
+        for w in range(0, len(m), ck.WINDOW):
+            v = ck.update(algo, m[w : w + ck.WINDOW], v)
+        assert v & 0xFFFFFFFF == ck.checksum(algo, [m])
+        flipped = bytearray(m)
+        flipped[12345] ^= 1
+        assert ck.checksum(algo, [memoryview(flipped)]) != ck.checksum(algo, [m])

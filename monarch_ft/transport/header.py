@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 from torch.utils._pytree import keystr, tree_flatten_with_path, tree_unflatten, TreeSpec
 
+from monarch_ft.transport.checksum import WINDOW as ck_WINDOW
 from monarch_ft.transport.errors import (
     ProtocolError,
     TransferTimeoutError,
@@ -49,7 +50,7 @@ CHUNK_HDR = struct.Struct("!4sBIqQI")
 CRC_TRAILER = struct.Struct("!I")
 MAX_MSG = 1 << 31
 #: Bytes per send/recv call and checksum update (fits in L2, see module doc).
-WINDOW = 1 << 20
+WINDOW = ck_WINDOW
 
 #: A piece of a chunk: (tensor index, byte offset within the tensor's span, length).
 Piece = Tuple[int, int, int]
