@@ -354,7 +354,7 @@ class _Group:
             with _registry_lock:
                 if self.mesh_name:
                     _mesh_groups.pop(self.mesh_name, None)
-            log.info("group %s stopped in %.2fs", self.name, time.time() - t0)
+            log.info("group %s stopped in %.2fs (%d processes needed SIGKILL after ProcMesh.stop())", self.name, time.time() - t0, len(procs))
 
 
 # --------------------------------------------------------------------- launcher
@@ -492,7 +492,10 @@ class MonarchLauncher(Launcher):
 
     def close(self) -> None:
         for group in self.all_groups:
-            if not group.stopped:
+            if group.stopped:
+                with group._stop_lock:  # a background stop of a finished group may be in flight
+                    pass
+            else:
                 group.kill()
         for job in self._slurm_jobs.values():
             try:
