@@ -85,7 +85,7 @@ def drill_ok(drill: dict) -> bool:
     return (
         drill["exit_code"] == 0
         and drill["weights_consistent"]
-        and drill["steps_never_go_back"]
+        and (drill["steps_never_go_back"] or drill["recovery"] == "full_restart")
         and all(f["recovered"] and f["weights_consistent"] is not False for f in drill["faults"])
     )
 

@@ -12,7 +12,7 @@ import random
 import time
 from typing import Optional
 
-from chaos.config import FaultConfig, RESTART_KINDS
+from chaos.config import RECOVERY_MARKER, RESTART_KINDS, FaultConfig
 from chaos.faults import INJECTORS
 from chaos.schedule import pick_target
 
@@ -54,8 +54,9 @@ class ChaosInjector:
         if active["kind"] in RESTART_KINDS and rec["attempt"] <= active["attempt"]:
             return False
         if active["kind"] not in RESTART_KINDS:
-            # In place: recovered once the group commits again after the rank acted on it.
-            acks = sup.events.find("collective_fault_injected", group=active["target"])
+            # In place: recovered once the group commits again after the fault took effect
+            # (the rank acted on the request; the link came back).
+            acks = sup.events.find(RECOVERY_MARKER[active["kind"]], group=active["target"])
             if not acks or acks[-1]["time"] < active["injected_at"] or rec["time"] <= acks[-1]["time"]:
                 return False
         return active["target"] in (rec.get("participating_groups") or [])

@@ -128,10 +128,13 @@ def analyze_fault(
                 lost += max(0, a["step"] + 1 - b["step"])
     consistent = None
     if back is not None:
-        hashed = [m for m in all_metrics if m.get("state_hash") and m["time"] >= back["time"]]
+        # The first step after the rejoin that every group hashed. A record written a
+        # little after the next fault still holds a state committed before it; the first
+        # hash per (group, rank) and step wins, so a later attempt cannot overwrite it.
         by_step: dict[int, dict[tuple[int, int], str]] = {}
-        for m in hashed:
-            by_step.setdefault(m["step"], {})[(m["group"], m["rank"])] = m["state_hash"]
+        for m in sorted(all_metrics, key=lambda m: m["time"]):
+            if m.get("state_hash") and back["time"] <= m["time"] < until + 2.0:
+                by_step.setdefault(m["step"], {}).setdefault((m["group"], m["rank"]), m["state_hash"])
         for step in sorted(by_step):
             seen = by_step[step]
             if {grp for grp, _ in seen} >= want:
@@ -154,13 +157,17 @@ def analyze_fault(
 
 
 def steps_never_go_back(metrics: list[dict]) -> bool:
-    """Per group and attempt, committed step numbers strictly increase."""
+    """No committed step number goes back: per rank and attempt steps strictly increase,
+    and no group commits a step below one the job had already committed (a group that
+    restarted from scratch instead of healing would). Full restarts go back by design."""
     last: dict[tuple[int, int, int], int] = {}
+    job_max = -1
     for m in sorted(metrics, key=lambda m: m["time"]):
         if not m.get("committed"):
             continue
         key = (m["group"], m["rank"], m["attempt"])
-        if key in last and m["step"] <= last[key]:
+        if (key in last and m["step"] <= last[key]) or m["step"] < job_max:
             return False
         last[key] = m["step"]
+        job_max = max(job_max, m["step"])
     return True

@@ -167,7 +167,11 @@ def validate(cfg: JobConfig) -> None:
     )
     _require(ft.recovery in RECOVERY_MODES, f"ft.recovery={ft.recovery!r}: choose one of {', '.join(RECOVERY_MODES)}")
     _require(ft.max_restarts >= 0, f"ft.max_restarts={ft.max_restarts}: must be >= 0")
-    _require(ft.hang_timeout_s > 0, f"ft.hang_timeout_s={ft.hang_timeout_s}: must be > 0")
+    _require(
+        ft.hang_timeout_s > ft.timeout_s,
+        f"ft.hang_timeout_s={ft.hang_timeout_s} must exceed ft.timeout_s={ft.timeout_s}: a rank blocked in a collective "
+        "until its timeout would be taken for hung; raise ft.hang_timeout_s",
+    )
     _require(
         0 <= ft.lighthouse_port <= 65535,
         f"ft.lighthouse_port={ft.lighthouse_port}: must be 0 (a free port) or 1-65535",
