@@ -172,6 +172,12 @@ class Supervisor:
         from omegaconf import OmegaConf
 
         g.attempt += 1
+        if g.attempt > 0 and not g.resume_from_disk and self.cfg.checkpoint.enable:
+            # Live healing needs a live peer; with none left, fall back to the disk
+            # checkpoint rather than starting again from step 0.
+            if not any(o.status == RUNNING and o is not g for o in self.groups):
+                g.resume_from_disk = True
+                self.events.emit("no_live_peer", group=g.index, attempt=g.attempt, resume_from_disk=True)
         store_host = self.launcher.group_host(g.index)
         store_port = free_port(store_host)
         # Ranks get the JobConfig part only (recipes may extend the config, e.g. drills).
