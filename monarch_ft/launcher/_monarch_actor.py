@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 
 from monarch.actor import Actor, endpoint
 
@@ -43,6 +44,12 @@ def _train(spec_path: str) -> int:
     return 0
 
 
+def _exit_now() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 class RankActor(Actor):
     """One rank of a replica group: ``run(spec_path)`` is ``monarch_ft.worker``'s ``train()`` call."""
 
@@ -55,7 +62,7 @@ class RankActor(Actor):
         return {"pid": os.getpid(), "ppid": os.getppid(), "host": socket.gethostname()}
 
     @endpoint
-    async def run(self, spec_path: str, entry: str = "monarch_ft.launcher._monarch_actor:_train") -> int:
+    async def run(self, spec_path: str, entry: str = "monarch_ft.launcher._monarch_actor:_train", exit_after_s: float = 1.0) -> int:
         """Calls ``entry(spec_path)`` (``module:function``; train() by default) in a worker thread."""
         module, _, name = entry.partition(":")
         fn = getattr(importlib.import_module(module), name)
@@ -63,9 +70,15 @@ class RankActor(Actor):
         # (torchft's native threads) is ended with the proc when the launcher stops the mesh.
         self._running = True
         try:
-            return await asyncio.to_thread(fn, spec_path)
+            code = await asyncio.to_thread(fn, spec_path)
         finally:
             self._running = False
+        if exit_after_s > 0:
+            # As monarch_ft.worker does after train(): torchft's native threads may outlive
+            # the loop, and a graceful ProcMesh.stop() then waits out Monarch's timeouts
+            # (0-8 s measured). The reply goes first; the proc then ends itself with 0.
+            threading.Timer(exit_after_s, _exit_now).start()
+        return code
 
     @endpoint
     async def signal(self, sig: int) -> None:

@@ -23,7 +23,9 @@ wrapper's pid), so a fault injector, psutil and the supervisor's hang check see 
 
 ``kill()`` on any rank stops the whole group: SIGKILL to every local process of the mesh, then
 ``ProcMesh.stop()``, then a check that the processes are gone. A group whose ranks all returned
-is stopped in the background (train() leaves torchft threads behind; the proc ends with the mesh).
+ends its procs itself: ``os._exit(0)`` ``exit_after_return_s`` after replying, as ``monarch_ft.worker``
+does (train() leaves torchft threads behind, which made a graceful ``ProcMesh.stop()`` take up to
+~8 s), and the mesh is then stopped in the background.
 
 Known weak spot: the Monarch controller is this launcher's process, i.e. the supervisor. It owns
 every proc mesh and receives all supervision; if it dies, the meshes die with it
@@ -63,6 +65,9 @@ OPTION_DEFAULTS: dict[str, Any] = {
     "stop_timeout_s": 15.0,
     # After a rank's process is gone, how long to wait for its exit status before assuming 1.
     "exit_grace_s": 3.0,
+    # A rank whose train() returned ends its proc with os._exit(0) this long after replying
+    # (as monarch_ft.worker does); 0 leaves it to ProcMesh.stop().
+    "exit_after_return_s": 1.0,
     # Settings of monarch.job.SlurmJob for allocator=slurm.
     "slurm": {},
 }
@@ -312,7 +317,16 @@ class _Group:
     def rank_done(self, rank: MonarchRank) -> None:
         # Every rank returned from train(): stop the mesh (the procs still hold torchft threads).
         if not self.killed and self.ranks and all(r.code == 0 for r in self.ranks):
-            threading.Thread(target=self.stop, name=f"stop-{self.name}", daemon=True).start()
+            threading.Thread(target=self._stop_when_exited, name=f"stop-{self.name}", daemon=True).start()
+
+    def _stop_when_exited(self) -> None:
+        # The procs end themselves (exit_after_return_s); a ProcMesh.stop() racing with that
+        # waits out Monarch's timeouts, one after it returns at once.
+        if self.launcher.exit_after_return_s > 0:
+            deadline = time.time() + self.launcher.exit_after_return_s + 5.0
+            while time.time() < deadline and any(_alive(p) for p in self.local_pids()):
+                time.sleep(0.1)
+        self.stop()
 
     def kill(self) -> None:
         with self._stop_lock:
@@ -368,6 +382,7 @@ class MonarchLauncher(Launcher):
         self.spawn_timeout_s = float(options["spawn_timeout_s"])
         self.stop_timeout_s = float(options["stop_timeout_s"])
         self.exit_grace_s = float(options["exit_grace_s"])
+        self.exit_after_return_s = float(options["exit_after_return_s"])
         self.slurm_options = dict(options["slurm"])
         self.groups: dict[int, _Group] = {}
         self.all_groups: list[_Group] = []
@@ -478,7 +493,7 @@ class MonarchLauncher(Launcher):
                 rank.local = self.allocator == "local" or info["host"] == here
             for i, rank in enumerate(group.ranks):
                 entry, spec = entries[i]
-                rank.future = group.actors.slice(procs=i).run.call_one(spec, entry)
+                rank.future = group.actors.slice(procs=i).run.call_one(spec, entry, self.exit_after_return_s)
                 threading.Thread(target=rank._watch, name=f"watch-g{g}r{i}", daemon=True).start()
         except BaseException:
             group.kill()
@@ -495,6 +510,8 @@ class MonarchLauncher(Launcher):
             if group.stopped:
                 with group._stop_lock:  # a background stop of a finished group may be in flight
                     pass
+            elif not group.killed and group.ranks and all(r.code == 0 for r in group.ranks):
+                group._stop_when_exited()  # finished ranks end themselves: no SIGKILL
             else:
                 group.kill()
         for job in self._slurm_jobs.values():
@@ -513,12 +530,12 @@ def _validate(options: dict) -> dict[str, Any]:
     merged = {**OPTION_DEFAULTS, **options}
     if merged["allocator"] not in ALLOCATORS:
         raise ValueError(f"launcher=monarch: allocator must be one of {list(ALLOCATORS)}, got {merged['allocator']!r}")
-    for key in ("spawn_timeout_s", "stop_timeout_s", "exit_grace_s"):
+    for key in ("spawn_timeout_s", "stop_timeout_s", "exit_grace_s", "exit_after_return_s"):
         try:
             value = float(merged[key])
         except (TypeError, ValueError):
             raise ValueError(f"launcher=monarch: {key} must be a number, got {merged[key]!r}") from None
-        if value <= 0:
+        if value < 0 or (value == 0 and key != "exit_after_return_s"):
             raise ValueError(f"launcher=monarch: {key} must be > 0, got {value}")
     if not re.fullmatch(r"\s*\d+(\.\d+)?\s*(ms|s|m)\s*", str(merged["supervision_poll"])):
         raise ValueError(f"launcher=monarch: supervision_poll must be a duration like '2s' or '500ms', got {merged['supervision_poll']!r}")
