@@ -74,8 +74,9 @@ class FTConfig:
     timeout_s: float = 10.0
     quorum_timeout_s: float = 30.0
     connect_timeout_s: float = 10.0
-    # Checkpoint transport used to heal a restarted group from a live peer: sharded | http | pg.
-    transport: str = "http"
+    # Checkpoint transport used to heal a restarted group from a live peer: sharded (ours,
+    # monarch_ft.transport) | http (TorchFT's HTTPTransport).
+    transport: str = "sharded"
     # Supervisor watch: alive but no new step for this long -> hung.
     hang_timeout_s: float = 15.0
     # A freshly launched group must report its first step within this long.
@@ -126,7 +127,7 @@ class JobConfig:
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
 
 
-TRANSPORTS = ("sharded", "http", "pg")
+TRANSPORTS = ("sharded", "http")
 RECOVERY_MODES = ("live", "full_restart")
 
 
@@ -158,6 +159,10 @@ def validate(cfg: JobConfig) -> None:
     _require(tr.seq_len >= 8, f"training.seq_len={tr.seq_len}: must be >= 8")
     _require(tr.lr > 0, f"training.lr={tr.lr}: must be > 0")
     _require(tr.threads_per_rank >= 1, f"training.threads_per_rank={tr.threads_per_rank}: must be >= 1")
+    _require(
+        ft.transport != "pg",
+        "ft.transport=pg: TorchFT's PGTransport over the Manager's gloo group times out on receive with torchft 0.2.0; use sharded or http",
+    )
     _require(ft.transport in TRANSPORTS, f"ft.transport={ft.transport!r}: choose one of {', '.join(TRANSPORTS)}")
     from monarch_ft.launcher import available_launchers
 

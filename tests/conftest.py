@@ -97,9 +97,12 @@ def run_dir(tmp_path):
     before = lighthouse_pids()
     d = tmp_path / "run"
     yield d
-    left = job_processes(d)
-    for p in left:
-        p.kill()
+    left = [(p.pid, (p.info.get("cmdline") or [])[:4]) for p in job_processes(d)]
+    for pid, _ in left:
+        try:
+            psutil.Process(pid).kill()
+        except psutil.Error:
+            pass
     stray_lighthouses = lighthouse_pids() - before
-    assert not left, f"processes left behind: {[(p.pid, p.cmdline()[:4]) for p in left]}"
+    assert not left, f"processes left behind: {left}"
     assert not stray_lighthouses, f"lighthouse processes left behind: {stray_lighthouses}"

@@ -27,7 +27,8 @@ def _run(tmp_path, *overrides, timeout=60):
     [
         ("ft.replica_groups=0", "ft.replica_groups=0: need at least 1 replica group"),
         ("ft.ranks_per_group=-1", "ft.ranks_per_group=-1"),
-        ("ft.transport=carrier_pigeon", "ft.transport='carrier_pigeon': choose one of sharded, http, pg"),
+        ("ft.transport=carrier_pigeon", "ft.transport='carrier_pigeon': choose one of sharded, http"),
+        ("ft.transport=pg", "ft.transport=pg: TorchFT's PGTransport"),
         ("training.steps=0", "training.steps=0: must be >= 1"),
         ("ft.replica_groups=64", "exceed what this machine can run"),
         ("ft.lighthouse_addr=http://127.0.0.1:9", "cannot reach the Lighthouse at http://127.0.0.1:9"),

@@ -7,6 +7,7 @@ import os
 import signal
 
 import psutil
+import pytest
 
 from conftest import FAST, console, read_jsonl, run_job, start_job, wait_for
 
@@ -72,6 +73,7 @@ def test_sigkilled_rank_group_restarts_and_heals_from_peer(run_dir):
     healed = [e for e in events if e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] == 1]
     assert {e["rank"] for e in healed} == {0, 1}, "both ranks of the new group heal from a peer"
     assert all(e["src_group"] == 0 and e["bytes"] > 0 for e in healed)
+    assert all(e["src"].startswith("mft1://") for e in healed), "the default transport is ShardedTransport"
     rejoin = [e for e in events if e["event"] == "quorum_change" and e["participating_groups"] == [0, 1] and e["time"] > kill_time]
     assert rejoin, "the restarted group never rejoined the quorum"
 
@@ -114,3 +116,17 @@ def test_resume_from_disk_checkpoint(run_dir):
     resumed = read_jsonl(run_dir / "metrics.jsonl")[len(first):]
     assert min(m["step"] for m in resumed) == 6 and max(m["step"] for m in resumed) == 8
     assert any(e["event"] == "checkpoint_loaded" and e["step"] == 6 for e in read_jsonl(run_dir / "events.jsonl"))
+
+
+@pytest.mark.parametrize("transport", ["http"])
+def test_torchft_transports_heal_a_killed_group(run_dir, transport):
+    proc = start_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=250", f"ft.transport={transport}")
+    wait_for(lambda: len(_steps(read_jsonl(run_dir / "metrics.jsonl"), 1)) >= 5, 120, "group 1 to step")
+    victim = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "rank_launched" and e["group"] == 1][-1]
+    os.kill(victim["pid"], signal.SIGKILL)
+    assert proc.wait(timeout=240) == 0, console(run_dir)[-3000:]
+    events = read_jsonl(run_dir / "events.jsonl")
+    healed = [e for e in events if e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] == 1]
+    assert healed and healed[0]["bytes"] > 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["transport"] == transport and summary["weights_consistent"] is True

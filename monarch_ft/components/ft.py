@@ -117,8 +117,11 @@ def tensor_bytes(obj: Any) -> int:
 def build_transport(name: str, timeout: timedelta, host: str) -> CheckpointTransport:
     """The checkpoint transport a restarted group heals through (``ft.transport``).
 
-    ``host`` is the address this rank advertises to its peers (a simulated host's
-    address, or loopback); TorchFT's HTTPTransport always advertises the hostname.
+    ``sharded`` (ours) advertises ``host``, the rank's own address (a simulated host's,
+    or loopback); ``http`` is TorchFT's HTTPTransport. TorchFT's PGTransport over the
+    Manager's own gloo process group timed out on every receive here (torchft 0.2.0),
+    so ``pg`` is refused up front by config validation; it is measured in
+    benchmarks/transport_bench.py over a dedicated process group.
     """
     from monarch_ft.transport import build_checkpoint_transport
 
@@ -126,7 +129,7 @@ def build_transport(name: str, timeout: timedelta, host: str) -> CheckpointTrans
         return build_checkpoint_transport("sharded", timeout=timeout, host=host)
     if name == "http":
         return build_checkpoint_transport("http", timeout=timeout)
-    raise ValueError(f"ft.transport={name!r} is not available for rank recovery: use sharded or http")
+    raise ValueError(f"ft.transport={name!r}: choose sharded or http")
 
 
 def build_manager(
