@@ -133,7 +133,7 @@ def analyze_fault(
         # hash per (group, rank) and step wins, so a later attempt cannot overwrite it.
         by_step: dict[int, dict[tuple[int, int], str]] = {}
         for m in sorted(all_metrics, key=lambda m: m["time"]):
-            if m.get("state_hash") and back["time"] <= m["time"] < until + 2.0:
+            if m.get("state_hash") and m["step"] >= back["step"] and t0 <= m["time"] < until + 2.0:
                 by_step.setdefault(m["step"], {}).setdefault((m["group"], m["rank"]), m["state_hash"])
         for step in sorted(by_step):
             seen = by_step[step]

@@ -56,6 +56,7 @@ class RankState:
     train_done: bool = False
     state_hash: Optional[str] = None
     first_step_seen: bool = False
+    model_ready: bool = False
 
 
 @dataclass
@@ -102,6 +103,7 @@ class Supervisor:
         self.events = EventLog(os.path.join(self.run_dir, "events.jsonl"), echo=self._echo if echo else None)
         self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a", buffering=1)
         self.hold_path = os.path.join(self.run_dir, "control", "hold")
+        self.start_path = os.path.join(self.run_dir, "control", "start")
         self.groups = [GroupState(i, resume_from_disk=cfg.checkpoint.resume) for i in range(cfg.ft.replica_groups)]
         # The configured host wins unless it is the loopback default and the launcher's ranks
         # cannot reach loopback (ranks on other hosts or in network namespaces).
@@ -257,6 +259,7 @@ class Supervisor:
                         # of its own at the end, yet holds the weights of every step.
                         g.last_step = max(g.last_step, rec.get("steps_trained", -1))
                     if name == "model_ready":
+                        rs.model_ready = True
                         self._transport_owner[rec.get("transport_metadata")] = (rec["group"], rec["rank"])
                     if name in ("weights_recovered", "recovery_started", "recovery_failed"):
                         # Name the peer by group: the Manager only knows its address.
@@ -377,6 +380,15 @@ class Supervisor:
                 rs.proc.kill()  # SIGKILL also ends a SIGSTOPped rank
                 rs.exited = rs.proc.wait(10.0)
 
+    def _open_start_gate(self, now: float) -> None:
+        """Let the first launch train once every group has built its model (or waited long enough)."""
+        if os.path.exists(self.start_path):
+            return
+        ready = all(g.ranks and all(r.model_ready for r in g.ranks) for g in self.groups if g.status != GIVEN_UP)
+        if ready or any(g.attempt > 0 for g in self.groups) or now - self._started > self.cfg.ft.startup_timeout_s / 2:
+            open(self.start_path, "w").close()
+            self.events.emit("training_started", all_groups_ready=ready)
+
     def _update_hold(self) -> None:
         """Groups that finished wait (serving quorums) while any other group still has work."""
         pending = [g for g in self.groups if g.status not in (DONE, GIVEN_UP) and not g.train_done]
@@ -433,6 +445,7 @@ class Supervisor:
                 if g.active:
                     self._consume_reports(g, now)
                     self._check_group(g, now)
+            self._open_start_gate(now)
             self._update_hold()
             for hook in self.hooks:
                 hook.tick(self, now)

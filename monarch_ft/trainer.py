@@ -228,6 +228,13 @@ def train(spec: RankSpec) -> None:
         transport_metadata=manager._checkpoint_transport.metadata(),
     )
 
+    # The job's first launch starts training together: a group ready early would
+    # otherwise train alone and make the others heal from it before their first step.
+    gate = os.path.join(os.path.dirname(spec.hold_path), "start")
+    while spec.attempt == 0 and not os.path.exists(gate):
+        reporter.heartbeat(step=manager.current_step(), waiting="start")
+        time.sleep(0.05)
+
     tokens_per_step = tr.batch_size * tr.seq_len
     announced_done = False
     last_heartbeat = 0.0
