@@ -61,7 +61,8 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     goodput = (useful - 1) / span if span else None
     drill = {
         "recovery": cfg.ft.recovery,
-        "launcher": cfg.launcher.name,
+        "launcher": summary.get("launcher", cfg.launcher.name),
+        "hosts": summary.get("hosts"),
         "seed": cfg.chaos.seed,
         "steps": cfg.training.steps,
         "replica_groups": cfg.ft.replica_groups,

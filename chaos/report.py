@@ -370,6 +370,19 @@ def _consistent(drill: Mapping[str, Any]) -> bool | None:
     return None
 
 
+def _hosts_text(hosts) -> str:
+    """The launcher's host layout: 'localhost', or each group's simulated host and address."""
+    if not isinstance(hosts, dict):
+        return str(hosts)
+    parts = []
+    for group, host in sorted(hosts.items(), key=lambda kv: str(kv[0])):
+        if isinstance(host, dict):
+            parts.append(f"group {group} on {host.get('netns', '?')} ({host.get('address', '?')})")
+        else:
+            parts.append(f"group {group} on {host}")
+    return ", ".join(parts)
+
+
 def write_drill_report(
     run_dir: str,
     drill: dict,
@@ -413,6 +426,8 @@ def write_drill_report(
         f"{_cell(drill.get('steps'))} steps, {len(faults)} injected fault(s) ({kinds_txt}), "
         f"launcher `{_cell(drill.get('launcher'))}`, seed {_cell(drill.get('seed'))}"
     )
+    if drill.get("hosts"):
+        para += f", hosts: {_hosts_text(drill['hosts'])}"
     if duration is not None:
         para += f", {duration:.2f} s wall clock"
     para += (
