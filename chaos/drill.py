@@ -46,19 +46,7 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         analyzed.append({"id": None, "kind": f.kind, "target": f.target, "at_step": f.at_step, "injected_at": None, "phases": {}, "mttr_s": None, "recovered": False, "weights_consistent": None, "note": "never injected: the job ended first"})
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     first_fault = min((f["injected_at"] for f in injector.injected), default=None)
-    commits = sorted((m for m in metrics if m["rank"] == 0 and m.get("committed")), key=lambda m: m["time"])
-    # Fault-free rate: committed steps per second of the job before the first fault.
-    pre = [m for m in commits if first_fault is None or m["time"] < first_fault]
-    rate = None
-    if len(pre) >= 2:
-        per_group = {}
-        for m in pre:
-            per_group.setdefault(m["group"], []).append(m)
-        spans = [(len(v) - 1) / (v[-1]["time"] - v[0]["time"]) for v in per_group.values() if len(v) >= 2 and v[-1]["time"] > v[0]["time"]]
-        rate = sum(spans) / len(spans) if spans else None
-    useful = len({m["step"] for m in commits})
-    span = (commits[-1]["time"] - commits[0]["time"]) if len(commits) >= 2 else None
-    goodput = (useful - 1) / span if span else None
+    rate, goodput = samples_per_s(metrics, until=first_fault), samples_per_s(metrics)
     drill = {
         "recovery": cfg.ft.recovery,
         "launcher": summary.get("launcher", cfg.launcher.name),
@@ -70,8 +58,10 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         "started_at": started,
         "finished_at": time.time(),
         "exit_code": code,
-        "fault_free_steps_per_s": rate,
-        "goodput_steps_per_s": goodput,
+        # Goodput counts batches that went into committed updates (a step with 1 of 2
+        # groups counts once), per second; "fault free" is the same rate before the first fault.
+        "fault_free_batches_per_s": rate,
+        "goodput_batches_per_s": goodput,
         "goodput_ratio": (goodput / rate) if goodput and rate else None,
         "weights_consistent": summary["weights_consistent"],
         "steps_never_go_back": steps_never_go_back(metrics),
@@ -80,6 +70,19 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     with open(os.path.join(run_dir, "drill.json"), "w") as f:
         json.dump(drill, f, indent=2)
     return drill
+
+
+def samples_per_s(metrics: list[dict], until: float | None = None) -> float | None:
+    """Group-batches committed per second: each group counts in a committed step only if
+    its gradients were part of it (it is among the step's participating groups)."""
+    commits = sorted(
+        (m for m in metrics if m["rank"] == 0 and m.get("committed") and (until is None or m["time"] < until)),
+        key=lambda m: m["time"],
+    )
+    if len(commits) < 2 or commits[-1]["time"] <= commits[0]["time"]:
+        return None
+    useful = sum(1 for m in commits[1:] if m["group"] in (m.get("participating_groups") or []))
+    return useful / (commits[-1]["time"] - commits[0]["time"])
 
 
 def drill_ok(drill: dict) -> bool:

@@ -131,9 +131,12 @@ def analyze_fault(
         # The first step after the rejoin that every group hashed. A record written a
         # little after the next fault still holds a state committed before it; the first
         # hash per (group, rank) and step wins, so a later attempt cannot overwrite it.
+        # Only states trained after the last relaunch this fault caused (a full restart
+        # trains some step numbers twice; the first time is the stale state).
+        relaunched = max((e["time"] for e in ev if e["event"] == "group_launched" and e["time"] <= back["time"]), default=t0)
         by_step: dict[int, dict[tuple[int, int], str]] = {}
         for m in sorted(all_metrics, key=lambda m: m["time"]):
-            if m.get("state_hash") and m["step"] >= back["step"] and t0 <= m["time"] < until + 2.0:
+            if m.get("state_hash") and m["step"] >= back["step"] and relaunched <= m["time"] < until + 2.0:
                 by_step.setdefault(m["step"], {}).setdefault((m["group"], m["rank"]), m["state_hash"])
         for step in sorted(by_step):
             seen = by_step[step]

@@ -431,8 +431,8 @@ def write_drill_report(
     if duration is not None:
         para += f", {duration:.2f} s wall clock"
     para += (
-        f". Goodput {_fmt(drill.get('goodput_steps_per_s'))} steps/s against "
-        f"{_fmt(drill.get('fault_free_steps_per_s'))} steps/s fault-free "
+        f". Goodput {_fmt(drill.get('goodput_batches_per_s'))} group-batches/s committed against "
+        f"{_fmt(drill.get('fault_free_batches_per_s'))} before the first fault "
         f"(ratio {_fmt(drill.get('goodput_ratio'))})."
     )
     if baseline is None:

@@ -53,7 +53,7 @@ def _drill(recovery="live", scale=1.0):
     return {
         "recovery": recovery, "launcher": "local", "seed": 0, "steps": 60,
         "started_at": T0, "finished_at": T0 + 60.5,
-        "fault_free_steps_per_s": 8.1, "goodput_steps_per_s": 6.0 / s, "goodput_ratio": 0.74 / s,
+        "fault_free_batches_per_s": 8.1, "goodput_batches_per_s": 6.0 / s, "goodput_ratio": 0.74 / s,
         "weights_consistent": True, "replica_groups": 2, "ranks_per_group": 2,
         "faults": faults,
     }

@@ -182,7 +182,6 @@ def test_partition_drill_drops_the_group_and_it_heals_in_place(run_dir):
         "chaos.faults=[{kind: partition, duration_s: 6, at_step: 10, target: 1}]",
         "ft.timeout_s=3",
         "ft.hang_timeout_s=12",
-        # Until chaos/injector.py knows link_restored, its wait ends by this timeout.
         "chaos.recovery_timeout_s=20",
         "chaos.tail_steps=5",
         timeout=200,

@@ -8,6 +8,7 @@ group) plugs in by implementing :class:`Launcher` without touching the superviso
 from __future__ import annotations
 
 import signal
+import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Optional
@@ -48,9 +49,14 @@ class RankProcess(ABC):
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    @abstractmethod
     def wait(self, timeout: float) -> Optional[int]:
-        """Wait up to ``timeout`` seconds for the exit code."""
+        """Wait up to ``timeout`` seconds for the exit code (polls; launchers may do better)."""
+        deadline = time.time() + timeout
+        while True:
+            code = self.poll()
+            if code is not None or time.time() >= deadline:
+                return code
+            time.sleep(0.05)
 
 
 class Launcher(ABC):

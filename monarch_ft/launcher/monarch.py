@@ -268,14 +268,6 @@ class MonarchRank(RankProcess):
     def kill(self) -> None:
         self.group.kill()
 
-    def wait(self, timeout: float) -> Optional[int]:
-        deadline = time.time() + timeout
-        while True:
-            code = self.poll()
-            if code is not None or time.time() >= deadline:
-                return code
-            time.sleep(0.05)
-
 
 def _quiet_get(fut, timeout: float) -> None:
     try:

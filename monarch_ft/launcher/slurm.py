@@ -234,14 +234,6 @@ class SlurmRank(RankProcess):
                 self.launcher._cancel(self.job, kill=True)
         self.launcher._release_if_done(self.job)
 
-    def wait(self, timeout: float) -> Optional[int]:
-        deadline = time.time() + timeout
-        while True:
-            code = self.poll()
-            if code is not None or time.time() >= deadline:
-                return code
-            time.sleep(0.05)
-
 
 class SlurmLauncher(Launcher):
     name = "slurm"
