@@ -14,6 +14,7 @@ import sys
 import time
 
 from monarch_ft.config import ConfigError, FTConfig
+from monarch_ft.process import die_with_parent
 from monarch_ft.net import free_port, host_port, port_in_use, reachable
 
 
@@ -60,7 +61,15 @@ class Lighthouse:
         ]
         log = open(self.log_path, "ab")
         env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info")}
-        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent,
+        )
         log.close()
         deadline = time.time() + timeout_s
         while time.time() < deadline:

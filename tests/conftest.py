@@ -32,13 +32,22 @@ def start_job(run_dir: Path, *overrides: str, recipe: Path = PRETRAIN) -> subpro
     return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def run_job(run_dir: Path, *overrides: str, timeout: float = 240, recipe: Path = PRETRAIN) -> int:
-    proc = start_job(run_dir, *overrides, recipe=recipe)
+def finish_job(proc: subprocess.Popen, run_dir: Path, timeout: float = 240) -> int:
+    """The job's exit code; a job still running after ``timeout`` is stopped (SIGTERM, so
+    the supervisor cleans up, then SIGKILL) and the test fails with its console."""
     try:
         return proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
         raise AssertionError(f"job did not finish within {timeout}s; console: {console(run_dir)[-3000:]}")
+
+
+def run_job(run_dir: Path, *overrides: str, timeout: float = 240, recipe: Path = PRETRAIN) -> int:
+    return finish_job(start_job(run_dir, *overrides, recipe=recipe), run_dir, timeout)
 
 
 def console(run_dir: Path) -> str:

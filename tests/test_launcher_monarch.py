@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FAST, PRETRAIN, REPO, console, read_jsonl, start_job, wait_for
+from conftest import FAST, finish_job, REPO, console, read_jsonl, start_job, wait_for
 
 monarch = pytest.importorskip("monarch.actor", reason="torchmonarch is not installed (pip install torchmonarch==0.7.0)")
 
@@ -155,7 +155,7 @@ def test_pretrain_on_monarch_sigkilled_rank_restarts_and_heals(run_dir):
         victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
         assert victim["pid"] and victim["pid"] != proc.pid
         os.kill(victim["pid"], signal.SIGKILL)
-        code = proc.wait(timeout=240)
+        code = finish_job(proc, run_dir, 240)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from conftest import FAST, console, read_jsonl, start_job, wait_for
+from conftest import FAST, finish_job, console, read_jsonl, start_job, wait_for
 from monarch_ft.launcher import RankLaunch, build_launcher
 from monarch_ft.launcher.slurm_cluster import LocalSlurmCluster, missing_binaries
 
@@ -153,7 +153,7 @@ def test_sigkilled_rank_relaunched_as_new_slurm_job_heals_from_peer(cluster, run
     victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
     assert victim["pid"] and victim["host"] == cluster.node
     os.kill(victim["pid"], signal.SIGKILL)
-    code = proc.wait(timeout=240)
+    code = finish_job(proc, run_dir, 240)
     assert code == 0, console(run_dir)[-3000:]
 
     events = read_jsonl(events_path)

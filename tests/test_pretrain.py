@@ -9,7 +9,7 @@ import signal
 import psutil
 import pytest
 
-from conftest import FAST, console, read_jsonl, run_job, start_job, wait_for
+from conftest import FAST, finish_job, console, read_jsonl, run_job, start_job, wait_for
 
 
 def _steps(metrics, group):
@@ -59,7 +59,7 @@ def test_sigkilled_rank_group_restarts_and_heals_from_peer(run_dir):
     wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 120, "group 1 to step")
     victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
     os.kill(victim["pid"], signal.SIGKILL)
-    code = proc.wait(timeout=240)
+    code = finish_job(proc, run_dir, 240)
     assert code == 0, console(run_dir)[-3000:]
 
     events = read_jsonl(events_path)
@@ -97,7 +97,7 @@ def test_sigterm_to_supervisor_stops_everything(run_dir):
     pids = [e["pid"] for e in events if e["event"] in ("rank_launched", "lighthouse_started")]
     port = int([e for e in events if e["event"] == "lighthouse_started"][0]["address"].rsplit(":", 1)[1])
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 143
+    assert finish_job(proc, run_dir, 30) == 143
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
     from monarch_ft.net import port_in_use
 
@@ -124,7 +124,7 @@ def test_torchft_transports_heal_a_killed_group(run_dir, transport):
     wait_for(lambda: len(_steps(read_jsonl(run_dir / "metrics.jsonl"), 1)) >= 5, 120, "group 1 to step")
     victim = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "rank_launched" and e["group"] == 1][-1]
     os.kill(victim["pid"], signal.SIGKILL)
-    assert proc.wait(timeout=240) == 0, console(run_dir)[-3000:]
+    assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-3000:]
     events = read_jsonl(run_dir / "events.jsonl")
     healed = [e for e in events if e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] == 1]
     assert healed and healed[0]["bytes"] > 0

@@ -1,7 +1,6 @@
 """Tests of monarch_ft.transport over real sockets and real processes (no network mocks)."""
 
 import os
-import signal
 import socket
 import subprocess
 import sys

@@ -8,29 +8,17 @@ answering ``info``/``signal`` while ``run`` is in flight.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import importlib
 import json
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
 
 from monarch.actor import Actor, endpoint
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:
-    """The proc runs under a tiny ``sh`` that records its exit status; if that shell is
-    killed (Monarch's stop escalating, a node going away), the kernel kills the rank too."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):
-        pass
-
+from monarch_ft.process import die_with_parent
 
 def _train(spec_path: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -54,7 +42,7 @@ class RankActor(Actor):
     """One rank of a replica group: ``run(spec_path)`` is ``monarch_ft.worker``'s ``train()`` call."""
 
     def __init__(self) -> None:
-        _die_with_parent()
+        die_with_parent()  # the proc's recording sh dies -> the rank dies
         self._running = False
 
     @endpoint

@@ -14,25 +14,16 @@ from __future__ import annotations
 
 import ctypes
 import os
-import signal
 import subprocess
 import threading
 import time
 from typing import Callable, Optional
 
+from monarch_ft.process import die_with_parent
 from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess
 
-_PR_SET_PDEATHSIG = 1
 _CLONE_NEWUTS = 0x04000000
 OPTIONS = ("simulated_hosts",)
-
-
-def _die_with_supervisor() -> None:
-    """Runs in the child before exec: if the supervisor dies, the kernel kills the rank."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 def _on_host(hostname: str) -> Callable[[], None]:
@@ -41,7 +32,7 @@ def _on_host(hostname: str) -> Callable[[], None]:
     name = hostname.encode()
 
     def preexec() -> None:
-        _die_with_supervisor()
+        die_with_parent()
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         if libc.unshare(_CLONE_NEWUTS) == 0:
             libc.sethostname(name, len(name))
@@ -115,7 +106,7 @@ class LocalLauncher(Launcher):
     # ------------------------------------------------------------------ launch
     def _argv_env(self, r: RankLaunch) -> tuple[list[str], dict[str, str], Callable[[], None]]:
         if self.hosts is None:
-            return r.argv, r.env, _die_with_supervisor
+            return r.argv, r.env, die_with_parent
         h = self.hosts.host(r.group)
         r.host = h.netns
         env = dict(r.env)

@@ -14,7 +14,7 @@ which backend they chose and why.
 
 import logging
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 logger: logging.Logger = logging.getLogger(__name__)
 

@@ -69,7 +69,6 @@ from monarch_ft.transport.header import (
     WINDOW,
     Deadline,
     Header,
-    TensorMeta,
     build_header,
     byte_view,
     memview,

@@ -11,7 +11,7 @@ reading, sending and the receiver's checksumming.
 
 import socket
 import threading
-from typing import Callable, List, Optional
+from typing import Callable, List
 
 import torch
 
@@ -22,7 +22,6 @@ from monarch_ft.transport.errors import (
     PeerUnreachableError,
     ProtocolError,
     StaleCheckpointError,
-    TransferTimeoutError,
 )
 from monarch_ft.transport.header import (
     CHUNK_HDR,
