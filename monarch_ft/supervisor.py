@@ -357,15 +357,6 @@ class Supervisor:
     def checkpoint_dir(self, group: int) -> str:
         return os.path.join(self.run_dir, self.cfg.checkpoint.folder, f"group_{group}")
 
-    def rank_pids(self, group: int) -> list[Optional[int]]:
-        return [rs.proc.pid for rs in self.groups[group].ranks if rs.exited is None]
-
-    def fail_group(self, index: int, **why: Any) -> None:
-        """For hooks (e.g. a node fault): treat the group as failed now."""
-        g = self.groups[index]
-        if g.active:
-            self._fail_group(g, time.time(), **why)
-
     def _stop_ranks(self, g: GroupState, graceful: bool) -> None:
         if graceful:
             for rs in g.ranks:
