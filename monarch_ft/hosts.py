@@ -42,6 +42,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from monarch_ft.config import ConfigError
+from monarch_ft.process import start_ticks
 
 PREFIX = "10.213"
 STATE_DIR = "/run/monarch_ft/hosts"
@@ -135,7 +136,7 @@ class SimulatedHosts:
     def _save(self) -> None:
         state = {
             "pid": os.getpid(),
-            "start_time": _start_time(os.getpid()),
+            "start_time": start_ticks(os.getpid()),
             "subnet": self.subnet,
             "bridge": self.bridge,
             "netns": [h.netns for h in self.hosts.values()],
@@ -296,14 +297,6 @@ def _state_files() -> list[str]:
         return []
 
 
-def _start_time(pid: int) -> Optional[str]:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
 def cleanup_stale() -> list[str]:
     """Remove what runs that died without closing left behind (their pid is gone)."""
     removed = []
@@ -313,7 +306,8 @@ def cleanup_stale() -> list[str]:
         except (OSError, ValueError):
             continue
         pid = state.get("pid")
-        if pid and _start_time(pid) is not None and _start_time(pid) == state.get("start_time"):
+        started = start_ticks(pid) if pid else None
+        if started is not None and started == state.get("start_time"):
             continue  # that run is alive
         sid = os.path.basename(path)[: -len(".json")]
         veths = [n.replace("-h", "-v") for n in state.get("netns", [])]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import signal
+from typing import Optional
 
 _PR_SET_PDEATHSIG = 1
 
@@ -15,3 +16,13 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         pass
+
+
+def start_ticks(pid: int) -> Optional[str]:
+    """When ``pid`` started (clock ticks since boot, /proc/<pid>/stat field 22), or None
+    if it is gone: with the pid it names one process, never a later one reusing the pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None

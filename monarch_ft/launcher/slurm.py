@@ -38,6 +38,7 @@ from typing import Any, Optional
 
 from monarch_ft.config import ConfigError
 from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess
+from monarch_ft.process import start_ticks
 
 OPTIONS: dict[str, Any] = {
     # Slurm partition for every group's job (None: the cluster's default partition).
@@ -158,7 +159,7 @@ class SlurmRank(RankProcess):
 
     def _wrapper_alive(self) -> bool:
         info = self.info() or {}
-        if "wrapper_pid" not in info or _start_ticks(info["wrapper_pid"]) != info.get("wrapper_start"):
+        if "wrapper_pid" not in info or start_ticks(info["wrapper_pid"]) != info.get("wrapper_start"):
             return False
         try:
             with open(f"/proc/{info['wrapper_pid']}/stat") as f:
@@ -627,14 +628,6 @@ def main(manifest_path):
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1]))
 '''
-
-
-def _start_ticks(pid: int) -> Optional[str]:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
 
 
 def _write_atomic(path: str, text: str) -> None:
