@@ -15,6 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PRETRAIN = REPO / "recipes" / "pretrain.py"
+DRILL = REPO / "recipes" / "drill.py"
 
 # Small and quick: the tiny llama3, short sequences, tight timeouts.
 FAST = [
@@ -50,6 +51,24 @@ def run_job(run_dir: Path, *overrides: str, timeout: float = 240, recipe: Path =
     return finish_job(start_job(run_dir, *overrides, recipe=recipe), run_dir, timeout)
 
 
+def run_drill_job(run_dir: Path, *overrides: str, timeout: float = 300) -> dict:
+    """Run recipes/drill.py to a clean exit and return its drill.json."""
+    code = run_job(run_dir, *overrides, timeout=timeout, recipe=DRILL)
+    assert code == 0, console(run_dir)[-4000:]
+    return json.loads((run_dir / "drill.json").read_text())
+
+
+def assert_drill_refused(tmp_path: Path, overrides: list[str], expected: str) -> None:
+    """An impossible drill exits 2 with ``expected`` on stderr and launches nothing."""
+    res = subprocess.run(
+        [sys.executable, str(DRILL), *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
+        cwd=REPO, capture_output=True, text=True, timeout=60,
+    )
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert expected in res.stderr, res.stderr
+    assert not (tmp_path / "run" / "events.jsonl").exists(), "nothing may be launched"
+
+
 def console(run_dir: Path) -> str:
     path = run_dir.parent / f"{run_dir.name}.console.log"
     return path.read_text(errors="replace") if path.exists() else ""
@@ -79,7 +98,11 @@ def wait_for(predicate, timeout: float, what: str, poll: float = 0.2):
 
 def job_processes(run_dir: Path) -> list[psutil.Process]:
     """Every live process whose command line mentions this run (ranks, supervisor)."""
-    needle = str(run_dir)
+    return processes_matching(str(run_dir))
+
+
+def processes_matching(needle: str) -> list[psutil.Process]:
+    """Every live (non-zombie) process with ``needle`` in a command-line argument."""
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
         try:

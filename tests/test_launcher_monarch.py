@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from conftest import FAST, finish_job, REPO, console, read_jsonl, start_job, wait_for
+from conftest import FAST, finish_job, processes_matching, REPO, console, read_jsonl, start_job, wait_for
 
 monarch = pytest.importorskip("monarch.actor", reason="torchmonarch is not installed (pip install torchmonarch==0.7.0)")
 
@@ -48,14 +48,7 @@ def monarch_procs() -> list[psutil.Process]:
 
 def all_monarch_procs() -> set[int]:
     """Every live Monarch proc on the machine (by command line), wherever its parent is."""
-    pids = set()
-    for p in psutil.process_iter(["cmdline", "status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and any("monarch._src.actor.bootstrap_main" in a for a in (p.info["cmdline"] or [])):
-                pids.add(p.pid)
-        except psutil.Error:
-            pass
-    return pids
+    return {p.pid for p in processes_matching("monarch._src.actor.bootstrap_main")}
 
 
 def _ranks(run_dir: Path, attempt: int, sleeps: list[float]) -> list[RankLaunch]:
