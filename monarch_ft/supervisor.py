@@ -28,6 +28,7 @@ from typing import Any, Optional, Protocol
 
 import psutil
 
+from monarch_ft.components.checkpoint import align_latest_checkpoint
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import JobConfig, validate
 from monarch_ft.events import EventLog
@@ -73,6 +74,8 @@ class GroupState:
     losses: list[float] = field(default_factory=list)
     # Next launch loads the latest disk checkpoint (job resume, or full-restart recovery).
     resume_from_disk: bool = False
+    # The start gate the next launch waits at before its first step ("" for none).
+    start_gate: str = ""
 
     @property
     def active(self) -> bool:
@@ -103,8 +106,12 @@ class Supervisor:
         self.events = EventLog(os.path.join(self.run_dir, "events.jsonl"), echo=self._echo if echo else None)
         self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a", buffering=1)
         self.hold_path = os.path.join(self.run_dir, "control", "hold")
-        self.start_path = os.path.join(self.run_dir, "control", "start")
-        self.groups = [GroupState(i, resume_from_disk=cfg.checkpoint.resume) for i in range(cfg.ft.replica_groups)]
+        # The gate the current generation of launches waits at: the job's first launch,
+        # then one per full restart, so every group starts the step loop together.
+        self._gate_path = os.path.join(self.run_dir, "control", "start")
+        self._gate_since = 0.0
+        self._full_restarts = 0
+        self.groups = [GroupState(i, resume_from_disk=cfg.checkpoint.resume, start_gate=self._gate_path) for i in range(cfg.ft.replica_groups)]
         # The configured host wins unless it is the loopback default and the launcher's ranks
         # cannot reach loopback (ranks on other hosts or in network namespaces).
         host = cfg.ft.lighthouse_host if cfg.ft.lighthouse_host != "127.0.0.1" else self.launcher.control_host()
@@ -202,6 +209,7 @@ class Supervisor:
                 "hold_path": self.hold_path,
                 "tokens_path": self._tokens_path,
                 "resume_from_disk": g.resume_from_disk,
+                "start_gate": g.start_gate,
                 "scratch_dir": os.path.join(self.scratch_dir(g.index), f"rank_{r}"),
             }
             spec_path = os.path.join(self.run_dir, "ranks", f"{tag}.a{g.attempt}.spec.json")
@@ -321,26 +329,37 @@ class Supervisor:
             return
         self._schedule_restart(g, now)
 
-    def _schedule_restart(self, g: GroupState, now: float, resume_from_disk: bool = False) -> None:
+    def _schedule_restart(self, g: GroupState, now: float, resume_from_disk: bool = False, start_gate: str = "") -> None:
         if g.restarts >= self.cfg.ft.max_restarts:
             g.status = GIVEN_UP
             self.events.emit("restart_budget_exhausted", group=g.index, restarts=g.restarts, max_restarts=self.cfg.ft.max_restarts)
             return
         g.restarts += 1
         backoff = min(self.cfg.ft.restart_backoff_s * 2 ** (g.restarts - 1), self.cfg.ft.restart_backoff_max_s)
-        g.status, g.next_launch, g.resume_from_disk = WAITING, now + backoff, resume_from_disk
+        g.status, g.next_launch, g.resume_from_disk, g.start_gate = WAITING, now + backoff, resume_from_disk, start_gate
         self.events.emit("restart_scheduled", group=g.index, restart=g.restarts, backoff_s=round(backoff, 3))
 
     def _full_restart(self, failed: GroupState, now: float) -> None:
-        """Baseline policy: every group stops and resumes from its last disk checkpoint."""
-        self.events.emit("full_restart", failed_group=failed.index)
+        """Baseline policy: the whole job stops and resumes from one disk checkpoint.
+
+        Every group loads the same step (the newest complete one any group wrote; a group
+        without it gets a copy, as from shared storage) and waits at a fresh start gate,
+        so the job comes back as one quorum instead of groups healing from each other.
+        """
         for g in self.groups:
             if g is not failed and g.active:
                 self._stop_ranks(g, graceful=False)
                 self.events.emit("group_stopped", group=g.index, attempt=g.attempt, reason="full_restart")
-        for g in self.groups:
-            if g.status != GIVEN_UP and (g is failed or g.status != DONE):
-                self._schedule_restart(g, now, resume_from_disk=True)
+        restarting = [g for g in self.groups if g.status != GIVEN_UP and (g is failed or g.status != DONE)]
+        step = None
+        if self.cfg.checkpoint.enable:
+            step = align_latest_checkpoint([self.checkpoint_dir(g.index) for g in restarting])
+        self._full_restarts += 1
+        self._gate_path = os.path.join(self.run_dir, "control", f"start.{self._full_restarts}")
+        self._gate_since = now
+        self.events.emit("full_restart", failed_group=failed.index, resume_step=step)
+        for g in restarting:
+            self._schedule_restart(g, now, resume_from_disk=True, start_gate=self._gate_path)
 
     def finish_at(self, step: int) -> None:
         """Ask every group to finish training at ``step`` (before training.steps)."""
@@ -372,13 +391,15 @@ class Supervisor:
                 rs.exited = rs.proc.wait(10.0)
 
     def _open_start_gate(self, now: float) -> None:
-        """Let the first launch train once every group has built its model (or waited long enough)."""
-        if os.path.exists(self.start_path):
+        """Let the groups at the current gate train once all of them have built their model
+        and loaded their state (or once they waited long enough)."""
+        if os.path.exists(self._gate_path):
             return
-        ready = all(g.ranks and all(r.model_ready for r in g.ranks) for g in self.groups if g.status != GIVEN_UP)
-        if ready or any(g.attempt > 0 for g in self.groups) or now - self._started > self.cfg.ft.startup_timeout_s / 2:
-            open(self.start_path, "w").close()
-            self.events.emit("training_started", all_groups_ready=ready)
+        waiting = [g for g in self.groups if g.start_gate == self._gate_path and g.status not in (DONE, GIVEN_UP)]
+        ready = all(g.active and all(r.model_ready for r in g.ranks) for g in waiting)
+        if ready or now - self._gate_since > self.cfg.ft.startup_timeout_s / 2:
+            open(self._gate_path, "w").close()
+            self.events.emit("training_started", all_groups_ready=ready, full_restarts=self._full_restarts)
 
     def _update_hold(self) -> None:
         """Groups that finished wait (serving quorums) while any other group still has work."""
@@ -391,7 +412,7 @@ class Supervisor:
     # ---------------------------------------------------------------- run
     def run(self) -> int:
         previous = self._install_signal_handlers()
-        self._started = time.time()
+        self._started = self._gate_since = time.time()
         exit_code = 1
         try:
             self.events.emit(

@@ -55,6 +55,8 @@ class RankSpec:
     tokens_path: str
     resume_from_disk: bool = False
     scratch_dir: str = ""
+    # A file the rank waits for before its first step ("" for none): see Supervisor._open_start_gate.
+    start_gate: str = ""
 
 
 def state_hash(tree: Any) -> str:
@@ -228,10 +230,9 @@ def train(spec: RankSpec) -> None:
         transport_metadata=manager._checkpoint_transport.metadata(),
     )
 
-    # The job's first launch starts training together: a group ready early would
-    # otherwise train alone and make the others heal from it before their first step.
-    gate = os.path.join(os.path.dirname(spec.hold_path), "start")
-    while spec.attempt == 0 and not os.path.exists(gate):
+    # The job's first launch (and each full restart) starts training together: a group
+    # ready early would otherwise train alone and make the others heal from it.
+    while spec.start_gate and not os.path.exists(spec.start_gate):
         reporter.heartbeat(step=manager.current_step(), waiting="start")
         time.sleep(0.05)
 

@@ -74,6 +74,11 @@ def test_full_restart_baseline_runs_and_resumes_from_disk(run_dir):
     assert relaunched == {0, 1}
     loaded = [e for e in events if e["event"] == "checkpoint_loaded" and e["attempt"] == 1]
     assert {e["group"] for e in loaded} == {0, 1} and all(e["step"] % 5 == 0 for e in loaded)
+    # ...all from the same step, and they came back as one quorum (the restart's gate).
+    (restart,) = [e for e in events if e["event"] == "full_restart"]
+    assert {e["step"] for e in loaded} == {restart["resume_step"]}, loaded
+    gates = [e for e in events if e["event"] == "training_started"]
+    assert [g["full_restarts"] for g in gates] == [0, 1] and gates[1]["all_groups_ready"]
     assert drill["weights_consistent"]
 
 

@@ -9,9 +9,52 @@ resuming a whole job from disk (``checkpoint.resume=true``).
 from __future__ import annotations
 
 import os
-from typing import Any
+import re
+import shutil
+from typing import Any, Optional
 
 from monarch_ft.config import CheckpointConfig
+
+
+_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+
+def complete_steps(folder: str) -> set[int]:
+    """Steps with a finished DCP save in ``folder`` (DCP writes ``.metadata`` last)."""
+    if not os.path.isdir(folder):
+        return set()
+    found = set()
+    for name in os.listdir(folder):
+        m = _STEP_DIR.match(name)
+        if m and os.path.isfile(os.path.join(folder, name, ".metadata")):
+            found.add(int(m.group(1)))
+    return found
+
+
+def align_latest_checkpoint(folders: list[str]) -> Optional[int]:
+    """Make the newest complete step of any folder the latest of every folder.
+
+    A full-job restart resumes every group from one step. Groups of an HSDP job hold
+    the same state at a committed step, so a group whose folder lacks that step (it
+    died before saving it, or its node lost its files) gets a copy, as it would read
+    it from shared storage. Returns the step, or None when no folder has a checkpoint.
+    """
+    steps = {folder: complete_steps(folder) for folder in folders}
+    newest = max((max(s) for s in steps.values() if s), default=None)
+    if newest is None:
+        return None
+    name = f"step-{newest}"
+    source = next(folder for folder, s in steps.items() if newest in s)
+    for folder, have in steps.items():
+        if newest in have:
+            continue
+        os.makedirs(folder, exist_ok=True)
+        incoming = os.path.join(folder, f".incoming-{newest}")  # not a step-N name until complete
+        shutil.rmtree(incoming, ignore_errors=True)
+        shutil.copytree(os.path.join(source, name), incoming)
+        shutil.rmtree(os.path.join(folder, name), ignore_errors=True)  # an unfinished save
+        os.rename(incoming, os.path.join(folder, name))
+    return newest
 
 
 class TrainState:
