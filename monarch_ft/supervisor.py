@@ -305,15 +305,20 @@ class Supervisor:
                         failure = {"reason": "exit", "rank": rs.proc.launch.rank, **describe_exit(code)}
         if failure is None:
             limit = self.cfg.ft.hang_timeout_s if all(r.first_step_seen or r.train_done for r in g.ranks) else self.cfg.ft.startup_timeout_s
-            for rs in g.ranks:
-                if rs.exited is None and now - rs.last_progress > limit:
-                    failure = {
-                        "reason": "hung",
-                        "rank": rs.proc.launch.rank,
-                        "silent_s": round(now - rs.last_progress, 2),
-                        "process_status": process_status(rs.proc.pid),
-                    }
-                    break
+            silent = [rs for rs in g.ranks if rs.exited is None and now - rs.last_progress > limit]
+            if silent:
+                # One stuck rank soon silences its group peers too (they block in its
+                # collectives): blame a rank whose OS state explains it (stopped,
+                # uninterruptible, zombie) over one merely sleeping on a peer.
+                status = {rs.proc.launch.rank: process_status(rs.proc.pid) for rs in g.ranks if rs.exited is None}
+                culprit = min(silent, key=lambda rs: (status[rs.proc.launch.rank] in ("sleeping", "running"), rs.last_progress))
+                failure = {
+                    "reason": "hung",
+                    "rank": culprit.proc.launch.rank,
+                    "silent_s": round(now - culprit.last_progress, 2),
+                    "process_status": status[culprit.proc.launch.rank],
+                    "rank_status": status,
+                }
         if failure is not None:
             self._fail_group(g, now, **failure)
         elif g.ranks and all(r.exited == 0 for r in g.ranks):
@@ -363,10 +368,7 @@ class Supervisor:
 
     def finish_at(self, step: int) -> None:
         """Ask every group to finish training at ``step`` (before training.steps)."""
-        path = os.path.join(self.run_dir, "control", "stop_at_step")
-        with open(path + ".tmp", "w") as f:
-            f.write(str(step))
-        os.replace(path + ".tmp", path)
+        request_finish(self.run_dir, step)
         self.events.emit("finish_requested", step=step)
 
     def scratch_dir(self, group: int) -> str:
@@ -525,6 +527,17 @@ class Supervisor:
 def report_path(run_dir: str, group: int, rank: int, attempt: int) -> str:
     """Where a rank appends its step and event records (one file per rank and attempt)."""
     return os.path.join(run_dir, "ranks", f"g{group}r{rank}.a{attempt}.jsonl")
+
+
+def request_finish(run_dir: str, step: int) -> None:
+    """Make every group of the job running in ``run_dir`` finish at ``step``.
+
+    The ranks read this file once (see trainer.StopAt), so it is written whole.
+    """
+    path = os.path.join(run_dir, "control", "stop_at_step")
+    with open(path + ".tmp", "w") as f:
+        f.write(str(step))
+    os.replace(path + ".tmp", path)
 
 
 def process_status(pid: Optional[int]) -> Optional[str]:

@@ -43,7 +43,8 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
     assert node["deleted"] and all(d["files"] > 0 for d in node["deleted"])
     assert any("checkpoint" in d["path"] for d in node["deleted"])
     hung = [e for e in events if e["event"] == "group_failed" and e.get("reason") == "hung"]
-    assert hung and hung[0]["process_status"] == "stopped"
+    # The stopped rank is blamed, not its group peer blocked in a collective with it.
+    assert hung and hung[0]["process_status"] == "stopped" and hung[0]["rank"] == hang["rank"], hung[0]
 
     # The report's files exist and agree with drill.json.
     from chaos.report import phase_stats

@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import psutil
 import pytest
+
+from monarch_ft.supervisor import request_finish
 
 from conftest import FAST, finish_job, console, read_jsonl, run_job, start_job, wait_for
 
@@ -54,11 +57,17 @@ def test_two_groups_two_ranks_train_to_identical_weights(run_dir):
 
 
 def test_sigkilled_rank_group_restarts_and_heals_from_peer(run_dir):
-    proc = start_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=250")
+    proc = start_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=100000")
     metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
     wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 120, "group 1 to step")
     victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
+    killed_at = time.time()
     os.kill(victim["pid"], signal.SIGKILL)
+    # However long the restart takes on a loaded machine, the job runs until the group
+    # is back; then it is asked to finish 20 steps on.
+    back = lambda: [e for e in read_jsonl(events_path) if e["event"] == "quorum_change" and e["participating_groups"] == [0, 1] and e["time"] > killed_at]
+    wait_for(back, 180, "group 1 to rejoin the quorum")
+    request_finish(str(run_dir), max(m["step"] for m in _steps(read_jsonl(metrics_path), 0)) + 20)
     code = finish_job(proc, run_dir, 240)
     assert code == 0, console(run_dir)[-3000:]
 
