@@ -106,11 +106,10 @@ class Supervisor:
         self.events = EventLog(os.path.join(self.run_dir, "events.jsonl"), echo=self._echo if echo else None)
         self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a", buffering=1)
         self.hold_path = os.path.join(self.run_dir, "control", "hold")
-        # The gate the current generation of launches waits at: the job's first launch,
-        # then one per full restart, so every group starts the step loop together.
-        self._gate_path = os.path.join(self.run_dir, "control", "start")
-        self._gate_since = 0.0
+        # Launches wait at a start gate (see _gate_path): the first launch's, then one per
+        # full restart, so every group starts the step loop together.
         self._full_restarts = 0
+        self._gate_since = 0.0
         self.groups = [GroupState(i, resume_from_disk=cfg.checkpoint.resume, start_gate=self._gate_path) for i in range(cfg.ft.replica_groups)]
         # The configured host wins unless it is the loopback default and the launcher's ranks
         # cannot reach loopback (ranks on other hosts or in network namespaces).
@@ -360,7 +359,6 @@ class Supervisor:
         if self.cfg.checkpoint.enable:
             step = align_latest_checkpoint([self.checkpoint_dir(g.index) for g in restarting])
         self._full_restarts += 1
-        self._gate_path = os.path.join(self.run_dir, "control", f"start.{self._full_restarts}")
         self._gate_since = now
         self.events.emit("full_restart", failed_group=failed.index, resume_step=step)
         for g in restarting:
@@ -391,6 +389,12 @@ class Supervisor:
             if rs.exited is None or rs.proc.poll() is None:
                 rs.proc.kill()  # SIGKILL also ends a SIGSTOPped rank
                 rs.exited = rs.proc.wait(10.0)
+
+    @property
+    def _gate_path(self) -> str:
+        """The gate the current generation of launches waits at."""
+        name = f"start.{self._full_restarts}" if self._full_restarts else "start"
+        return os.path.join(self.run_dir, "control", name)
 
     def _open_start_gate(self, now: float) -> None:
         """Let the groups at the current gate train once all of them have built their model
