@@ -65,6 +65,10 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         "goodput_ratio": (goodput / rate) if goodput and rate else None,
         "weights_consistent": summary["weights_consistent"],
         "steps_never_go_back": steps_never_go_back(metrics),
+        # What the supervisor saw: committed steps given up (rollbacks) and commits below the
+        # job's step (a group that trained on a stale state).
+        "steps_lost": summary.get("steps_lost", 0),
+        "step_regressions": summary.get("step_regressions", []),
         "faults": analyzed,
     }
     with open(os.path.join(run_dir, "drill.json"), "w") as f:
@@ -86,10 +90,13 @@ def samples_per_s(metrics: list[dict], until: float | None = None) -> float | No
 
 
 def drill_ok(drill: dict) -> bool:
+    """Every fault recovered with consistent weights, and (live recovery) no committed step lost."""
+    live = drill["recovery"] != "full_restart"
     return (
         drill["exit_code"] == 0
         and drill["weights_consistent"]
-        and (drill["steps_never_go_back"] or drill["recovery"] == "full_restart")
+        and not drill["step_regressions"]
+        and (not live or (drill["steps_never_go_back"] and drill["steps_lost"] == 0))
         and all(f["recovered"] and f["weights_consistent"] is not False for f in drill["faults"])
     )
 

@@ -57,7 +57,7 @@ def inject_node(sup, group: int, fault: FaultConfig) -> dict:
 
 
 def inject_collective(sup, group: int, fault: FaultConfig) -> dict:
-    path = request_collective_fault(os.path.dirname(sup.hold_path), group, fault.rank, fault.mode, fault.duration_s)
+    path = request_collective_fault(sup.layout, group, fault.rank, fault.mode, fault.duration_s)
     return {"mode": fault.mode, "request": path, "pid": sup.groups[group].ranks[fault.rank].proc.pid}
 
 

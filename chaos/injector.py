@@ -48,6 +48,10 @@ class ChaosInjector:
         return sup.first_step_time is not None and now - sup.first_step_time >= fault.at_s
 
     def _recovered(self, sup, active: dict) -> bool:
+        """Recovered means (as chaos.mttr counts it): the target commits again, in a quorum
+        with every group it was with, at or after the job's step when the fault hit, and
+        holding the same weights as they do (state hashes at one step). A group stepping
+        alone, or from an older state, is not a recovery."""
         rec = sup.last_commit.get(active["target"])
         if rec is None or rec["time"] <= active["injected_at"]:
             return False
@@ -59,7 +63,13 @@ class ChaosInjector:
             acks = sup.events.find(RECOVERY_MARKER[active["kind"]], group=active["target"])
             if not acks or acks[-1]["time"] < active["injected_at"] or rec["time"] <= acks[-1]["time"]:
                 return False
-        return active["target"] in (rec.get("participating_groups") or [])
+        want = set(active["members"]) | {active["target"]}
+        if not want <= set(rec.get("participating_groups") or []) or rec["step"] < active["step"]:
+            return False
+        if not sup.cfg.training.state_hash_every:
+            return True  # nothing to compare weights with
+        checked = sup.consistent_at(want, rec["step"])
+        return checked is not None and checked[1]
 
     def tick(self, sup, now: float) -> None:
         if self.active is not None:
@@ -95,6 +105,7 @@ class ChaosInjector:
             "at_step": fault.at_step,
             "at_s": fault.at_s,
             "step": step,
+            "members": sorted(sup.last_commit[target].get("participating_groups") or []),
             "injected_at": injected_at,
         }
         self.injected.append(self.active)

@@ -8,7 +8,8 @@ Phases (seconds after injection):
   replacement_up      every rank of the relaunched group has built its model (restarts only);
   weights_recovered   the relaunched group's ranks all received the live weights
                       (full restart: they loaded the disk checkpoint);
-  back_in_quorum      the failed group commits a step with every group it was with.
+  back_in_quorum      the failed group commits a step with every group it was with, at or
+                      past the job's step when the fault hit.
 MTTR is back_in_quorum. Network faults (partition, slow_link on a simulated host's link):
 detected is the first of the group failing (the supervisor restarted it) or a commit of
 another group without it (dropped from the quorum), None if neither happened (the job
@@ -105,9 +106,15 @@ def analyze_fault(
         restored = _first(ev, lambda e: e["event"] == "link_restored" and e["group"] == g)
         after = max(after, restored["time"]) if restored else float("inf")
     want = members_before | {g}
+    # Back: committing with every group it was with, at or past the job's step when the fault
+    # hit (a group alone at an older step, e.g. its initial weights, is not back).
     back = _first(
         commits,
-        lambda m: m["group"] == g and m["time"] >= after and (not restart or m["attempt"] >= new_attempt) and want <= set(m.get("participating_groups") or []),
+        lambda m: m["group"] == g
+        and m["time"] >= after
+        and m["step"] >= fault["step"]
+        and (not restart or m["attempt"] >= new_attempt)
+        and want <= set(m.get("participating_groups") or []),
     )
     times["back_in_quorum"] = back and back["time"]
     phases = {k: (round(v - t0, 3) if v is not None else None) for k, v in times.items()}
@@ -144,15 +151,21 @@ def analyze_fault(
                 consistent = all(len({h for (grp, r), h in seen.items() if r == rank}) == 1 for rank in {r for _, r in seen})
                 break
     recovered_from = _first(healed, lambda e: True)
+    # Committed steps the job itself gave up while this fault lasted (a rollback to a
+    # checkpoint because no group held its state): zero is the point of live recovery.
+    rollbacks = [e for e in ev if e["event"] == "job_rollback"]
     return {
         **{k: fault[k] for k in ("id", "kind", "target", "rank", "at_step", "injected_at")},
         "injected_step": fault["step"],
         "phases": phases,
         "mttr_s": phases["back_in_quorum"],
-        "recovered": back is not None,
+        # One meaning, the chaos injector's too: back in the quorum at the job's step with
+        # the same weights (unknown weights, no hashes reported, do not count against it).
+        "recovered": back is not None and consistent is not False,
         "weights_consistent": consistent,
         "survivor_max_stall_s": round(stall, 3),
         "survivor_steps_lost": lost,
+        "job_steps_lost": sum(e["steps_lost"] for e in rollbacks),
         "recovery_bytes": sum(e.get("bytes", 0) for e in healed) or None,
         "recovery_seconds": max((e.get("seconds", 0) for e in healed), default=None),
         "recovered_from_group": recovered_from.get("src_group") if recovered_from else None,

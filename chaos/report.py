@@ -463,7 +463,7 @@ def write_drill_report(
 
     lines += ["## Per fault", ""]
     header = (["id", "kind", "target", "at_step", "mttr_s"] + list(order)
-              + ["weights_consistent", "recovered_from_group", "recovery MB", "recovery s"])
+              + ["recovered", "weights_consistent", "job steps lost", "recovered_from_group", "recovery MB", "recovery s"])
     rows = []
     for f in faults:
         ph = f.get("phases") or {}
@@ -472,8 +472,8 @@ def write_drill_report(
             [_cell(f.get("id")), _cell(f.get("kind")), _cell(f.get("target")), _cell(f.get("at_step")),
              _fmt(f.get("mttr_s"))]
             + [_fmt(ph.get(p)) for p in order]
-            + [_cell(f.get("weights_consistent")), _cell(f.get("recovered_from_group")),
-               _fmt(rb / 1e6 if rb is not None else None), _fmt(f.get("recovery_seconds"))]
+            + [_cell(f.get("recovered")), _cell(f.get("weights_consistent")), _cell(f.get("job_steps_lost")),
+               _cell(f.get("recovered_from_group")), _fmt(rb / 1e6 if rb is not None else None), _fmt(f.get("recovery_seconds"))]
         )
     lines += _table(header, rows) + [""]
     lines += ["MB are 10^6 bytes.", ""]
@@ -481,6 +481,11 @@ def write_drill_report(
     lines += ["## Timeline", "", "![timeline](timeline.png)", "", "## MTTR by phase", "", "![mttr](mttr.png)", ""]
     wc = _consistent(drill)
     lines.append(f"**Weights consistent across replicas: {_cell(wc)}**")
+    lines.append("")
+    lines.append(
+        f"**Committed steps: never went back: {_cell(drill.get('steps_never_go_back'))}; lost to rollbacks: "
+        f"{_cell(drill.get('steps_lost'))}; regressions: {_cell(len(drill.get('step_regressions') or []))}**"
+    )
     with open(paths["report"], "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
     return paths

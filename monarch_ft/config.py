@@ -81,6 +81,10 @@ class FTConfig:
     hang_timeout_s: float = 15.0
     # A freshly launched group must report its first step within this long.
     startup_timeout_s: float = 120.0
+    # Every stepping group silent at once is one job-wide stall, not N faults: the
+    # supervisor captures stacks and waits this long before resuming the whole job from
+    # its newest checkpoint (it never kills every group holding the job's state one by one).
+    stall_timeout_s: float = 60.0
     max_restarts: int = 3
     # live: restart only the failed group, which heals from a peer (TorchFT).
     # full_restart: stop every group and resume all from the last disk checkpoint
@@ -101,6 +105,10 @@ class CheckpointConfig:
     keep_latest_k: int = 2
     # Resume every group from its latest disk checkpoint at launch.
     resume: bool = False
+    # A save that takes longer is stuck: the rank dumps its stacks, reports
+    # checkpoint_save_timeout and exits. While a rank is saving, the supervisor's hang
+    # detector allows it this long (not ft.hang_timeout_s).
+    save_timeout_s: float = 120.0
 
 
 @dataclass
@@ -182,6 +190,8 @@ def validate(cfg: JobConfig) -> None:
         f"ft.lighthouse_port={ft.lighthouse_port}: must be 0 (a free port) or 1-65535",
     )
     _require(cfg.checkpoint.interval >= 1, f"checkpoint.interval={cfg.checkpoint.interval}: must be >= 1")
+    _require(cfg.checkpoint.save_timeout_s > 0, f"checkpoint.save_timeout_s={cfg.checkpoint.save_timeout_s}: must be > 0")
+    _require(ft.stall_timeout_s >= 0, f"ft.stall_timeout_s={ft.stall_timeout_s}: must be >= 0")
     _require(
         cfg.checkpoint.keep_latest_k == 0 or cfg.checkpoint.keep_latest_k >= 2,
         f"checkpoint.keep_latest_k={cfg.checkpoint.keep_latest_k}: use 0 (keep all) or >= 2",

@@ -28,13 +28,26 @@ from typing import Any, Optional, Protocol
 
 import psutil
 
-from monarch_ft.components.checkpoint import align_latest_checkpoint
+from monarch_ft.components.checkpoint import align_latest_checkpoint, newest_complete_step
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import JobConfig, validate
 from monarch_ft.events import EventLog
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
 from monarch_ft.lighthouse import Lighthouse
 from monarch_ft.net import free_port
+from monarch_ft.recovery import (
+    CommitLedger,
+    Hang,
+    HangLimits,
+    JobStateLost,
+    RankView,
+    StateSource,
+    decide_state_source,
+    find_hang,
+    is_job_stall,
+)
+from monarch_ft.run_layout import RunLayout, atomic_write, atomic_write_json
+from monarch_ft.stacks import capture_stacks
 
 log = logging.getLogger("monarch_ft.supervisor")
 
@@ -58,6 +71,9 @@ class RankState:
     state_hash: Optional[str] = None
     first_step_seen: bool = False
     model_ready: bool = False
+    # The main thread's phase, from the rank's liveness beats (recovery.Phase), and since when.
+    phase: Optional[str] = None
+    phase_since: float = 0.0
 
 
 @dataclass
@@ -72,10 +88,14 @@ class GroupState:
     train_done: bool = False
     launched_at: float = 0.0
     losses: list[float] = field(default_factory=list)
-    # Next launch loads the latest disk checkpoint (job resume, or full-restart recovery).
-    resume_from_disk: bool = False
-    # The start gate the next launch waits at before its first step ("" for none).
+    # Checkpoint step the next launch loads before it reports model_ready: -1 the latest
+    # (checkpoint.resume), N that step (a full restart), None nothing (it heals or starts).
+    load_step: Optional[int] = None
+    # The gate the next launch waits at before its first step: a shared start gate (first
+    # launch, full restart) or its own launch gate (a live relaunch); see _open_launch_gates.
     start_gate: str = ""
+    # Its own launch gate was opened (the decision on its state source is written).
+    gate_decided: bool = False
 
     @property
     def active(self) -> bool:
@@ -93,33 +113,45 @@ class Supervisor:
     ) -> None:
         validate(cfg)
         self.cfg = cfg
-        self.run_dir = os.path.abspath(run_dir)
+        self.layout = RunLayout(run_dir, cfg.checkpoint.folder)
+        self.run_dir = self.layout.run_dir
         os.makedirs(self.run_dir, exist_ok=True)
         # ranks/ holds this job's live report and spec files: a job resumed in the same
         # run directory must not re-read the previous job's reports.
-        shutil.rmtree(os.path.join(self.run_dir, "ranks"), ignore_errors=True)
-        shutil.rmtree(os.path.join(self.run_dir, "control"), ignore_errors=True)
-        for sub in ("ranks", "logs", "control"):
-            os.makedirs(os.path.join(self.run_dir, sub), exist_ok=True)
+        shutil.rmtree(self.layout.ranks_dir, ignore_errors=True)
+        shutil.rmtree(self.layout.control_dir, ignore_errors=True)
+        for d in (self.layout.ranks_dir, self.layout.logs_dir, self.layout.control_dir):
+            os.makedirs(d, exist_ok=True)
         self.launcher = launcher or build_launcher(cfg.launcher, self.run_dir)
         self.hooks: list[SupervisorHook] = list(hooks or [])
-        self.events = EventLog(os.path.join(self.run_dir, "events.jsonl"), echo=self._echo if echo else None)
-        self._metrics = open(os.path.join(self.run_dir, "metrics.jsonl"), "a", buffering=1)
-        self.hold_path = os.path.join(self.run_dir, "control", "hold")
+        self.events = EventLog(self.layout.events, echo=self._echo if echo else None)
+        self._metrics = open(self.layout.metrics, "a", buffering=1)
+        self.hold_path = self.layout.hold
         # Launches wait at a start gate (see _gate_path): the first launch's, then one per
         # full restart, so every group starts the step loop together.
         self._full_restarts = 0
         self._gate_since = 0.0
-        self.groups = [GroupState(i, resume_from_disk=cfg.checkpoint.resume, start_gate=self._gate_path) for i in range(cfg.ft.replica_groups)]
+        self.groups = [GroupState(i, start_gate=self._gate_path) for i in range(cfg.ft.replica_groups)]
         # The configured host wins unless it is the loopback default and the launcher's ranks
         # cannot reach loopback (ranks on other hosts or in network namespaces).
         host = cfg.ft.lighthouse_host if cfg.ft.lighthouse_host != "127.0.0.1" else self.launcher.control_host()
-        self.lighthouse = Lighthouse(cfg.ft, os.path.join(self.run_dir, "logs", "lighthouse.log"), host=host)
+        self.lighthouse = Lighthouse(cfg.ft, self.layout.lighthouse_log, host=host)
         self._stop_reason: Optional[str] = None
         self._membership: Optional[tuple[int, ...]] = None
         self._transport_owner: dict[Any, tuple[int, int]] = {}
         # Latest committed step record of each group's rank 0 (for hooks such as chaos).
         self.last_commit: dict[int, dict] = {}
+        # The job's committed steps: the Manager's step after the newest commit any group
+        # made (or the step the job resumed from). It never goes back except by an explicit,
+        # recorded rollback to a disk checkpoint (every group holding it was lost).
+        self.ledger = CommitLedger()
+        self._floor_written = -1
+        self.rollbacks: list[dict] = []
+        self.regressions: list[dict] = []
+        # Recent committed state hashes: step -> {(group, rank): hash} (see consistent_at).
+        self.step_hashes: dict[int, dict[tuple[int, int], str]] = {}
+        self._stall: Optional[dict] = None
+        self._fatal: Optional[str] = None
         self.first_step_time: Optional[float] = None
         self._tokens_path = ""
         self._started = 0.0
@@ -128,7 +160,7 @@ class Supervisor:
 
     # ---------------------------------------------------------------- console
     def _echo(self, e: dict) -> None:
-        quiet = {"rank_launched", "model_ready", "rank_started", "checkpoint_sent", "rank_finished", "recovery_started"}
+        quiet = {"rank_launched", "model_ready", "rank_started", "checkpoint_sent", "rank_finished", "recovery_started", "checkpoint_save_started", "checkpoint_saved"}
         if e["event"] in quiet:
             return
         rel = e["time"] - self._started if self._started else 0.0
@@ -180,19 +212,18 @@ class Supervisor:
         from omegaconf import OmegaConf
 
         g.attempt += 1
-        if g.attempt > 0 and not g.resume_from_disk and self.cfg.checkpoint.enable:
-            # Live healing needs a live peer; with none left, fall back to the disk
-            # checkpoint rather than starting again from step 0.
-            if not any(o.status == RUNNING and o is not g for o in self.groups):
-                g.resume_from_disk = True
-                self.events.emit("no_live_peer", group=g.index, attempt=g.attempt, resume_from_disk=True)
+        if g.attempt > 0 and not g.start_gate:
+            # A live relaunch: whether it heals from a peer or loads the disk checkpoint is
+            # decided when it is ready to join (_open_launch_gates), not now: the peers alive
+            # at launch may all be gone by then.
+            g.start_gate = self.layout.launch_gate(g.index, g.attempt)
+        g.gate_decided = False
         store_host = self.launcher.group_host(g.index)
         store_port = free_port(store_host)
         # Ranks get the JobConfig part only (recipes may extend the config, e.g. drills).
         config = {f.name: OmegaConf.to_container(OmegaConf.structured(getattr(self.cfg, f.name))) for f in dataclasses.fields(JobConfig)}
         launches = []
         for r in range(self.cfg.ft.ranks_per_group):
-            tag = f"g{g.index}r{r}"
             spec = {
                 "config": config,
                 "group": g.index,
@@ -204,16 +235,15 @@ class Supervisor:
                 "lighthouse_addr": self.lighthouse.address,
                 "advertise_host": store_host,
                 "run_dir": self.run_dir,
-                "report_path": report_path(self.run_dir, g.index, r, g.attempt),
-                "hold_path": self.hold_path,
+                "report_path": self.layout.report(g.index, r, g.attempt),
+                "hold_path": self.layout.hold,
                 "tokens_path": self._tokens_path,
-                "resume_from_disk": g.resume_from_disk,
+                "load_step": g.load_step,
                 "start_gate": g.start_gate,
-                "scratch_dir": os.path.join(self.scratch_dir(g.index), f"rank_{r}"),
+                "scratch_dir": self.layout.scratch(g.index, r),
             }
-            spec_path = os.path.join(self.run_dir, "ranks", f"{tag}.a{g.attempt}.spec.json")
-            with open(spec_path, "w") as f:
-                json.dump(spec, f)
+            spec_path = self.layout.spec(g.index, r, g.attempt)
+            atomic_write_json(spec_path, spec)
             launches.append(
                 RankLaunch(
                     group=g.index,
@@ -221,12 +251,12 @@ class Supervisor:
                     attempt=g.attempt,
                     argv=[sys.executable, "-m", "monarch_ft.worker", spec_path],
                     env=self._rank_env(),
-                    log_path=os.path.join(self.run_dir, "logs", f"{tag}.a{g.attempt}.log"),
+                    log_path=self.layout.log(g.index, r, g.attempt),
                     cwd=self.run_dir,
                 )
             )
         procs = self.launcher.launch_group(launches)
-        g.ranks = [RankState(p, ReportTail(report_path(self.run_dir, g.index, p.launch.rank, g.attempt)), last_progress=now) for p in procs]
+        g.ranks = [RankState(p, ReportTail(self.layout.report(g.index, p.launch.rank, g.attempt)), last_progress=now) for p in procs]
         g.status, g.launched_at, g.train_done = STARTING, now, False
         self.events.emit("group_launched", group=g.index, attempt=g.attempt, launcher=self.launcher.name)
         for p in procs:
@@ -245,6 +275,7 @@ class Supervisor:
                     self._metrics.write(json.dumps(rec) + "\n")
                     if rec.get("committed"):
                         g.last_step = max(g.last_step, rec["step"] + 1)
+                        self._record_commit(g, rec)
                     if rec["rank"] == 0 and rec.get("loss") is not None:
                         g.losses.append(rec["loss"])
                     if rec["rank"] == 0 and rec.get("committed"):
@@ -255,6 +286,9 @@ class Supervisor:
                     self._track_membership(rec)
                 elif kind == "heartbeat":
                     rs.last_progress = now
+                elif kind == "liveness":
+                    rs.last_progress = now
+                    rs.phase, rs.phase_since = rec.get("phase"), rec.get("phase_since", now)
                 elif kind == "event":
                     rs.last_progress = now
                     name = rec.pop("event")
@@ -278,6 +312,45 @@ class Supervisor:
             if g.status == STARTING:
                 g.status = RUNNING
 
+    def _record_commit(self, g: GroupState, rec: dict) -> None:
+        """Advance the job's committed step; a commit below it is a regression, named loudly.
+
+        Groups in one quorum commit the same step, so a commit of the job's newest step by
+        another group is normal; anything lower means a group trained on a stale state
+        (ranks refuse such commits, see trainer.CommitFloor: this is the second line).
+        """
+        step = rec["step"]
+        behind = self.ledger.record(step, rec["time"])
+        if behind is not None:
+            regression = {"group": g.index, "rank": rec["rank"], "attempt": rec["attempt"], "step": step, "job_committed": behind}
+            self.regressions.append(regression)
+            self.events.emit("step_regression", **regression)
+        if rec.get("state_hash"):
+            self.step_hashes.setdefault(step, {})[(g.index, rec["rank"])] = rec["state_hash"]
+            for old in [s for s in self.step_hashes if s < step - 200]:
+                del self.step_hashes[old]
+
+    def consistent_at(self, groups: set[int], min_step: int) -> Optional[tuple[int, bool]]:
+        """(step, equal) for the first step >= ``min_step`` that every rank of ``groups``
+        hashed: whether every rank index holds the same state in each of them; None if no
+        such step was reported yet."""
+        ranks = range(self.cfg.ft.ranks_per_group)
+        for step in sorted(s for s in self.step_hashes if s >= min_step):
+            seen = self.step_hashes[step]
+            if all((grp, r) in seen for grp in groups for r in ranks):
+                return step, all(len({seen[(grp, r)] for grp in groups}) == 1 for r in ranks)
+        return None
+
+    @property
+    def job_step(self) -> int:
+        return self.ledger.job_step
+
+    def _write_floor(self, force: bool = False) -> None:
+        """Tell the ranks the job's committed step (control/commit_floor) when it changed."""
+        if force or self.job_step != self._floor_written:
+            atomic_write(self.layout.commit_floor, str(self.job_step))
+            self._floor_written = self.job_step
+
     def _track_membership(self, rec: dict) -> None:
         members = tuple(rec.get("participating_groups") or ())
         if rec["rank"] != 0 or not rec.get("committed") or members == self._membership:
@@ -292,7 +365,9 @@ class Supervisor:
             seen_by=rec["group"],
         )
 
-    def _check_group(self, g: GroupState, now: float) -> None:
+    def _check_group(self, g: GroupState, now: float) -> Optional[Hang]:
+        """A rank that exited non-zero fails its group at once; a silent one is returned
+        as a hang verdict for _judge_hangs, which looks at every group's before acting."""
         failure: Optional[dict] = None
         for rs in g.ranks:
             if rs.exited is None:
@@ -302,27 +377,94 @@ class Supervisor:
                     self.events.emit("rank_exited", group=g.index, rank=rs.proc.launch.rank, attempt=g.attempt, **describe_exit(code))
                     if code != 0 and failure is None:
                         failure = {"reason": "exit", "rank": rs.proc.launch.rank, **describe_exit(code)}
-        if failure is None:
-            limit = self.cfg.ft.hang_timeout_s if all(r.first_step_seen or r.train_done for r in g.ranks) else self.cfg.ft.startup_timeout_s
-            silent = [rs for rs in g.ranks if rs.exited is None and now - rs.last_progress > limit]
-            if silent:
-                # One stuck rank soon silences its group peers too (they block in its
-                # collectives): blame a rank whose OS state explains it (stopped,
-                # uninterruptible, zombie) over one merely sleeping on a peer.
-                status = {rs.proc.launch.rank: process_status(rs.proc.pid) for rs in g.ranks if rs.exited is None}
-                culprit = min(silent, key=lambda rs: (status[rs.proc.launch.rank] in ("sleeping", "running"), rs.last_progress))
-                failure = {
-                    "reason": "hung",
-                    "rank": culprit.proc.launch.rank,
-                    "silent_s": round(now - culprit.last_progress, 2),
-                    "process_status": status[culprit.proc.launch.rank],
-                    "rank_status": status,
-                }
         if failure is not None:
             self._fail_group(g, now, **failure)
-        elif g.ranks and all(r.exited == 0 for r in g.ranks):
+            return None
+        if g.ranks and all(r.exited == 0 for r in g.ranks):
             g.status = DONE
             self.events.emit("group_finished", group=g.index, attempt=g.attempt, step=g.last_step)
+            return None
+        live = [rs for rs in g.ranks if rs.exited is None]
+        started = all(r.first_step_seen or r.train_done for r in g.ranks)
+
+        def views(with_state: bool) -> list[RankView]:
+            return [
+                RankView(
+                    rank=rs.proc.launch.rank,
+                    silent_s=now - rs.last_progress,
+                    started=started,
+                    phase=rs.phase,
+                    phase_s=now - rs.phase_since if rs.phase else 0.0,
+                    os_state=process_status(rs.proc.pid) if with_state else None,
+                )
+                for rs in live
+            ]
+
+        if find_hang(views(False), self._hang_limits) is None:
+            return None
+        return find_hang(views(True), self._hang_limits)  # psutil only when someone is silent
+
+    @property
+    def _hang_limits(self) -> HangLimits:
+        ft = self.cfg.ft
+        return HangLimits(ft.hang_timeout_s, ft.startup_timeout_s, self.cfg.checkpoint.save_timeout_s, ft.quorum_timeout_s + 2 * ft.timeout_s)
+
+    def _judge_hangs(self, hangs: dict[int, Hang], now: float) -> None:
+        """Act on this tick's hang verdicts, all groups together.
+
+        - Every stepping group silent and none stuck by itself: one job-wide stall. Capture
+          every rank's stacks and wait ``ft.stall_timeout_s``; if it does not clear, resume
+          the whole job from the newest checkpoint. The detector never kills the groups that
+          hold the job's state one by one.
+        - Some culprit stuck by itself (stopped, zombie, ...): fail only those groups; the
+          others are most likely blocked on them and step again once they are gone.
+        - Otherwise fail each hung group (stacks captured first).
+        """
+        if not hangs:
+            if self._stall is not None:
+                self.events.emit("job_stall_cleared", lasted_s=round(now - self._stall["since"], 2))
+                self._stall = None
+            return
+        stepping = [g.index for g in self.groups if g.status == RUNNING]
+        if is_job_stall(hangs, stepping):
+            if self._stall is None:
+                self._stall = {"since": now}
+                stacks = self._capture_stacks([self.groups[i] for i in sorted(hangs)], "stall")
+                self.events.emit(
+                    "job_stall",
+                    groups=sorted(hangs),
+                    hangs={str(i): dataclasses.asdict(h) for i, h in hangs.items()},
+                    stacks=stacks,
+                    escalate_after_s=self.cfg.ft.stall_timeout_s,
+                )
+            elif now - self._stall["since"] > self.cfg.ft.stall_timeout_s:
+                self.events.emit("job_stall_escalated", groups=sorted(hangs), lasted_s=round(now - self._stall["since"], 2))
+                self._stall = None
+                self._full_restart(None, now, reason="job_stall")
+            return
+        explained = {i: h for i, h in hangs.items() if h.self_explained}
+        for i, h in sorted((explained or hangs).items()):
+            g = self.groups[i]
+            states = {rs.proc.launch.rank: process_status(rs.proc.pid) for rs in g.ranks if rs.exited is None}
+            stacks = self._capture_stacks([g], f"hang-g{i}")
+            self._fail_group(
+                g,
+                now,
+                reason="hung",
+                rank=h.rank,
+                silent_s=h.silent_s,
+                process_status=h.os_state,
+                rank_status=states,
+                phase=h.phase,
+                phase_s=h.phase_s,
+                stacks=stacks,
+            )
+
+    def _capture_stacks(self, groups: list[GroupState], tag: str) -> dict[str, str]:
+        """Every live rank's Python stacks (py-spy), into stacks/<tag>-<n>/; label -> file."""
+        pids = {f"g{g.index}r{rs.proc.launch.rank}": rs.proc.pid for g in groups for rs in g.ranks if rs.exited is None and rs.proc.pid}
+        folder = os.path.join(self.layout.stacks_dir, f"{tag}-{int(time.time() * 1000)}")
+        return capture_stacks(pids, folder)
 
     def _fail_group(self, g: GroupState, now: float, **why: Any) -> None:
         self.events.emit("group_failed", group=g.index, attempt=g.attempt, **why)
@@ -333,36 +475,97 @@ class Supervisor:
             return
         self._schedule_restart(g, now)
 
-    def _schedule_restart(self, g: GroupState, now: float, resume_from_disk: bool = False, start_gate: str = "") -> None:
+    def _schedule_restart(self, g: GroupState, now: float, load_step: Optional[int] = None, start_gate: str = "") -> None:
         if g.restarts >= self.cfg.ft.max_restarts:
             g.status = GIVEN_UP
             self.events.emit("restart_budget_exhausted", group=g.index, restarts=g.restarts, max_restarts=self.cfg.ft.max_restarts)
             return
         g.restarts += 1
         backoff = min(self.cfg.ft.restart_backoff_s * 2 ** (g.restarts - 1), self.cfg.ft.restart_backoff_max_s)
-        g.status, g.next_launch, g.resume_from_disk, g.start_gate = WAITING, now + backoff, resume_from_disk, start_gate
+        g.status, g.next_launch, g.load_step, g.start_gate = WAITING, now + backoff, load_step, start_gate
         self.events.emit("restart_scheduled", group=g.index, restart=g.restarts, backoff_s=round(backoff, 3))
 
-    def _full_restart(self, failed: GroupState, now: float) -> None:
-        """Baseline policy: the whole job stops and resumes from one disk checkpoint.
+    def _full_restart(self, failed: Optional[GroupState], now: float, reason: str = "full_restart") -> None:
+        """The whole job stops and resumes from one disk checkpoint.
 
-        Every group loads the same step (the newest complete one any group wrote; a group
-        without it gets a copy, as from shared storage) and waits at a fresh start gate,
-        so the job comes back as one quorum instead of groups healing from each other.
+        The baseline policy (``ft.recovery=full_restart``) on every fault, and the escalation
+        of a job-wide stall. Every group loads the same step (the newest complete one any
+        group wrote; a group without it gets a copy, as from shared storage) and waits at a
+        fresh start gate, so the job comes back as one quorum instead of groups healing from
+        each other.
         """
         for g in self.groups:
             if g is not failed and g.active:
                 self._stop_ranks(g, graceful=False)
-                self.events.emit("group_stopped", group=g.index, attempt=g.attempt, reason="full_restart")
+                self.events.emit("group_stopped", group=g.index, attempt=g.attempt, reason=reason)
         restarting = [g for g in self.groups if g.status != GIVEN_UP and (g is failed or g.status != DONE)]
-        step = None
-        if self.cfg.checkpoint.enable:
-            step = align_latest_checkpoint([self.checkpoint_dir(g.index) for g in restarting])
+        try:
+            step = self._resume_point(reason).step
+        except JobStateLost as e:
+            self._lose_job(str(e))
+            return
         self._full_restarts += 1
         self._gate_since = now
-        self.events.emit("full_restart", failed_group=failed.index, resume_step=step)
+        self.events.emit("full_restart", failed_group=failed.index if failed else None, resume_step=step, reason=reason)
         for g in restarting:
-            self._schedule_restart(g, now, resume_from_disk=True, start_gate=self._gate_path)
+            self._schedule_restart(g, now, load_step=step, start_gate=self._gate_path)
+
+    def _live_peers(self, g: GroupState) -> list[int]:
+        """Groups other than ``g`` that are stepping in the job (they hold its state)."""
+        return [o.index for o in self.groups if o is not g and o.status == RUNNING]
+
+    def _resume_point(self, reason: str, live_peers: tuple[int, ...] = (), group: Optional[int] = None):
+        """Decide where the job's state comes from now; for a disk checkpoint, align it in
+        every group's folder and record the rollback. Returns the StateDecision's step for a
+        disk resume (None to start from the initial weights); raises JobStateLost."""
+        folders = [self.checkpoint_dir(o.index) for o in self.groups]
+        ckpt = newest_complete_step(folders, at_most=self.job_step) if self.cfg.checkpoint.enable else None
+        decision = decide_state_source(live_peers, self.job_step, ckpt)
+        if decision.source is StateSource.DISK:
+            align_latest_checkpoint(folders, at_most=decision.step)
+            if decision.steps_lost:
+                rollback = {"from_step": self.job_step, "to_step": decision.step, "steps_lost": decision.steps_lost, "reason": reason, "group": group}
+                self.rollbacks.append(rollback)
+                self.events.emit("job_rollback", **rollback)
+            self.ledger.rollback(decision.step)
+            self._write_floor(force=True)
+        return decision
+
+    def _resume_job(self) -> None:
+        """checkpoint.resume: every group loads the newest complete step any group saved
+        (copied where missing), and the job's committed step starts there."""
+        folders = [self.checkpoint_dir(g.index) for g in self.groups]
+        step = align_latest_checkpoint(folders) if self.cfg.checkpoint.enable else None
+        for g in self.groups:
+            g.load_step = step
+        if step is not None:
+            self.ledger.rollback(step)
+        self.events.emit("job_resumed", step=step)
+
+    def _open_launch_gates(self) -> None:
+        """Tell each live-relaunched group, once all its ranks are ready, where its state comes
+        from: a live peer (it heals through TorchFT when it joins the quorum), or, with no
+        group left holding the job's state, the newest disk checkpoint (never its initial
+        weights once the job has committed steps)."""
+        for g in self.groups:
+            if g.status != STARTING or g.gate_decided or g.start_gate != self.layout.launch_gate(g.index, g.attempt):
+                continue
+            if not (g.ranks and all(r.model_ready for r in g.ranks)):
+                continue
+            try:
+                decision = self._resume_point("no_live_peer", tuple(self._live_peers(g)), g.index)
+            except JobStateLost as e:
+                self._lose_job(str(e))
+                return
+            atomic_write_json(g.start_gate, {"source": decision.source.value, "step": decision.step})
+            g.gate_decided = True
+            self.events.emit("state_source", group=g.index, attempt=g.attempt, source=decision.source.value, step=decision.step, job_step=self.job_step)
+
+    def _lose_job(self, message: str) -> None:
+        """The job's state is gone (no live group, no checkpoint): stop with one clear line."""
+        self._fatal = message
+        self.events.emit("job_state_lost", job_step=self.job_step, message=message)
+        print(f"monarch_ft: error: {message}", file=sys.stderr, flush=True)
 
     def finish_at(self, step: int) -> None:
         """Ask every group to finish training at ``step`` (before training.steps)."""
@@ -371,10 +574,10 @@ class Supervisor:
 
     def scratch_dir(self, group: int) -> str:
         """A group's host-local files (scratch space); a node fault deletes them."""
-        return os.path.join(self.run_dir, "scratch", f"group_{group}")
+        return self.layout.scratch(group)
 
     def checkpoint_dir(self, group: int) -> str:
-        return os.path.join(self.run_dir, self.cfg.checkpoint.folder, f"group_{group}")
+        return self.layout.checkpoint(group)
 
     def _stop_ranks(self, g: GroupState, graceful: bool) -> None:
         if graceful:
@@ -392,9 +595,8 @@ class Supervisor:
 
     @property
     def _gate_path(self) -> str:
-        """The gate the current generation of launches waits at."""
-        name = f"start.{self._full_restarts}" if self._full_restarts else "start"
-        return os.path.join(self.run_dir, "control", name)
+        """The shared gate the current generation of launches waits at."""
+        return self.layout.start_gate(self._full_restarts)
 
     def _open_start_gate(self, now: float) -> None:
         """Let the groups at the current gate train once all of them have built their model
@@ -433,7 +635,10 @@ class Supervisor:
             address = self.lighthouse.start()
             self.events.emit("lighthouse_started", address=address, pid=self.lighthouse.pid)
             self._prepare_data()
+            if self.cfg.checkpoint.resume:
+                self._resume_job()
             open(self.hold_path, "w").close()
+            self._write_floor()
             exit_code = self._watch()
         except BaseException as e:
             self.status = "failed"
@@ -452,6 +657,9 @@ class Supervisor:
                 self.status = "interrupted"
                 self.events.emit("supervisor_stop_requested", reason=self._stop_reason)
                 return 130 if self._stop_reason == "SIGINT" else 143
+            if self._fatal:
+                self.status = "failed"
+                return 1
             if not self.lighthouse.alive():
                 self.status = "failed"
                 self.events.emit("lighthouse_died", **describe_exit(self.lighthouse.proc.returncode))
@@ -459,16 +667,25 @@ class Supervisor:
             for g in self.groups:
                 if g.status == WAITING and now >= g.next_launch:
                     self._launch(g, now)
+            hangs: dict[int, Hang] = {}
             for g in self.groups:
                 if g.active:
                     self._consume_reports(g, now)
-                    self._check_group(g, now)
+                    hang = self._check_group(g, now)
+                    if hang is not None:
+                        hangs[g.index] = hang
+            self._judge_hangs(hangs, now)
+            self._write_floor()
+            self._open_launch_gates()
             self._open_start_gate(now)
             self._update_hold()
             for hook in self.hooks:
                 hook.tick(self, now)
             if all(g.status in (DONE, GIVEN_UP) for g in self.groups):
-                self.status = "completed" if all(g.status == DONE for g in self.groups) else "degraded"
+                if self.regressions:
+                    self.status = "regressed"
+                else:
+                    self.status = "completed" if all(g.status == DONE for g in self.groups) else "degraded"
                 return 0 if self.status == "completed" else 1
             self._print_progress(now)
             time.sleep(0.05)
@@ -485,9 +702,21 @@ class Supervisor:
         if os.path.exists(self.hold_path):
             os.remove(self.hold_path)
         summary = self.summary()
-        with open(os.path.join(self.run_dir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=2)
-        self.events.emit("job_finished", status=self.status, seconds=summary["wall_time_s"])
+        atomic_write(self.layout.summary, json.dumps(summary, indent=2))
+        for r in self.rollbacks:
+            print(
+                f"[monarch_ft] the job went back {r['steps_lost']} committed steps: from step {r['from_step']} to its "
+                f"checkpoint at step {r['to_step']} ({r['reason']}: no group held the job's state)",
+                flush=True,
+            )
+        for r in self.regressions:
+            print(
+                f"monarch_ft: error: group {r['group']} (attempt {r['attempt']}) committed step {r['step']} after the job had "
+                f"committed step {r['job_committed']}: it trained on a stale state",
+                file=sys.stderr,
+                flush=True,
+            )
+        self.events.emit("job_finished", status=self.status, seconds=summary["wall_time_s"], job_step=self.job_step, steps_lost=summary["steps_lost"])
         self.events.close()
         self._metrics.close()
         self.launcher.close()
@@ -523,14 +752,17 @@ class Supervisor:
             "lighthouse": self.lighthouse.address,
             "restarts": sum(g.restarts for g in self.groups),
             "weights_consistent": consistent,
+            # The job's committed steps at the end; what it gave up going back to a checkpoint
+            # when no group held its state (each rollback listed); commits below the job's
+            # step (a group that trained on a stale state: status "regressed").
+            "job_step": self.job_step,
+            "steps_lost": sum(r["steps_lost"] for r in self.rollbacks),
+            "rollbacks": self.rollbacks,
+            "step_regressions": self.regressions,
+            "full_restarts": self._full_restarts,
             "groups": groups,
             "config": dataclasses.asdict(self.cfg) if dataclasses.is_dataclass(self.cfg) else None,
         }
-
-
-def report_path(run_dir: str, group: int, rank: int, attempt: int) -> str:
-    """Where a rank appends its step and event records (one file per rank and attempt)."""
-    return os.path.join(run_dir, "ranks", f"g{group}r{rank}.a{attempt}.jsonl")
 
 
 def request_finish(run_dir: str, step: int) -> None:
@@ -538,10 +770,7 @@ def request_finish(run_dir: str, step: int) -> None:
 
     The ranks read this file once (see trainer.StopAt), so it is written whole.
     """
-    path = os.path.join(run_dir, "control", "stop_at_step")
-    with open(path + ".tmp", "w") as f:
-        f.write(str(step))
-    os.replace(path + ".tmp", path)
+    atomic_write(RunLayout(run_dir).stop_at_step, str(step))
 
 
 def process_status(pid: Optional[int]) -> Optional[str]:

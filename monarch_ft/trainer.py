@@ -17,23 +17,30 @@ applied only for steps below ``training.steps`` on every group, so weights agree
 
 from __future__ import annotations
 
+import faulthandler
 import hashlib
+import json
 import os
+import signal
+import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
 
-from monarch_ft.components.checkpoint import TrainState, build_checkpointer
+from monarch_ft.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, save_due
 from monarch_ft.components.fault_agent import FaultAgent
-from monarch_ft.components.ft import GradSync, build_manager, load_in_place, to_local_tree
-from monarch_ft.components.metrics import RankReporter
+from monarch_ft.components.ft import CommitFloor, GradSync, build_manager, load_in_place, to_local_tree
+from monarch_ft.components.metrics import Liveness, RankReporter
 from monarch_ft.components.model import build_model
 from monarch_ft.config import JobConfig
 from monarch_ft.data import TokenBatches
+from monarch_ft.launcher.base import RankExit
+from monarch_ft.recovery import Phase, StateSource
+from monarch_ft.run_layout import RunLayout, read_json
 
 
 @dataclass
@@ -53,9 +60,12 @@ class RankSpec:
     report_path: str
     hold_path: str
     tokens_path: str
-    resume_from_disk: bool = False
+    # Checkpoint step to load before reporting model_ready: -1 the latest, None nothing.
+    load_step: Optional[int] = None
     scratch_dir: str = ""
-    # A file the rank waits for before its first step ("" for none): see Supervisor._open_start_gate.
+    # A file the rank waits for before its first step ("" for none): a shared start gate
+    # (Supervisor._open_start_gate) or the group's own launch gate, whose JSON content says
+    # where its state comes from (Supervisor._open_launch_gates).
     start_gate: str = ""
 
 
@@ -118,8 +128,12 @@ def train(spec: RankSpec) -> None:
     cfg = _config(spec)
     tr = cfg.training
     torch.set_num_threads(tr.threads_per_rank)
+    layout = RunLayout(spec.run_dir, cfg.checkpoint.folder)
     reporter = RankReporter(spec.report_path, spec.group, spec.rank, spec.attempt)
     reporter.event("rank_started")
+    liveness = Liveness(reporter)
+    # Stacks on demand (the supervisor's fallback when py-spy cannot read this process).
+    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
     if spec.scratch_dir:
         # Host-local scratch: what a node fault takes away with the host.
         os.makedirs(spec.scratch_dir, exist_ok=True)
@@ -215,13 +229,26 @@ def train(spec: RankSpec) -> None:
         {"train_state": train_state, "ft_manager": manager},
         tr.seed,
     )
-    if cfg.checkpoint.enable and spec.resume_from_disk:
-        loaded = checkpointer.load()
+    loaded_step: Optional[int] = None
+
+    def load_checkpoint(step: int) -> None:
+        nonlocal loaded_step
+        loaded = checkpointer.load(step=step)
         apply_scheduler_lr(lr_schedulers)
+        loaded_step = manager.current_step() if loaded else None
         reporter.event("checkpoint_loaded" if loaded else "checkpoint_missing", step=manager.current_step())
 
+    if cfg.checkpoint.enable and spec.load_step is not None:
+        load_checkpoint(spec.load_step)
+
     batches = TokenBatches(spec.tokens_path, tr.batch_size, tr.seq_len, tr.seed)
-    fault_agent = FaultAgent(os.path.dirname(spec.hold_path), spec.group, spec.rank, reporter.event)
+    fault_agent = FaultAgent(layout, spec.group, spec.rank, reporter.event)
+    floor = CommitFloor(layout.commit_floor)
+    save_watchdog = SaveWatchdog(
+        cfg.checkpoint.save_timeout_s,
+        reporter.event,
+        os.path.join(layout.stacks_dir, f"save-timeout-{layout.tag(spec.group, spec.rank, spec.attempt)}.txt"),
+    )
     grad_sync = GradSync([p for p in model.parameters() if p.requires_grad], cfg.ft.replica_groups, spec.group)
     reporter.event(
         "model_ready",
@@ -232,19 +259,27 @@ def train(spec: RankSpec) -> None:
 
     # The job's first launch (and each full restart) starts training together: a group
     # ready early would otherwise train alone and make the others heal from it.
+    liveness.enter(Phase.GATE)
     while spec.start_gate and not os.path.exists(spec.start_gate):
         reporter.heartbeat(step=manager.current_step(), waiting="start")
         time.sleep(0.05)
+    # A relaunched group's gate says where its state comes from, decided when it is ready
+    # (the peers alive at its launch may be gone): a live peer heals it in the quorum; with
+    # none left, the newest checkpoint (aligned into this group's folder by the supervisor).
+    decision = read_json(spec.start_gate, {}) if spec.start_gate else {}
+    if decision.get("source") == StateSource.DISK.value and loaded_step != decision["step"]:
+        load_checkpoint(int(decision["step"]))
 
     tokens_per_step = tr.batch_size * tr.seq_len
     announced_done = False
     last_heartbeat = 0.0
-    stop_at = StopAt(os.path.join(os.path.dirname(spec.hold_path), "stop_at_step"), tr.steps)
+    stop_at = StopAt(layout.stop_at_step, tr.steps)
     while True:
         step = manager.current_step()
         last = stop_at.steps()
         training = step < last
         if not training:
+            liveness.enter(Phase.HOLD)
             if not announced_done:
                 reporter.event("train_done", step=step)
                 announced_done = True
@@ -255,7 +290,9 @@ def train(spec: RankSpec) -> None:
                 last_heartbeat = time.time()
             time.sleep(0.1)
         start = time.time()
+        liveness.enter(Phase.SYNC)  # waits for the previous step's quorum, if still running
         manager.start_quorum()
+        liveness.enter(Phase.COMPUTE)
         optimizers.zero_grad()
         loss = None
         if training:
@@ -264,13 +301,22 @@ def train(spec: RankSpec) -> None:
             loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.to(device).flatten())
             loss.backward()
         fault_agent.before_allreduce(manager)
+        liveness.enter(Phase.SYNC)
         members = grad_sync.sync(manager)
         # After the quorum a healed group's step is the peers' step; decide on that.
         step = manager.current_step()
         apply_update = step < last
         if apply_update:
+            allowed, job_step = floor.allows(step)
+            if not allowed:
+                # Never commit below the job's step: this group holds no state of the job's
+                # (nobody was left to heal it from). Every rank of the group sees the same.
+                reporter.event("commit_refused", step=step, job_step=job_step)
+                reporter.close()
+                os._exit(int(RankExit.COMMIT_BELOW_FLOOR))
             torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0, foreach=True)
         committed = manager.should_commit()
+        liveness.enter(Phase.COMPUTE)
         if committed and apply_update:
             optimizers.step()
             lr_schedulers.step()
@@ -294,8 +340,12 @@ def train(spec: RankSpec) -> None:
         )
         if committed:
             train_state.step = manager.current_step()
-            if cfg.checkpoint.enable:
-                checkpointer.save(train_state.step, last_step=train_state.step == last)
+            last_step = train_state.step == last
+            if cfg.checkpoint.enable and save_due(train_state.step, cfg.checkpoint.interval, last_step):
+                liveness.enter(Phase.SAVE)
+                with save_watchdog.guard(train_state.step):
+                    fault_agent.during_save()
+                    checkpointer.save(train_state.step, last_step=last_step)
 
     final = {k: v for k, v in ft_state_dict().items() if k != "lr_scheduler"}
     reporter.event(
@@ -304,6 +354,7 @@ def train(spec: RankSpec) -> None:
         steps_trained=min(manager.current_step(), stop_at.steps()),
         state_hash=state_hash(final),
     )
+    liveness.close()
     reporter.close()
     manager.shutdown(wait=False)
     checkpointer.close()

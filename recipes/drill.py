@@ -43,7 +43,14 @@ def main(cfg: DictConfig) -> None:
         print(f"[chaos] report not written: {e}", file=sys.stderr)
     ok = drill_ok(drill) and (baseline is None or drill_ok(baseline))
     for f in drill["faults"]:
-        print(f"[chaos] fault {f['id']} {f['kind']} -> group {f['target']}: mttr={f['mttr_s']}s recovered={f['recovered']} weights_consistent={f['weights_consistent']}")
+        print(
+            f"[chaos] fault {f['id']} {f['kind']} -> group {f['target']}: mttr={f['mttr_s']}s recovered={f['recovered']} "
+            f"weights_consistent={f['weights_consistent']} job_steps_lost={f.get('job_steps_lost', 0)}"
+        )
+    print(
+        f"[chaos] steps_never_go_back={drill['steps_never_go_back']} steps_lost={drill['steps_lost']} "
+        f"step_regressions={len(drill['step_regressions'])} exit_code={drill['exit_code']}"
+    )
     sys.exit(0 if ok else 1)
 
 

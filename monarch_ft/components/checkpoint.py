@@ -8,10 +8,14 @@ resuming a whole job from disk (``checkpoint.resume=true``).
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import re
 import shutil
-from typing import Any, Optional
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Optional
 
 from monarch_ft.config import CheckpointConfig
 
@@ -31,18 +35,25 @@ def complete_steps(folder: str) -> set[int]:
     return found
 
 
-def align_latest_checkpoint(folders: list[str]) -> Optional[int]:
-    """Make the newest complete step of any folder the latest of every folder.
+def newest_complete_step(folders: list[str], at_most: Optional[int] = None) -> Optional[int]:
+    """The newest step any of ``folders`` holds complete (not after ``at_most``), or None."""
+    return max((s for folder in folders for s in complete_steps(folder) if at_most is None or s <= at_most), default=None)
 
-    A full-job restart resumes every group from one step. Groups of an HSDP job hold
-    the same state at a committed step, so a group whose folder lacks that step (it
-    died before saving it, or its node lost its files) gets a copy, as it would read
-    it from shared storage. Returns the step, or None when no folder has a checkpoint.
+
+def align_latest_checkpoint(folders: list[str], at_most: Optional[int] = None) -> Optional[int]:
+    """Make the newest complete step of any folder (not after ``at_most``) present in every folder.
+
+    A group resuming from disk, and every group of a full-job restart, load one step.
+    Groups of an HSDP job hold the same state at a committed step, so a group whose
+    folder lacks that step (it died before saving it, or its node lost its files) gets
+    a copy, as it would read it from shared storage. Returns the step, or None when no
+    folder has a checkpoint. ``at_most`` keeps an older job's checkpoints left in the
+    same folders (steps beyond what this job committed) out of the choice.
     """
-    steps = {folder: complete_steps(folder) for folder in folders}
-    newest = max((max(s) for s in steps.values() if s), default=None)
+    newest = newest_complete_step(folders, at_most)
     if newest is None:
         return None
+    steps = {folder: complete_steps(folder) for folder in folders}
     name = f"step-{newest}"
     source = next(folder for folder, s in steps.items() if newest in s)
     for folder, have in steps.items():
@@ -55,6 +66,57 @@ def align_latest_checkpoint(folders: list[str]) -> Optional[int]:
         shutil.rmtree(os.path.join(folder, name), ignore_errors=True)  # an unfinished save
         os.rename(incoming, os.path.join(folder, name))
     return newest
+
+
+class SaveWatchdog:
+    """Bounds a checkpoint save and tells the supervisor while one runs.
+
+    A save reports nothing until it ends, so the rank says when it enters and leaves one
+    (``checkpoint_save_started`` / ``checkpoint_saved``) and the supervisor's hang detector
+    allows it ``timeout_s`` instead of ``ft.hang_timeout_s``. A save still running after
+    ``timeout_s`` is stuck, not slow: the watchdog writes every thread's stack to
+    ``stacks_path``, reports ``checkpoint_save_timeout`` and ends the rank with
+    ``RankExit.SAVE_TIMEOUT``, so the failure is named and its cause is on disk.
+
+    Args:
+        timeout_s: ``checkpoint.save_timeout_s``.
+        report: the rank reporter's ``event``.
+        stacks_path: where the stacks go on a timeout.
+        on_timeout: what ends the rank (``os._exit`` by default; tests pass their own).
+    """
+
+    def __init__(self, timeout_s: float, report: Callable[..., None], stacks_path: str, on_timeout: Optional[Callable[[int], None]] = None) -> None:
+        self.timeout_s = timeout_s
+        self._report = report
+        self.stacks_path = stacks_path
+        self._on_timeout = on_timeout or os._exit
+
+    def _expired(self, step: int, started: float) -> None:
+        from monarch_ft.launcher.base import RankExit
+
+        os.makedirs(os.path.dirname(self.stacks_path), exist_ok=True)
+        with open(self.stacks_path, "w") as f:
+            faulthandler.dump_traceback(file=f, all_threads=True)
+        self._report("checkpoint_save_timeout", step=step, seconds=round(time.time() - started, 3), timeout_s=self.timeout_s, stacks=self.stacks_path)
+        self._on_timeout(int(RankExit.SAVE_TIMEOUT))
+
+    @contextmanager
+    def guard(self, step: int) -> Iterator[None]:
+        started = time.time()
+        self._report("checkpoint_save_started", step=step, timeout_s=self.timeout_s)
+        timer = threading.Timer(self.timeout_s, self._expired, args=(step, started))
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
+        self._report("checkpoint_saved", step=step, seconds=round(time.time() - started, 3))
+
+
+def save_due(step: int, interval: int, last_step: bool) -> bool:
+    """Whether TorchTitan's CheckpointManager.save will write at ``step`` (its own rule)."""
+    return last_step or step % interval == 0
 
 
 class TrainState:

@@ -15,36 +15,45 @@ the process group on the next quorum, with no process restarted.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from typing import Callable
 
-
-def request_path(control_dir: str, group: int, rank: int) -> str:
-    return os.path.join(control_dir, f"collective_fault_g{group}r{rank}.json")
+from monarch_ft.run_layout import RunLayout, atomic_write_json, read_json
 
 
-def request_collective_fault(control_dir: str, group: int, rank: int, mode: str, duration_s: float) -> str:
-    path = request_path(control_dir, group, rank)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump({"mode": mode, "duration_s": duration_s, "requested_at": time.time()}, f)
-    os.replace(tmp, path)
+def request_collective_fault(layout: RunLayout, group: int, rank: int, mode: str, duration_s: float) -> str:
+    path = layout.collective_fault(group, rank)
+    atomic_write_json(path, {"mode": mode, "duration_s": duration_s, "requested_at": time.time()})
     return path
 
 
+def request_slow_save(layout: RunLayout, group: int, rank: int, delay_s: float) -> str:
+    """Make the rank's next checkpoint save take ``delay_s`` longer (slow storage)."""
+    path = layout.slow_save(group, rank)
+    atomic_write_json(path, {"delay_s": delay_s, "requested_at": time.time()})
+    return path
+
+
+def _take(path: str):
+    """The request in ``path``, removed so it acts once; None when there is none."""
+    if not os.path.exists(path):
+        return None
+    request = read_json(path)
+    os.remove(path)
+    return request
+
+
 class FaultAgent:
-    def __init__(self, control_dir: str, group: int, rank: int, report: Callable[..., None]) -> None:
-        self.path = request_path(control_dir, group, rank)
+    def __init__(self, layout: RunLayout, group: int, rank: int, report: Callable[..., None]) -> None:
+        self.path = layout.collective_fault(group, rank)
+        self.save_path = layout.slow_save(group, rank)
         self._report = report
 
     def before_allreduce(self, manager) -> None:
-        if not os.path.exists(self.path):
+        request = _take(self.path)
+        if request is None:
             return
-        with open(self.path) as f:
-            request = json.load(f)
-        os.remove(self.path)
         mode = request["mode"]
         self._report("collective_fault_injected", mode=mode, step=manager.current_step(), requested_at=request["requested_at"])
         if mode == "abort":
@@ -53,3 +62,11 @@ class FaultAgent:
             time.sleep(float(request["duration_s"]))
         else:
             raise ValueError(f"unknown collective fault mode {mode!r}")
+
+    def during_save(self) -> None:
+        """Inside a checkpoint save: storage that answers slowly, for as long as asked."""
+        request = _take(self.save_path)
+        if request is None:
+            return
+        self._report("slow_save_injected", delay_s=request["delay_s"], requested_at=request["requested_at"])
+        time.sleep(float(request["delay_s"]))

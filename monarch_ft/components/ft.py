@@ -59,6 +59,41 @@ def load_in_place(live: Any, incoming: Any, path: str = "") -> None:
             load_in_place(a, b, f"{path}[{i}]")
 
 
+class CommitFloor:
+    """The rank's guard that the job's committed step never goes back.
+
+    The supervisor writes the job's committed step (the Manager's step after the newest
+    commit of any group) to a control file. A group that joined a quorum with nobody
+    holding the job's state (every peer died while it started) is at a lower step, its
+    initial weights or an old state, and would silently train the job again from there
+    and make later groups heal from it. Such a rank refuses to commit: it reports
+    ``commit_refused`` and ends with ``RankExit.COMMIT_BELOW_FLOOR``; the supervisor
+    relaunches the group, which then loads the newest checkpoint.
+
+    Args:
+        path: the control file (RunLayout.commit_floor); missing means 0.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def job_step(self) -> int:
+        try:
+            with open(self.path) as f:
+                text = f.read().strip()
+        except FileNotFoundError:
+            return 0
+        return int(text) if text else 0
+
+    def allows(self, step: int) -> tuple[bool, int]:
+        """Whether committing ``step`` (leaving the rank at ``step + 1``) keeps up with the job.
+
+        Peers of one quorum commit the same step, so committing the job's newest step
+        again is allowed; anything lower is not."""
+        job = self.job_step()
+        return step + 1 >= job, job
+
+
 class RecordingTransport(CheckpointTransport):
     """Wraps any CheckpointTransport and reports each send/receive (peer, bytes, seconds).
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from typing import Any
 
@@ -19,9 +20,14 @@ class RankReporter:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self._f = open(path, "a", buffering=1)
         self.base = {"group": group, "rank": rank, "attempt": attempt, "pid": os.getpid()}
+        # TorchFT's threads (checkpoint transport) and watchdog timers report too.
+        self._lock = threading.Lock()
 
     def _write(self, record: dict[str, Any]) -> None:
-        self._f.write(json.dumps({**self.base, **record, "time": record.get("time", time.time())}) + "\n")
+        line = json.dumps({**self.base, **record, "time": record.get("time", time.time())}) + "\n"
+        with self._lock:
+            if not self._f.closed:
+                self._f.write(line)
 
     def step(self, **fields: Any) -> None:
         self._write({"type": "step", **fields})
@@ -30,11 +36,53 @@ class RankReporter:
         self._write({"type": "event", "event": name, **fields})
 
     def heartbeat(self, **fields: Any) -> None:
-        """Liveness while no steps are trained (e.g. holding for a restarting group)."""
+        """Main-thread progress while no steps are trained (e.g. holding for a restarting group)."""
         self._write({"type": "heartbeat", **fields})
 
+    def liveness(self, **fields: Any) -> None:
+        """A beat of the Liveness thread: the main thread's phase, not progress."""
+        self._write({"type": "liveness", **fields})
+
     def close(self) -> None:
-        self._f.close()
+        with self._lock:
+            self._f.close()
+
+
+class Liveness:
+    """What the rank's main thread is doing, reported by a thread of its own once a second.
+
+    The main thread cannot say "still saving" or "still waiting for the quorum" while it
+    is inside the save or the wait, so it only marks each phase as it enters it
+    (:meth:`enter`); this thread reports the phase and since when. A rank that reports
+    nothing at all is frozen (stopped, or holding the GIL); one in a phase past that
+    phase's budget is stuck in it (see monarch_ft.recovery.HangLimits).
+
+    Args:
+        reporter: the rank's report stream.
+        interval_s: seconds between beats.
+    """
+
+    def __init__(self, reporter: RankReporter, interval_s: float = 1.0) -> None:
+        self._reporter = reporter
+        self.interval_s = interval_s
+        self.phase, self.since = "startup", time.time()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mft-liveness", daemon=True)
+        self._thread.start()
+
+    def enter(self, phase: str) -> None:
+        """Mark the start of ``phase`` (a monarch_ft.recovery.Phase value). Cheap: no I/O."""
+        if phase != self.phase:
+            self.phase, self.since = phase, time.time()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            phase, since = self.phase, self.since
+            self._reporter.liveness(phase=phase, phase_since=since)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.interval_s * 2)
 
 
 class ReportTail:

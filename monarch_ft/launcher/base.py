@@ -11,6 +11,7 @@ import signal
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Optional
 
 
@@ -82,8 +83,19 @@ class Launcher(ABC):
         """Release whatever the launcher holds (allocations, connections)."""
 
 
+class RankExit(IntEnum):
+    """Exit codes a rank ends with on purpose (anything else non-zero is a crash)."""
+
+    OK = 0
+    # It was about to commit a step below the job's committed step (trainer.CommitFloor).
+    COMMIT_BELOW_FLOOR = 75
+    # A checkpoint save outlived checkpoint.save_timeout_s (trainer.SaveWatchdog).
+    SAVE_TIMEOUT = 76
+
+
 def describe_exit(code: Optional[int]) -> dict:
-    """Exit code -> {"exit_code": n} or {"signal": "SIGKILL"} for the event log."""
+    """Exit code -> {"exit_code": n} or {"signal": "SIGKILL"} for the event log, with the
+    :class:`RankExit` name for a deliberate exit."""
     if code is None:
         return {}
     if code < 0:
@@ -91,4 +103,6 @@ def describe_exit(code: Optional[int]) -> dict:
             return {"signal": signal.Signals(-code).name, "exit_code": code}
         except ValueError:
             return {"signal": f"SIG{-code}", "exit_code": code}
+    if code in RankExit._value2member_map_ and code != 0:
+        return {"exit_code": code, "exit_reason": RankExit(code).name.lower()}
     return {"exit_code": code}

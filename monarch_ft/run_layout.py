@@ -1,0 +1,160 @@
+"""Every path of a run directory, and the control channel between the controller and the ranks.
+
+The supervisor and the ranks talk through small files in the run directory: the
+ranks append reports, the controller writes control files the ranks poll (a hold,
+start gates, a stop step, the commit floor, collective-fault requests). Both sides
+(and chaos, and the tests) ask this one module where each file lives, so a path is
+spelled once; and every control file is written whole (:func:`atomic_write`),
+because a rank may read it at any instant.
+
+Layout of ``<run>/``::
+
+    events.jsonl metrics.jsonl summary.json   the controller's record of the job
+    ranks/g<G>r<R>.a<A>.{jsonl,spec.json}     each rank attempt's reports and spec
+    logs/g<G>r<R>.a<A>.log, lighthouse.log    process output
+    control/                                  controller -> ranks (see the properties)
+    stacks/                                   Python stacks captured on hangs and stalls
+    scratch/group_<G>/rank_<R>/               host-local files (a node fault deletes them)
+    <checkpoint.folder>/group_<G>/step-N/     TorchTitan DCP checkpoints
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Optional
+
+
+def atomic_write(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def atomic_write_json(path: str, obj: Any) -> None:
+    atomic_write(path, json.dumps(obj))
+
+
+def read_json(path: str, default: Any = None) -> Any:
+    """The JSON in ``path``, or ``default`` when it is missing or empty (a marker file)."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return default
+    return json.loads(text) if text.strip() else default
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+    """Every complete JSON line of ``path`` (a torn last line of a writer that died is skipped)."""
+    from monarch_ft.components.metrics import ReportTail
+
+    return ReportTail(path).read()
+
+
+class RunLayout:
+    """Paths of one run directory. Cheap to build; both the controller and the ranks make one.
+
+    Args:
+        run_dir: the job's run directory (Hydra's output dir).
+        checkpoint_folder: ``checkpoint.folder``, relative to ``run_dir``.
+    """
+
+    def __init__(self, run_dir: str, checkpoint_folder: str = "checkpoint") -> None:
+        self.run_dir = os.path.abspath(run_dir)
+        self.checkpoint_folder = checkpoint_folder
+
+    def _p(self, *parts: str) -> str:
+        return os.path.join(self.run_dir, *parts)
+
+    # ------------------------------------------------------------ the controller's record
+    @property
+    def events(self) -> str:
+        return self._p("events.jsonl")
+
+    @property
+    def metrics(self) -> str:
+        return self._p("metrics.jsonl")
+
+    @property
+    def summary(self) -> str:
+        return self._p("summary.json")
+
+    # ------------------------------------------------------------ per rank attempt
+    @property
+    def ranks_dir(self) -> str:
+        return self._p("ranks")
+
+    @property
+    def logs_dir(self) -> str:
+        return self._p("logs")
+
+    @staticmethod
+    def tag(group: int, rank: int, attempt: int) -> str:
+        return f"g{group}r{rank}.a{attempt}"
+
+    def report(self, group: int, rank: int, attempt: int) -> str:
+        """Where a rank appends its step and event records (one file per rank and attempt)."""
+        return self._p("ranks", f"{self.tag(group, rank, attempt)}.jsonl")
+
+    def spec(self, group: int, rank: int, attempt: int) -> str:
+        return self._p("ranks", f"{self.tag(group, rank, attempt)}.spec.json")
+
+    def log(self, group: int, rank: int, attempt: int) -> str:
+        return self._p("logs", f"{self.tag(group, rank, attempt)}.log")
+
+    @property
+    def lighthouse_log(self) -> str:
+        return self._p("logs", "lighthouse.log")
+
+    # ------------------------------------------------------------ control channel
+    @property
+    def control_dir(self) -> str:
+        return self._p("control")
+
+    @property
+    def hold(self) -> str:
+        """Present while finished groups must keep serving quorums (another group has work)."""
+        return self._p("control", "hold")
+
+    @property
+    def stop_at_step(self) -> str:
+        """The step every group finishes at, when the controller asks for one before training.steps."""
+        return self._p("control", "stop_at_step")
+
+    @property
+    def commit_floor(self) -> str:
+        """The lowest step a rank may commit: the job's committed step (see trainer.CommitFloor)."""
+        return self._p("control", "commit_floor")
+
+    def start_gate(self, generation: int) -> str:
+        """Shared gate of a launch generation: the first launch (0) and each full restart."""
+        return self._p("control", f"start.{generation}" if generation else "start")
+
+    def launch_gate(self, group: int, attempt: int) -> str:
+        """One relaunched group's gate; its content is the controller's decision on where the
+        group's state comes from (see Supervisor._open_launch_gates)."""
+        return self._p("control", f"launch.g{group}.a{attempt}")
+
+    def collective_fault(self, group: int, rank: int) -> str:
+        """A one-shot collective fault request (components.fault_agent)."""
+        return self._p("control", f"collective_fault_g{group}r{rank}.json")
+
+    def slow_save(self, group: int, rank: int) -> str:
+        """A one-shot slow-storage request for the rank's next checkpoint save."""
+        return self._p("control", f"slow_save_g{group}r{rank}.json")
+
+    # ------------------------------------------------------------ host-local and durable state
+    @property
+    def stacks_dir(self) -> str:
+        return self._p("stacks")
+
+    def scratch(self, group: int, rank: Optional[int] = None) -> str:
+        """A group's host-local files (scratch space); a node fault deletes them."""
+        base = self._p("scratch", f"group_{group}")
+        return base if rank is None else os.path.join(base, f"rank_{rank}")
+
+    def checkpoint(self, group: int) -> str:
+        return self._p(self.checkpoint_folder, f"group_{group}")

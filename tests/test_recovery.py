@@ -1,0 +1,168 @@
+"""Pure recovery decisions and the rank-side guards, on plain values and real files (fast)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from monarch_ft.components.checkpoint import SaveWatchdog, save_due
+from monarch_ft.components.ft import CommitFloor
+from monarch_ft.launcher.base import RankExit, describe_exit
+from monarch_ft.recovery import (
+    CommitLedger,
+    Hang,
+    HangLimits,
+    JobStateLost,
+    Phase,
+    RankView,
+    StateSource,
+    decide_state_source,
+    find_hang,
+    is_job_stall,
+)
+from monarch_ft.run_layout import RunLayout, atomic_write, read_json
+
+LIMITS = HangLimits(hang_timeout_s=6, startup_timeout_s=120, save_timeout_s=30, sync_budget_s=36)
+
+
+# ---------------------------------------------------------------- where a group's state comes from
+def test_a_live_peer_heals_the_group():
+    assert decide_state_source([1], job_step=2510, checkpoint_step=2500).source is StateSource.PEER
+
+
+def test_no_live_peer_loads_the_newest_checkpoint_and_counts_what_is_lost():
+    d = decide_state_source([], job_step=2510, checkpoint_step=2500)
+    assert (d.source, d.step, d.steps_lost) == (StateSource.DISK, 2500, 10)
+
+
+def test_initial_weights_only_while_nothing_was_committed():
+    assert decide_state_source([], job_step=0, checkpoint_step=None).source is StateSource.INIT
+
+
+def test_no_peer_and_no_checkpoint_stops_the_job_instead_of_starting_over():
+    with pytest.raises(JobStateLost, match="checkpoint.enable=true"):
+        decide_state_source([], job_step=200, checkpoint_step=None)
+
+
+def test_a_checkpoint_ahead_of_the_job_is_not_its_state():
+    with pytest.raises(ValueError, match="not this job's"):
+        decide_state_source([], job_step=20, checkpoint_step=50)
+
+
+# ---------------------------------------------------------------- the job's committed step
+def test_ledger_takes_commits_read_out_of_order():
+    ledger = CommitLedger(slack_s=0.0)
+    assert ledger.record(25, t=10.2) is None  # group 1 read first
+    assert ledger.record(24, t=10.1) is None  # group 0 wrote step 24 earlier: not a regression
+    assert ledger.record(25, t=10.3) is None  # a peer commits the same step
+    assert ledger.job_step == 26
+
+
+def test_ledger_names_a_commit_below_what_was_committed_before_it():
+    ledger = CommitLedger(slack_s=1.0)
+    for step in range(2500, 2510):
+        ledger.record(step, t=100.0 + step / 100)
+    assert ledger.record(0, t=130.0) == 2509  # a group trained from its initial weights
+    ledger.rollback(2500)  # an explicit rollback to a checkpoint resets what counts
+    assert ledger.job_step == 2500 and ledger.record(2500, t=140.0) is None
+
+
+def test_commit_floor_refuses_below_the_job_step(tmp_path):
+    floor = CommitFloor(str(tmp_path / "commit_floor"))
+    assert floor.allows(0) == (True, 0)  # no file yet: nothing committed
+    atomic_write(floor.path, "2510")
+    assert floor.allows(2509) == (True, 2510)  # the newest step again (a quorum peer)
+    assert floor.allows(2510) == (True, 2510)
+    assert floor.allows(0) == (False, 2510)
+
+
+def test_deliberate_exits_are_named():
+    assert describe_exit(int(RankExit.COMMIT_BELOW_FLOOR))["exit_reason"] == "commit_below_floor"
+    assert describe_exit(int(RankExit.SAVE_TIMEOUT))["exit_reason"] == "save_timeout"
+    assert "exit_reason" not in describe_exit(1) and describe_exit(-9)["signal"] == "SIGKILL"
+
+
+# ---------------------------------------------------------------- hangs
+def _view(rank, silent=0.5, phase=Phase.COMPUTE, phase_s=0.5, os_state="sleeping", started=True):
+    return RankView(rank=rank, silent_s=silent, started=started, phase=phase.value, phase_s=phase_s, os_state=os_state)
+
+
+def test_a_long_save_or_a_wait_in_torchft_is_not_a_hang():
+    assert find_hang([_view(0, phase=Phase.SAVE, phase_s=20)], LIMITS) is None
+    assert find_hang([_view(0, phase=Phase.SYNC, phase_s=30)], LIMITS) is None
+    assert find_hang([_view(0, phase=Phase.GATE, phase_s=500)], LIMITS) is None
+
+
+def test_stuck_past_the_phase_budget_or_silent_is_a_hang():
+    assert find_hang([_view(0, phase=Phase.SAVE, phase_s=34)], LIMITS).rank == 0
+    assert find_hang([_view(0, phase=Phase.COMPUTE, phase_s=7)], LIMITS).phase == "compute"
+    assert find_hang([_view(0, silent=7, phase=Phase.SYNC, phase_s=7)], LIMITS).silent_s == 7
+
+
+def test_startup_gets_its_own_limit():
+    assert find_hang([_view(0, silent=60, phase=Phase.STARTUP, phase_s=60, started=False)], LIMITS) is None
+    assert find_hang([_view(0, silent=121, started=False)], LIMITS) is not None
+
+
+def test_the_stopped_rank_is_blamed_not_its_waiting_peer():
+    ranks = [_view(0, silent=7, phase=Phase.SYNC, phase_s=9), _view(1, silent=6.5, os_state="stopped")]
+    hang = find_hang(ranks, LIMITS)
+    assert hang.rank == 1 and hang.self_explained
+
+
+def test_the_rank_stuck_computing_is_blamed_not_the_one_waiting_for_it():
+    # Rank 1 sleeps before the allreduce (its liveness thread still beats); rank 0 waits in sync.
+    ranks = [_view(0, phase=Phase.SYNC, phase_s=9), _view(1, phase=Phase.COMPUTE, phase_s=8)]
+    assert find_hang(ranks, LIMITS).rank == 1
+
+
+def _hang(rank=0, explained=False):
+    return Hang(rank=rank, silent_s=7, os_state="stopped" if explained else "sleeping", self_explained=explained, phase="compute", phase_s=7)
+
+
+def test_every_stepping_group_hung_is_one_job_stall():
+    assert is_job_stall({1: _hang(), 2: _hang()}, stepping=[1, 2])
+    assert is_job_stall({0: _hang()}, stepping=[0])  # the last group holding the job's state
+    assert not is_job_stall({1: _hang()}, stepping=[1, 2])  # group 2 still steps
+    assert not is_job_stall({1: _hang(explained=True), 2: _hang()}, stepping=[1, 2])  # a real fault
+    assert not is_job_stall({}, stepping=[1, 2])
+
+
+# ---------------------------------------------------------------- saves
+def test_save_watchdog_reports_and_ends_a_stuck_save(tmp_path):
+    reports, exits = [], []
+    dog = SaveWatchdog(0.2, lambda name, **kw: reports.append((name, kw)), str(tmp_path / "stacks" / "save.txt"), on_timeout=exits.append)
+    with dog.guard(step=10):
+        pass
+    assert [n for n, _ in reports] == ["checkpoint_save_started", "checkpoint_saved"] and not exits
+    reports.clear()
+    import time
+
+    with dog.guard(step=20):
+        time.sleep(0.6)
+    assert exits == [int(RankExit.SAVE_TIMEOUT)]
+    names = [n for n, _ in reports]
+    assert names[:2] == ["checkpoint_save_started", "checkpoint_save_timeout"]
+    timeout = dict(reports)["checkpoint_save_timeout"]
+    assert timeout["step"] == 20 and "test_save_watchdog" in open(timeout["stacks"]).read()
+
+
+def test_save_due_follows_torchtitan():
+    assert save_due(10, 10, False) and not save_due(11, 10, False) and save_due(11, 10, True)
+
+
+# ---------------------------------------------------------------- the run directory
+def test_run_layout_spells_each_path_once(tmp_path):
+    layout = RunLayout(str(tmp_path), "ckpt")
+    assert layout.report(1, 0, 3).endswith("ranks/g1r0.a3.jsonl")
+    assert layout.checkpoint(2) == os.path.join(str(tmp_path), "ckpt", "group_2")
+    assert layout.start_gate(0).endswith("control/start") and layout.start_gate(2).endswith("control/start.2")
+    assert layout.launch_gate(1, 4).endswith("control/launch.g1.a4")
+    os.makedirs(layout.control_dir)
+    atomic_write(layout.launch_gate(1, 4), json.dumps({"source": "disk", "step": 20}))
+    assert read_json(layout.launch_gate(1, 4)) == {"source": "disk", "step": 20}
+    open(layout.start_gate(0), "w").close()
+    assert read_json(layout.start_gate(0), {}) == {} and read_json(layout.hold) is None
+    assert not [p for p in os.listdir(layout.control_dir) if ".tmp" in p]
