@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import socket
 
 DEVICES = ("auto", "cpu", "cuda")
@@ -27,8 +28,9 @@ CROSS_GROUP_BACKENDS = ("auto", "nccl", "gloo")
 
 
 def gpu_device_nodes() -> bool:
-    """Cheap hint, no torch import: does this host expose NVIDIA device nodes at all?"""
-    return bool(glob.glob("/dev/nvidia[0-9]*"))
+    """Cheap hint, no torch import: could this host have an NVIDIA GPU at all (any NVIDIA
+    device node, or nvidia-smi)? False means certainly none; True is settled by torch."""
+    return bool(glob.glob("/dev/nvidia*")) or shutil.which("nvidia-smi") is not None
 
 
 def cuda_device_count() -> int:

@@ -46,7 +46,7 @@ def test_bad_values_fail_with_one_line(tmp_path, override, expected):
     assert len(errors) == 1 and expected in errors[0], out
 
 
-@pytest.mark.skipif(bool(glob.glob("/dev/nvidia[0-9]*")), reason="this machine has a GPU")
+@pytest.mark.skipif(bool(glob.glob("/dev/nvidia*")), reason="this machine may have a GPU")
 def test_cuda_refused_where_there_is_no_gpu(tmp_path):
     code, out = _run(tmp_path, "training.device=cuda")
     assert code == 2, out

@@ -6,6 +6,8 @@ from __future__ import annotations
 import glob
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 
@@ -14,12 +16,26 @@ import pytest
 from conftest import REPO
 
 SCRIPT = REPO / "scripts" / "gpu_check.sh"
-HAS_GPU_NODES = bool(glob.glob("/dev/nvidia[0-9]*"))
+HAS_GPU_NODES = bool(glob.glob("/dev/nvidia*")) or shutil.which("nvidia-smi") is not None
 
 
 def _script(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """Run the script in its own session; past ``timeout`` the whole session is stopped
+    (SIGTERM: the supervisor stops its ranks; then SIGKILL) and the test fails."""
     env = dict(os.environ, PYTHON=sys.executable)
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    argv = ["bash", str(SCRIPT), *args]
+    proc = subprocess.Popen(argv, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            out, err = proc.communicate(timeout=40)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+        raise AssertionError(f"gpu_check.sh {' '.join(args)} ran past {timeout}s: {out[-3000:]}{err[-2000:]}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
 def test_cpu_dry_run_runs_every_check(tmp_path):
