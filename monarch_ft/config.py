@@ -46,6 +46,9 @@ class TrainingConfig:
     # Report a state hash every N committed steps (0: only at the end); drills use it
     # to check that a rejoined group holds exactly the healthy groups' weights.
     state_hash_every: int = 0
+    # auto: CUDA when torch sees a GPU, else CPU; cpu; cuda (refused where torch sees none).
+    # See monarch_ft/devices.py for the GPU each rank takes.
+    device: str = "auto"
 
 
 @dataclass
@@ -77,6 +80,13 @@ class FTConfig:
     # Checkpoint transport used to heal a restarted group from a live peer: sharded (ours,
     # monarch_ft.transport) | http (TorchFT's HTTPTransport).
     transport: str = "sharded"
+    # The process group across groups (torchft): auto (NCCL on CUDA, gloo on CPU) | nccl | gloo
+    # (gloo also carries CUDA tensors, through host memory).
+    cross_group_backend: str = "auto"
+    # Each group its own NCCL_HOSTID, so a cross-group NCCL communicator accepts two groups'
+    # ranks on one GPU (NCCL then uses its socket transport between them). Needed when
+    # groups share a GPU (more ranks than GPUs on the host); see monarch_ft/devices.py.
+    nccl_hostid_per_group: bool = False
     # Supervisor watch: alive but no new step for this long -> hung.
     hang_timeout_s: float = 15.0
     # A freshly launched group must report its first step within this long.
@@ -178,6 +188,13 @@ def validate(cfg: JobConfig) -> None:
         cfg.launcher.name in available_launchers(),
         f"launcher={cfg.launcher.name!r}: choose one of {', '.join(available_launchers())}",
     )
+    from monarch_ft.devices import CROSS_GROUP_BACKENDS, DEVICES
+
+    _require(tr.device in DEVICES, f"training.device={tr.device!r}: choose one of {', '.join(DEVICES)}")
+    _require(
+        ft.cross_group_backend in CROSS_GROUP_BACKENDS,
+        f"ft.cross_group_backend={ft.cross_group_backend!r}: choose one of {', '.join(CROSS_GROUP_BACKENDS)}",
+    )
     _require(ft.recovery in RECOVERY_MODES, f"ft.recovery={ft.recovery!r}: choose one of {', '.join(RECOVERY_MODES)}")
     _require(ft.max_restarts >= 0, f"ft.max_restarts={ft.max_restarts}: must be >= 0")
     _require(
@@ -198,6 +215,10 @@ def validate(cfg: JobConfig) -> None:
     )
     total = ft.replica_groups * ft.ranks_per_group
     if cfg.launcher.name in ("local", "monarch"):  # every rank on this machine
+        from monarch_ft.devices import device_problem
+
+        problem = device_problem(tr.device, ft.cross_group_backend, ft.nccl_hostid_per_group, ft.replica_groups, ft.ranks_per_group)
+        _require(problem is None, problem or "")
         cores = os.cpu_count() or 1
         limit = max(4, cores * cfg.launcher.max_ranks_per_core)
         _require(

@@ -4,7 +4,8 @@ checkpointing, with a TorchFT Manager across replica groups.
 Why a thin trainer of our own rather than ``torchtitan.train``: TorchTitan 0.2.x's
 trainer assumes an accelerator (``cuda`` device fallback, ``barrier(device_ids=...)``
 that gloo rejects), so on CPU we reuse its components directly and keep the loop
-small. The same loop runs NCCL + CUDA when a GPU is present.
+small. The same loop runs NCCL + CUDA when a GPU is present (monarch_ft/devices.py:
+which GPU, which backend in and across groups).
 
 Step protocol (per step, every rank):
   start_quorum -> forward/backward (FSDP2 inside the group) -> cross-group average of
@@ -38,6 +39,7 @@ from monarch_ft.components.metrics import Liveness, RankReporter
 from monarch_ft.components.model import build_model
 from monarch_ft.config import JobConfig
 from monarch_ft.data import TokenBatches
+from monarch_ft.devices import cross_group_backend, cuda_index, device_type, set_nccl_hostid
 from monarch_ft.launcher.base import RankExit
 from monarch_ft.recovery import Phase, StateSource
 from monarch_ft.run_layout import RunLayout, read_json
@@ -140,10 +142,18 @@ def train(spec: RankSpec) -> None:
         with open(os.path.join(spec.scratch_dir, "rank.json"), "w") as f:
             f.write(f'{{"pid": {os.getpid()}, "attempt": {spec.attempt}}}\n')
 
-    use_cuda = torch.cuda.is_available()
-    device = torch.device("cuda", spec.rank % torch.cuda.device_count()) if use_cuda else torch.device("cpu")
+    use_cuda = device_type(tr.device) == "cuda"
+    if tr.device == "cuda" and not use_cuda:
+        raise RuntimeError(f"training.device=cuda but torch sees no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda})")
+    xgroup_backend = cross_group_backend(cfg.ft.cross_group_backend, "cuda" if use_cuda else "cpu")
+    device = torch.device("cpu")
+    nccl_hostid = None
     if use_cuda:
+        device = torch.device("cuda", cuda_index(spec.group, spec.rank, spec.world_size, torch.cuda.device_count()))
         torch.cuda.set_device(device)
+        if cfg.ft.nccl_hostid_per_group:
+            # Before the first NCCL communicator of this process: NCCL reads it then.
+            nccl_hostid = set_nccl_hostid(spec.group)
 
     # The group's own store: rank 0 hosts it (a fresh port per launch attempt), the
     # in-group process group and the TorchFT Manager are its clients.
@@ -161,6 +171,8 @@ def train(spec: RankSpec) -> None:
         rank=spec.rank,
         world_size=spec.world_size,
         timeout=timedelta(seconds=cfg.ft.timeout_s * 3),
+        # Binds the rank's GPU to its NCCL group (eager init on that device).
+        **({"device_id": device} if use_cuda else {}),
     )
     mesh = None
     if spec.world_size > 1:
@@ -216,7 +228,7 @@ def train(spec: RankSpec) -> None:
         state_dict=ft_state_dict,
         load_state_dict=ft_load_state_dict,
         report=reporter.event,
-        use_cuda=use_cuda,
+        backend=xgroup_backend,
     )
     train_state = TrainState()
     checkpointer = build_checkpointer(
@@ -255,6 +267,12 @@ def train(spec: RankSpec) -> None:
         step=manager.current_step(),
         params=sum(p.numel() for p in model.parameters()),
         transport_metadata=manager._checkpoint_transport.metadata(),
+        device=str(device),
+        device_name=torch.cuda.get_device_name(device) if use_cuda else None,
+        group_backend=dist.get_backend(),
+        cross_group_backend=xgroup_backend,
+        nccl_version=".".join(map(str, torch.cuda.nccl.version())) if use_cuda else None,
+        nccl_hostid=nccl_hostid,
     )
 
     # The job's first launch (and each full restart) starts training together: a group

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import socket
 import subprocess
 import sys
@@ -33,13 +34,24 @@ def _run(tmp_path, *overrides, timeout=60):
         ("ft.replica_groups=64", "exceed what this machine can run"),
         ("ft.lighthouse_addr=http://127.0.0.1:9", "cannot reach the Lighthouse at http://127.0.0.1:9"),
         ("launcher.name=carrier_pigeon", "launcher='carrier_pigeon': choose one of"),
+        ("training.device=tpu", "training.device='tpu': choose one of auto, cpu, cuda"),
+        ("ft.cross_group_backend=mpi", "ft.cross_group_backend='mpi': choose one of auto, nccl, gloo"),
+        ("training.device=cpu ft.cross_group_backend=nccl", "ft.cross_group_backend=nccl needs CUDA"),
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):
-    code, out = _run(tmp_path, override)
+    code, out = _run(tmp_path, *override.split())
     assert code == 2, out
     errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
     assert len(errors) == 1 and expected in errors[0], out
+
+
+@pytest.mark.skipif(bool(glob.glob("/dev/nvidia*")), reason="this machine may have a GPU")
+def test_cuda_refused_where_there_is_no_gpu(tmp_path):
+    code, out = _run(tmp_path, "training.device=cuda")
+    assert code == 2, out
+    errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
+    assert len(errors) == 1 and "training.device=cuda: torch sees no CUDA device here" in errors[0], out
 
 
 @pytest.mark.parametrize(

@@ -180,13 +180,14 @@ def build_manager(
     state_dict: Callable[[], Dict[str, Any]],
     load_state_dict: Callable[[Dict[str, Any]], None],
     report: Callable[..., None],
-    use_cuda: bool,
+    backend: str,
 ):
+    """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/devices.py)."""
     from torchft import Manager
     from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 
     timeout = timedelta(seconds=cfg.timeout_s)
-    pg = ProcessGroupNCCL(timeout=timeout) if use_cuda else ProcessGroupGloo(timeout=timeout)
+    pg = ProcessGroupNCCL(timeout=timeout) if backend == "nccl" else ProcessGroupGloo(timeout=timeout)
     transport = RecordingTransport(build_transport(cfg.transport, timeout, hostname), report)
     return Manager(
         pg=pg,

@@ -17,8 +17,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from monarch_ft.config import ModelConfig
 
 
-def model_args(cfg: ModelConfig, seq_len: int):
-    """The flavor's TransformerModelArgs with the config's overrides applied."""
+def model_args(cfg: ModelConfig, seq_len: int, device_type: str | None = None):
+    """The flavor's TransformerModelArgs with the config's overrides applied
+    (``device_type``: where it will train; None: CUDA if torch sees a GPU)."""
     module = importlib.import_module(f"torchtitan.models.{cfg.name}")
     flavors = getattr(module, f"{cfg.name}_args", None)
     if flavors is None or cfg.flavor not in flavors:
@@ -27,7 +28,8 @@ def model_args(cfg: ModelConfig, seq_len: int):
     overrides = {k: getattr(cfg, k) for k in ("dim", "n_layers", "n_heads") if getattr(cfg, k) is not None}
     args = dataclasses.replace(flavors[cfg.flavor], vocab_size=cfg.vocab_size, max_seq_len=seq_len, **overrides)
     # CPU backward exists only for SDPA; FlexAttention/varlen flavors are GPU-only.
-    if not torch.cuda.is_available() and getattr(args, "attn_type", "sdpa") != "sdpa":
+    on_cuda = torch.cuda.is_available() if device_type is None else device_type == "cuda"
+    if not on_cuda and getattr(args, "attn_type", "sdpa") != "sdpa":
         raise ValueError(f"model.flavor={cfg.flavor!r} uses {args.attn_type} attention, which has no CPU backward: use an sdpa flavor")
     return args
 
@@ -35,7 +37,7 @@ def model_args(cfg: ModelConfig, seq_len: int):
 def build_model(cfg: ModelConfig, seq_len: int, mesh: DeviceMesh | None, device: torch.device, seed: int) -> nn.Module:
     """Same seed on every group -> identical initial weights without an init sync."""
     module = importlib.import_module(f"torchtitan.models.{cfg.name}")
-    args = model_args(cfg, seq_len)
+    args = model_args(cfg, seq_len, device.type)
     torch.manual_seed(seed)
     with torch.device("meta"):
         model = module.Transformer(args)
