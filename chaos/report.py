@@ -479,13 +479,13 @@ def write_drill_report(
     lines += ["MB are 10^6 bytes.", ""]
 
     lines += ["## Timeline", "", "![timeline](timeline.png)", "", "## MTTR by phase", "", "![mttr](mttr.png)", ""]
-    wc = _consistent(drill)
-    lines.append(f"**Weights consistent across replicas: {_cell(wc)}**")
-    lines.append("")
     lines.append(
         f"**Committed steps: never went back: {_cell(drill.get('steps_never_go_back'))}; lost to rollbacks: "
         f"{_cell(drill.get('steps_lost'))}; regressions: {_cell(len(drill.get('step_regressions') or []))}**"
     )
+    lines.append("")
+    wc = _consistent(drill)
+    lines.append(f"**Weights consistent across replicas: {_cell(wc)}**")
     with open(paths["report"], "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")
     return paths

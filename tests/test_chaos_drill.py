@@ -17,6 +17,7 @@ EVERY_KIND = (
 )
 
 
+@pytest.mark.slow
 def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
     drill = run_drill_job(run_dir, EVERY_KIND, "ft.replica_groups=2", "ft.ranks_per_group=2", "checkpoint.interval=5", timeout=420)
     faults = drill["faults"]
@@ -57,6 +58,7 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
         assert (run_dir / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_full_restart_baseline_runs_and_resumes_from_disk(run_dir):
     drill = run_drill_job(
         run_dir,

@@ -47,6 +47,7 @@ def test_bad_values_fail_with_one_line(tmp_path, override, expected):
 
 
 @pytest.mark.skipif(bool(glob.glob("/dev/nvidia*")), reason="this machine may have a GPU")
+@pytest.mark.slow
 def test_cuda_refused_where_there_is_no_gpu(tmp_path):
     code, out = _run(tmp_path, "training.device=cuda")
     assert code == 2, out

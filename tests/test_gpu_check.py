@@ -38,6 +38,7 @@ def _script(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+@pytest.mark.slow
 def test_cpu_dry_run_runs_every_check(tmp_path):
     logs = tmp_path / "logs"
     res = _script("--cpu", str(logs), timeout=420)
@@ -63,6 +64,7 @@ def test_cpu_dry_run_runs_every_check(tmp_path):
     assert (logs / "3_process_kill" / "drill.json").exists() and (logs / "2_train" / "metrics.jsonl").exists()
 
 
+@pytest.mark.slow
 def test_a_failed_check_is_counted_and_named(tmp_path):
     """The verdict on a run that is not there: FAIL with the reason, exit 1 (what the shell counts)."""
     res = subprocess.run(

@@ -17,7 +17,7 @@ from monarch_ft.launcher import RankLaunch, build_launcher
 from monarch_ft.launcher.slurm_cluster import LocalSlurmCluster, missing_binaries
 
 
-def _skip_reason() -> str | None:
+def _unavailable() -> str | None:
     missing = missing_binaries()
     if missing:
         return f"Slurm/munge not installed (missing {', '.join(missing)}): scripts/install.sh installs slurm-wlm and munge as root"
@@ -26,7 +26,15 @@ def _skip_reason() -> str | None:
     return None
 
 
-pytestmark = pytest.mark.skipif(_skip_reason() is not None, reason=_skip_reason() or "")
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _slurm_installed():
+    """Slurm is part of the install (scripts/install.sh): missing, it is a failure, not a skip."""
+    reason = _unavailable()
+    if reason:
+        pytest.fail(reason)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,8 @@ from monarch_ft.supervisor import request_finish
 
 from conftest import FAST, finish_job, console, read_jsonl, run_job, start_job, wait_for
 
+pytestmark = pytest.mark.slow
+
 
 def _steps(metrics, group):
     return [m for m in metrics if m["group"] == group and m["rank"] == 0 and m["committed"]]

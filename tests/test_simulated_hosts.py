@@ -29,10 +29,11 @@ def _netns_refusal() -> str | None:
 
 
 def _need_netns() -> None:
+    """Network namespaces are part of what the project runs on (root, iproute2 from
+    scripts/install.sh): without them the test fails, it is not skipped."""
     why = _netns_refusal()
     if why:
-        print(f"SKIP: {why}")
-        pytest.skip(why)
+        pytest.fail(f"simulated hosts unavailable: {why}")
 
 
 def _left_behind(run_id: str) -> list[str]:
@@ -62,6 +63,7 @@ PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_path):
     _need_netns()
     from monarch_ft.launcher.base import RankLaunch
@@ -150,6 +152,7 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
     assert _left_behind(run_id) == []
 
 
+@pytest.mark.slow
 def test_pretrain_2x2_on_simulated_hosts(run_dir):
     _need_netns()
     code = run_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=15", "launcher=local_hosts", timeout=180)
@@ -170,6 +173,7 @@ def test_pretrain_2x2_on_simulated_hosts(run_dir):
     assert _left_behind(run_id) == []
 
 
+@pytest.mark.slow
 def test_partition_drill_drops_the_group_and_it_heals_in_place(run_dir):
     """A partition longer than ft.timeout_s but shorter than the hang timeout: the group is
     dropped from the quorum, then rejoins and heals from a peer without a restart."""
@@ -194,9 +198,11 @@ def test_partition_drill_drops_the_group_and_it_heals_in_place(run_dir):
     events = read_jsonl(run_dir / "events.jsonl")
     assert [e for e in events if e["event"] == "link_restored" and e["group"] == 1]
     assert any(m["group"] == 0 and m["committed"] and m["participating_groups"] == [0] for m in read_jsonl(run_dir / "metrics.jsonl"))
-    if not any(e["event"] == "group_failed" for e in events):
-        # Healed in place: weights came from group 0 to the same attempt.
-        assert ph["weights_recovered"] is not None and fault["recovered_from_group"] == 0, fault
+    # Healed in place, as the docstring says: no restart (the partition is shorter than the
+    # hang timeout, and a rank waiting in TorchFT is within its budget), weights from group 0.
+    assert not [e for e in events if e["event"] in ("group_failed", "group_launched") and e["group"] == 1 and e.get("attempt", 0) > 0]
+    assert not any(e["event"] == "group_failed" for e in events), [e for e in events if e["event"] == "group_failed"]
+    assert ph["weights_recovered"] is not None and fault["recovered_from_group"] == 0, fault
 
 
 @pytest.mark.parametrize(
@@ -204,15 +210,25 @@ def test_partition_drill_drops_the_group_and_it_heals_in_place(run_dir):
     [
         (["chaos.faults=[{kind: partition, at_step: 5, duration_s: 3}]"], "use launcher=local_hosts"),
         (["launcher=local_hosts", "chaos.faults=[{kind: slow_link, at_step: 5}]"], "needs delay_ms > 0 and/or a rate"),
-        (["launcher=local_hosts", "chaos.faults=[{kind: slow_link, at_step: 5, delay_ms: 50}]"], "netem"),
     ],
 )
 def test_network_faults_fail_before_launch_when_impossible(tmp_path, overrides, expected):
-    if expected == "netem":
-        _need_netns()
-        from monarch_ft.hosts import qdisc_supported
-
-        if qdisc_supported("netem"):
-            print("SKIP: this kernel has netem, so a delay is possible")
-            pytest.skip("this kernel has netem, so a delay is possible")
     assert_drill_refused(tmp_path, overrides, expected)
+
+
+def test_link_delay_refused_exactly_where_the_kernel_lacks_netem(tmp_path):
+    """A delay needs netem: refused with the fix named where the kernel lacks it (this
+    machine's), accepted where it has it; either way something is asserted."""
+    _need_netns()
+    from chaos.config import DrillConfig, FaultConfig, validate_chaos
+    from monarch_ft.config import ConfigError, LauncherConfig
+    from monarch_ft.hosts import qdisc_supported
+
+    fault = FaultConfig(kind="slow_link", at_step=5, delay_ms=50)
+    cfg = DrillConfig(launcher=LauncherConfig(name="local", options={"simulated_hosts": True}))
+    if qdisc_supported("netem"):
+        validate_chaos(cfg, [fault])
+    else:
+        with pytest.raises(ConfigError, match="no tc netem qdisc"):
+            validate_chaos(cfg, [fault])
+        assert_drill_refused(tmp_path, ["launcher=local_hosts", "chaos.faults=[{kind: slow_link, at_step: 5, delay_ms: 50}]"], "netem")

@@ -123,6 +123,7 @@ def test_round_trip_mixed(transports):
     assert_same(sd, dst.recv_checkpoint(0, src.metadata(), 12, T))
 
 
+@pytest.mark.slow
 def test_round_trip_from_other_process():
     code = textwrap.dedent(
         """
@@ -200,6 +201,7 @@ DTENSOR_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_dtensor_round_trip():
     out = subprocess.run([sys.executable, "-c", DTENSOR_SCRIPT], env=_env(), capture_output=True, text=True, timeout=60)
     assert "DTENSOR_OK" in out.stdout, out.stderr[-3000:]
@@ -351,6 +353,7 @@ SLOW_SENDER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_sender_killed_mid_transfer():
     p = subprocess.Popen([sys.executable, "-c", SLOW_SENDER], stdout=subprocess.PIPE, stdin=subprocess.PIPE, env=_env(), text=True)
     dst = ShardedTransport(timeout=T, backend="tcp")
@@ -435,7 +438,7 @@ def _mooncake_or_skip():
 
         import_engine()
     except ImportError as e:
-        pytest.skip(f"mooncake transfer engine not importable: {e}")
+        pytest.fail(f"mooncake transfer engine not importable (a dev dependency, see pyproject.toml): {e}")
 
 
 MOONCAKE_SENDER = textwrap.dedent(
@@ -477,11 +480,13 @@ def _mooncake_round_trip(backend):
         p.wait(timeout=20)
 
 
+@pytest.mark.slow
 def test_mooncake_tcp_round_trip():
     _mooncake_or_skip()
     _mooncake_round_trip("mooncake-tcp")
 
 
+@pytest.mark.slow
 def test_mooncake_rdma_round_trip():
     found = rdma_discovery.discover()
     if not found.available:
@@ -534,6 +539,7 @@ TORCHFT_HARNESS = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_torchft_transport_harness():
     """Interop: torchft's own multi-recovery conformance test (3 ranks, timeouts) passes."""
     out = subprocess.run([sys.executable, "-c", TORCHFT_HARNESS], env=_env(), capture_output=True, text=True, timeout=90)
