@@ -26,21 +26,11 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 
+from monarch_ft.run_layout import read_jsonl as _jsonl  # noqa: E402  (a torn last line is skipped)
+
+
 class Fail(Exception):
     pass
-
-
-def _jsonl(path: str) -> list[dict]:
-    out = []
-    if not os.path.exists(path):
-        return out
-    with open(path) as f:
-        for line in f:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass
-    return out
 
 
 def _json(run_dir: str, name: str) -> dict:
