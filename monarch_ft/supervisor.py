@@ -52,6 +52,8 @@ from monarch_ft.stacks import capture_stacks
 log = logging.getLogger("monarch_ft.supervisor")
 
 STARTING, RUNNING, WAITING, DONE, GIVEN_UP = "starting", "running", "waiting_restart", "done", "given_up"
+# A watch tick this much later than the previous one means the supervisor itself was held up.
+SUPERVISOR_STALL_S = 2.0
 
 
 class SupervisorHook(Protocol):
@@ -71,9 +73,11 @@ class RankState:
     state_hash: Optional[str] = None
     first_step_seen: bool = False
     model_ready: bool = False
-    # The main thread's phase, from the rank's liveness beats (recovery.Phase), and since when.
+    # The main thread's phase, from the rank's liveness beats (recovery.Phase): the rank's own
+    # start time of it, and when this supervisor first saw it (the clock hangs are judged by).
     phase: Optional[str] = None
     phase_since: float = 0.0
+    phase_seen: float = 0.0
 
 
 @dataclass
@@ -152,6 +156,7 @@ class Supervisor:
         self.step_hashes: dict[int, dict[tuple[int, int], str]] = {}
         self._stall: Optional[dict] = None
         self._fatal: Optional[str] = None
+        self._last_tick = 0.0
         self.first_step_time: Optional[float] = None
         self._tokens_path = ""
         self._started = 0.0
@@ -288,7 +293,9 @@ class Supervisor:
                     rs.last_progress = now
                 elif kind == "liveness":
                     rs.last_progress = now
-                    rs.phase, rs.phase_since = rec.get("phase"), rec.get("phase_since", now)
+                    if (rec.get("phase"), rec.get("phase_since")) != (rs.phase, rs.phase_since):
+                        rs.phase, rs.phase_since = rec.get("phase"), rec.get("phase_since")
+                        rs.phase_seen = min(now, rec.get("phase_since") or now)
                 elif kind == "event":
                     rs.last_progress = now
                     name = rec.pop("event")
@@ -394,7 +401,7 @@ class Supervisor:
                     silent_s=now - rs.last_progress,
                     started=started,
                     phase=rs.phase,
-                    phase_s=now - rs.phase_since if rs.phase else 0.0,
+                    phase_s=now - rs.phase_seen if rs.phase else 0.0,
                     os_state=process_status(rs.proc.pid) if with_state else None,
                 )
                 for rs in live
@@ -650,9 +657,28 @@ class Supervisor:
                 signal.signal(sig, handler)
         return exit_code
 
+    def _account_own_stall(self, now: float) -> None:
+        """Silence is counted only while this supervisor was watching.
+
+        If its own loop was held up (no CPU, a filesystem that blocked its reads or writes:
+        the ranks' report writes and checkpoint saves block on the same filesystem), every
+        rank would look silent for that long at once and be killed on waking. The gap is
+        recorded and taken off every rank's silence and phase time instead.
+        """
+        gap = now - self._last_tick if self._last_tick else 0.0
+        self._last_tick = now
+        if gap <= SUPERVISOR_STALL_S:
+            return
+        self.events.emit("supervisor_stalled", seconds=round(gap, 3))
+        for g in self.groups:
+            for rs in g.ranks:
+                rs.last_progress = min(now, rs.last_progress + gap)
+                rs.phase_seen = min(now, rs.phase_seen + gap)
+
     def _watch(self) -> int:
         while True:
             now = time.time()
+            self._account_own_stall(now)
             if self._stop_reason:
                 self.status = "interrupted"
                 self.events.emit("supervisor_stop_requested", reason=self._stop_reason)

@@ -164,3 +164,70 @@ def test_slow_save_is_not_a_hang_and_a_stuck_save_fails_clearly(run_dir):
     assert healed and healed[0]["src_group"] == 1
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["weights_consistent"] and summary["steps_lost"] == 0
+
+
+def test_a_held_up_supervisor_does_not_kill_healthy_groups_on_waking(run_dir):
+    """The soak's loss began with a detector that fired at 16 s of silence under a 6 s hang
+    timeout: the supervisor's own loop had been held up, and on waking it took every
+    group for hung. Silence now counts only while the supervisor watches."""
+    proc = start_job(run_dir, *FAST, "ft.hang_timeout_s=6", "ft.timeout_s=3", "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000")
+    events_path, metrics_path = run_dir / "events.jsonl", run_dir / "metrics.jsonl"
+    wait_for(lambda: len(_commits(read_jsonl(metrics_path), 1)) >= 5, 120, "both groups to step")
+    ranks = _rank_pids(read_jsonl(events_path), 0) + _rank_pids(read_jsonl(events_path), 1)
+    # Everything held up at once, as by a filesystem that blocked every writer: the
+    # supervisor wakes first and finds every rank silent for 10 s.
+    os.kill(proc.pid, signal.SIGSTOP)
+    for pid in ranks:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(10)
+    woke = time.time()
+    os.kill(proc.pid, signal.SIGCONT)
+    for pid in ranks:
+        os.kill(pid, signal.SIGCONT)
+    wait_for(lambda: [m for m in _commits(read_jsonl(metrics_path)) if m["time"] > woke + 8], 60, "training to go on past the hang timeout")
+    request_finish(str(run_dir), max(m["step"] for m in _commits(read_jsonl(metrics_path))) + 5)
+    assert finish_job(proc, run_dir, 120) == 0, console(run_dir)[-4000:]
+    events = read_jsonl(events_path)
+    stalled = [e for e in events if e["event"] == "supervisor_stalled"]
+    assert stalled and stalled[0]["seconds"] >= 9, stalled
+    assert not [e for e in events if e["event"] in ("group_failed", "job_stall")], "nobody was hung; the supervisor was"
+
+
+def test_every_group_stuck_at_once_is_one_stall_waited_out_then_escalated(run_dir):
+    """Both groups stuck computing at once (nobody stopped or dead): one job-wide stall.
+    The supervisor saves every rank's stacks and waits; a stall that clears costs nothing,
+    one that outlasts ft.stall_timeout_s resumes the whole job from its checkpoint."""
+    from monarch_ft.components.fault_agent import request_collective_fault
+
+    proc = start_job(
+        run_dir, *FAST, "ft.hang_timeout_s=6", "ft.timeout_s=3", "ft.stall_timeout_s=15", "checkpoint.interval=5",
+        "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000",
+    )
+    layout = RunLayout(str(run_dir))
+    events_path, metrics_path = run_dir / "events.jsonl", run_dir / "metrics.jsonl"
+    stalls = lambda kind: [e for e in read_jsonl(events_path) if e["event"] == kind]
+    wait_for(lambda: len(_commits(read_jsonl(metrics_path), 1)) >= 8, 120, "both groups to step")
+
+    # 11 s stuck: past the 6 s hang timeout, within the 15 s stall budget.
+    for g in (0, 1):
+        request_collective_fault(layout, g, 0, "hang", 11.0)
+    wait_for(lambda: stalls("job_stall_cleared"), 90, "the stall to clear")
+    (stall,) = stalls("job_stall")
+    assert sorted(stall["groups"]) == [0, 1] and all(os.path.getsize(p) > 0 for p in stall["stacks"].values())
+    assert "before_allreduce" in open(stall["stacks"]["g0r0"]).read(), "py-spy shows where rank 0 was stuck"
+    assert not stalls("group_failed"), "a stall that clears kills nobody"
+
+    # 60 s stuck: the stall outlasts its budget and the job resumes from its checkpoint.
+    for g in (0, 1):
+        request_collective_fault(layout, g, 0, "hang", 60.0)
+    wait_for(lambda: stalls("job_stall_escalated"), 120, "the stall to be escalated")
+    wait_for(lambda: stalls("training_started")[1:], 120, "the full restart's gate")
+    restarted_at = stalls("training_started")[-1]["time"]
+    wait_for(lambda: [m for m in _commits(read_jsonl(metrics_path)) if m["time"] > restarted_at and sorted(m["participating_groups"]) == [0, 1]], 120, "one quorum again")
+    request_finish(str(run_dir), max(m["step"] for m in _commits(read_jsonl(metrics_path))) + 5)
+    assert finish_job(proc, run_dir, 180) == 0, console(run_dir)[-4000:]
+    (restart,) = stalls("full_restart")
+    assert restart["reason"] == "job_stall" and restart["resume_step"] % 5 == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["weights_consistent"] and not summary["step_regressions"]
+    assert summary["steps_lost"] == sum(r["steps_lost"] for r in summary["rollbacks"]) < 10
