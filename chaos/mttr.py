@@ -174,16 +174,20 @@ def analyze_fault(
 
 def steps_never_go_back(metrics: list[dict]) -> bool:
     """No committed step number goes back: per rank and attempt steps strictly increase,
-    and no group commits a step below one the job had already committed (a group that
-    restarted from scratch instead of healing would). Full restarts go back by design."""
+    and no quorum commits a step below one an earlier quorum committed (a group that
+    restarted from scratch instead of healing would; see recovery.CommitLedger for why
+    quorums, not record times, tell). Full restarts go back by design."""
+    from monarch_ft.recovery import CommitLedger
+
     last: dict[tuple[int, int, int], int] = {}
-    job_max = -1
+    ledger = CommitLedger()
     for m in sorted(metrics, key=lambda m: m["time"]):
         if not m.get("committed"):
             continue
         key = (m["group"], m["rank"], m["attempt"])
-        if (key in last and m["step"] <= last[key]) or m["step"] < job_max:
+        if key in last and m["step"] <= last[key]:
+            return False
+        if ledger.record(m["step"], m.get("quorum_id") or 0) is not None:
             return False
         last[key] = m["step"]
-        job_max = max(job_max, m["step"])
     return True

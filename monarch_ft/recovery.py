@@ -68,38 +68,34 @@ def decide_state_source(live_peers: Sequence[int], job_step: int, checkpoint_ste
 
 
 class CommitLedger:
-    """The job's committed step, from commit records read out of order across ranks.
+    """The job's committed step, and commits that went back, from records read in any order.
 
-    The supervisor reads rank files one after another, so it may read group 1's commit of
-    step s+1 before group 0's record of step s, although group 0 wrote it first: by
-    TorchFT's protocol nobody in a quorum commits s+1 before every member has committed s
-    (and written its record). So a commit of step s at time t is a regression only if a
-    commit of a *later* step was written *before* t (with ``slack_s`` for clocks of other
-    hosts), not merely read before it.
-
-    Args:
-        slack_s: clock skew tolerated between the ranks' hosts.
+    Record order and wall-clock time do not tell a regression: TorchFT's ``should_commit``
+    agrees within one replica group only, so a slow group may write its commit of step s
+    after another group, which went on in the next quorum without it, committed s+1; that
+    commit of s was legitimate. Quorums do tell: each quorum starts from its participants'
+    newest step (the others heal to it), so a later quorum (a higher Lighthouse quorum id)
+    never commits a lower step than an earlier one did, unless it started from a state the
+    job had left behind (a group alone with its initial weights). So a commit of step s in
+    quorum q went back iff some quorum before q committed a step above s.
     """
 
-    def __init__(self, slack_s: float = 1.0) -> None:
-        self.slack_s = slack_s
+    def __init__(self) -> None:
         self.job_step = 0  # the Manager's step after the newest commit (steps committed)
-        self._history: list[tuple[float, int]] = []  # (time, step) of commits that raised the newest step
+        self._newest: dict[int, int] = {}  # quorum id -> newest step committed in it
 
-    def record(self, step: int, t: float) -> Optional[int]:
-        """Take a commit of ``step`` written at ``t``; returns the step it fell behind
-        (a regression), or None."""
-        behind = max((s for ht, s in self._history if ht < t - self.slack_s), default=-1)
-        if step + 1 > self.job_step:
-            self.job_step = step + 1
-            self._history.append((t, step))
-            del self._history[:-1000]
-        return behind if behind > step else None
+    def record(self, step: int, quorum_id: int) -> Optional[int]:
+        """Take a commit of ``step`` in quorum ``quorum_id``; returns the higher step an
+        earlier quorum committed (a regression), or None."""
+        self.job_step = max(self.job_step, step + 1)
+        self._newest[quorum_id] = max(step, self._newest.get(quorum_id, step))
+        earlier = max((s for q, s in self._newest.items() if q < quorum_id), default=-1)
+        return earlier if earlier > step else None
 
     def rollback(self, step: int) -> None:
         """The job explicitly went back to a checkpoint at ``step`` (its state was lost)."""
         self.job_step = step
-        self._history.clear()
+        self._newest.clear()
 
 
 class OsState(str, Enum):

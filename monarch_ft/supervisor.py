@@ -320,14 +320,11 @@ class Supervisor:
                 g.status = RUNNING
 
     def _record_commit(self, g: GroupState, rec: dict) -> None:
-        """Advance the job's committed step; a commit below it is a regression, named loudly.
-
-        Groups in one quorum commit the same step, so a commit of the job's newest step by
-        another group is normal; anything lower means a group trained on a stale state
-        (ranks refuse such commits, see trainer.CommitFloor: this is the second line).
-        """
+        """Advance the job's committed step; a commit that went back (recovery.CommitLedger)
+        is a regression, named loudly. Ranks refuse such commits (trainer.CommitFloor):
+        this is the second line."""
         step = rec["step"]
-        behind = self.ledger.record(step, rec["time"])
+        behind = self.ledger.record(step, rec.get("quorum_id") or 0)
         if behind is not None:
             regression = {"group": g.index, "rank": rec["rank"], "attempt": rec["attempt"], "step": step, "job_committed": behind}
             self.regressions.append(regression)
