@@ -157,6 +157,8 @@ class Supervisor:
         self._stall: Optional[dict] = None
         self._fatal: Optional[str] = None
         self._last_tick = 0.0
+        self._stall_grace_until = 0.0
+        self._blind: list[tuple[float, float]] = []  # windows this supervisor was held up
         self.first_step_time: Optional[float] = None
         self._tokens_path = ""
         self._started = 0.0
@@ -395,10 +397,10 @@ class Supervisor:
             return [
                 RankView(
                     rank=rs.proc.launch.rank,
-                    silent_s=now - rs.last_progress,
+                    silent_s=self._watched(rs.last_progress, now),
                     started=started,
                     phase=rs.phase,
-                    phase_s=now - rs.phase_seen if rs.phase else 0.0,
+                    phase_s=self._watched(rs.phase_seen, now) if rs.phase else 0.0,
                     os_state=process_status(rs.proc.pid) if with_state else None,
                 )
                 for rs in live
@@ -424,13 +426,19 @@ class Supervisor:
           others are most likely blocked on them and step again once they are gone.
         - Otherwise fail each hung group (stacks captured first).
         """
-        if not hangs:
-            if self._stall is not None:
-                self.events.emit("job_stall_cleared", lasted_s=round(now - self._stall["since"], 2))
-                self._stall = None
-            return
         stepping = [g.index for g in self.groups if g.status == RUNNING]
-        if is_job_stall(hangs, stepping):
+        stalled = is_job_stall(hangs, stepping)
+        if self._stall is not None and not stalled:
+            # Groups come out of a shared stall a beat apart (phases are reported once a
+            # second): the rest get one more hang timeout before they count as hung alone.
+            self.events.emit("job_stall_cleared", lasted_s=round(now - self._stall["since"], 2))
+            self._stall = None
+            self._stall_grace_until = now + self.cfg.ft.hang_timeout_s
+        if now < self._stall_grace_until:
+            hangs = {i: h for i, h in hangs.items() if h.self_explained}
+        if not hangs:
+            return
+        if stalled:
             if self._stall is None:
                 self._stall = {"since": now}
                 stacks = self._capture_stacks([self.groups[i] for i in sorted(hangs)], "stall")
@@ -655,22 +663,24 @@ class Supervisor:
         return exit_code
 
     def _account_own_stall(self, now: float) -> None:
-        """Silence is counted only while this supervisor was watching.
-
-        If its own loop was held up (no CPU, a filesystem that blocked its reads or writes:
-        the ranks' report writes and checkpoint saves block on the same filesystem), every
-        rank would look silent for that long at once and be killed on waking. The gap is
-        recorded and taken off every rank's silence and phase time instead.
-        """
+        """Record a window in which this supervisor itself was held up (see _watched)."""
         gap = now - self._last_tick if self._last_tick else 0.0
+        if gap > SUPERVISOR_STALL_S:
+            self._blind.append((self._last_tick, now))
+            del self._blind[:-100]
+            self.events.emit("supervisor_stalled", seconds=round(gap, 3))
         self._last_tick = now
-        if gap <= SUPERVISOR_STALL_S:
-            return
-        self.events.emit("supervisor_stalled", seconds=round(gap, 3))
-        for g in self.groups:
-            for rs in g.ranks:
-                rs.last_progress = min(now, rs.last_progress + gap)
-                rs.phase_seen = min(now, rs.phase_seen + gap)
+
+    def _watched(self, since: float, now: float) -> float:
+        """Seconds of [since, now] during which this supervisor was watching.
+
+        Silence and phase time count only then. If the supervisor's own loop was held up
+        (no CPU, or a filesystem that blocked its reads and writes, as it blocks the ranks'
+        report writes and checkpoint saves), every rank would otherwise look silent for that
+        long at once and be killed on waking; a soak lost its whole job that way.
+        """
+        blind = sum(max(0.0, min(end, now) - max(start, since)) for start, end in self._blind)
+        return max(0.0, now - since - blind)
 
     def _watch(self) -> int:
         while True:
