@@ -11,7 +11,7 @@ import pkgutil
 
 from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess, describe_exit
 
-_NOT_LAUNCHERS = {"base", "slurm_cluster"}
+_NOT_LAUNCHERS = {"base"}
 
 
 def available_launchers() -> list[str]:

@@ -1,8 +1,8 @@
 """Ranks as Slurm tasks: each replica group is one Slurm batch job of M tasks.
 
 ``launch_group`` writes a manifest (each rank's argv, env, cwd, log) and an sbatch script
-whose single ``srun`` step starts M tasks of a tiny wrapper (``RUN_DIR/slurm/task.py MANIFEST``,
-standard library only; source in :data:`TASK_SOURCE`). Task ``SLURM_PROCID`` = rank: the wrapper
+whose single ``srun`` step starts M tasks of a tiny wrapper (``python -m
+monarch_ft.launcher._slurm_task MANIFEST``, :mod:`monarch_ft.launcher._slurm_task`). Task ``SLURM_PROCID`` = rank: the wrapper
 runs that rank's argv as its child, writes ``<log>.pid`` (node, host, pids) once it runs
 and ``<log>.exit`` (the child's exit code, negative for a signal, as subprocess) when it
 ends. So a rank's exit code or signal is exact, per rank, without sacct/slurmdbd.
@@ -77,6 +77,8 @@ _STATE_CODES = {
     "COMPLETED": 1,  # the wrapper itself failed: see the job's slurm-*.out
 }
 _HOSTNAME = socket.gethostname()
+# The directory holding the monarch_ft package: the task wrapper's PYTHONPATH.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class SlurmError(ConfigError):
@@ -366,10 +368,10 @@ class SlurmLauncher(Launcher):
         node = self._group_node(group)
         if node:
             lines.append(f"#SBATCH --nodelist={node}")
-        task_py = os.path.join(d, "task.py")
-        if not os.path.exists(task_py):
-            _write_atomic(task_py, TASK_SOURCE)
-        task = [sys.executable, "-I", "-S", task_py, manifest]
+        # The task wrapper is this package's own module, run without site-packages (-S) and
+        # without the job's cwd on sys.path (-P), from the repository the supervisor runs.
+        task = [sys.executable, "-P", "-S", "-m", "monarch_ft.launcher._slurm_task", manifest]
+        lines.append(f"export PYTHONPATH={shlex.quote(_PACKAGE_ROOT)}")
         lines.append(f"srun --ntasks={m} --kill-on-bad-exit=0 " + " ".join(shlex.quote(a) for a in task))
         script = os.path.join(d, f"{tag}.sbatch")
         with open(script, "w") as f:
@@ -560,78 +562,3 @@ def build(cfg, run_dir: str) -> SlurmLauncher:
     launcher = SlurmLauncher(run_dir, merged)
     launcher.check()
     return launcher
-
-
-# ---------------------------------------------------------------------------- task wrapper
-# Written to RUN_DIR/slurm/task.py and run by srun as ``python -I -S task.py MANIFEST``:
-# standard library only, so a task starts in milliseconds.
-TASK_SOURCE = r'''
-import ctypes, json, os, signal, socket, subprocess, sys
-
-
-def start_ticks(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def write_atomic(path, text):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def child_setup():
-    try:  # the rank dies with this wrapper, whatever kills it
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def main(manifest_path):
-    with open(manifest_path) as f:
-        manifest = json.load(f)
-    procid = int(os.environ.get("SLURM_PROCID", "0"))
-    spec = manifest["ranks"][procid]
-    env = dict(spec["env"])
-    for key in ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_STEP_ID", "SLURMD_NODENAME", "SLURM_NODEID", "SLURM_LOCALID"):
-        if key in os.environ:
-            env[key] = os.environ[key]
-    # Slurm signals every process of the task (the rank is in this process group and
-    # tree); the wrapper survives catchable signals to record how the rank ended.
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
-        signal.signal(sig, lambda *_: None)
-    with open(spec["log_path"], "ab") as log:
-        child = subprocess.Popen(spec["argv"], env=env, cwd=spec["cwd"], stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, preexec_fn=child_setup)
-    host = socket.gethostname()
-    info = {"pid": child.pid, "wrapper_pid": os.getpid(), "wrapper_start": start_ticks(os.getpid()), "host": host,
-            "node": os.environ.get("SLURMD_NODENAME", host), "job_id": os.environ.get("SLURM_JOB_ID"), "procid": procid}
-    write_atomic(spec["pid_path"], json.dumps(info))
-    sup = manifest.get("supervisor_pid") if manifest.get("supervisor_host") == host else None
-    sup_start = start_ticks(sup) if sup else None
-    while True:
-        try:
-            code = child.wait(timeout=1.0)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        if sup_start is not None and start_ticks(sup) != sup_start:
-            child.kill()  # the supervisor is gone (e.g. SIGKILLed): the rank must not outlive it
-    write_atomic(spec["exit_path"], str(code))
-    return code if code >= 0 else 128 - code
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
-'''
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
