@@ -83,3 +83,39 @@ def test_validate_accepts_defaults():
     from monarch_ft.config import JobConfig, validate
 
     validate(JobConfig())
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ("launcher=slurm launcher.options.poll_interval_s=0", "launcher.options.poll_interval_s=0.0: must be > 0"),
+        ("launcher=monarch launcher.options.allocator=yarn", "launcher.options.allocator='yarn': choose one of local, slurm"),
+        ("+launcher.options.bogus=1", "launcher=local: unknown option(s) bogus: known are simulated_hosts"),
+        ("launcher.name=slurm", "launcher.name=slurm with launcher=local's options: select the launcher with launcher=slurm"),
+    ],
+)
+def test_wrong_launcher_option_fails_before_launch(tmp_path, overrides, expected):
+    """Checked on the controller before anything starts: one line, exit 2, no rank, no Lighthouse."""
+    code, out = _run(tmp_path, *overrides.split())
+    assert code == 2, out
+    errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
+    assert len(errors) == 1 and expected in errors[0], out
+    assert "Traceback" not in out
+    assert not (tmp_path / "run" / "events.jsonl").exists() and not (tmp_path / "run" / "logs").exists(), "nothing may be launched"
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ("launcher.options.bogus=1", "Key 'bogus' not in 'Options'"),
+        ("launcher=slurm launcher.options.cpus_per_task=abc", "launcher.options.cpus_per_task"),
+        ("launcher=monarch launcher.options.slurm.nodez=2", "Key 'nodez' not in 'SlurmJobOptions'"),
+    ],
+)
+def test_unknown_or_mistyped_launcher_option_fails_in_hydra(tmp_path, overrides, expected):
+    """Each launcher's options are a typed node of Hydra's launcher group: Hydra names the key."""
+    code, out = _run(tmp_path, *overrides.split())
+    assert code != 0 and expected in out, out
+    assert "Traceback" not in out
+    assert not (tmp_path / "run").exists(), "Hydra refuses before the job starts"
+
