@@ -196,6 +196,10 @@ def validate(cfg: JobConfig) -> None:
     from monarch_ft.launcher import launcher_options
 
     launcher_options(cfg.launcher)
+    from monarch_ft.model_catalog import model_problem
+
+    problem = model_problem(cfg.model.name, cfg.model.flavor)
+    _require(problem is None, problem or "")
     from monarch_ft.devices import CROSS_GROUP_BACKENDS, DEVICES
 
     _require(tr.device in DEVICES, f"training.device={tr.device!r}: choose one of {', '.join(DEVICES)}")

@@ -88,13 +88,15 @@ def test_validate_accepts_defaults():
 @pytest.mark.parametrize(
     "overrides, expected",
     [
+        ("model.flavor=nonsense", "model.flavor='nonsense' is not a llama3 flavor: choose one of 405B, 70B, 8B"),
+        ("model.name=gpt5", "model.name='gpt5' is not a TorchTitan model with flavors: choose one of"),
         ("launcher=slurm launcher.options.poll_interval_s=0", "launcher.options.poll_interval_s=0.0: must be > 0"),
         ("launcher=monarch launcher.options.allocator=yarn", "launcher.options.allocator='yarn': choose one of local, slurm"),
         ("+launcher.options.bogus=1", "launcher=local: unknown option(s) bogus: known are simulated_hosts"),
         ("launcher.name=slurm", "launcher.name=slurm with launcher=local's options: select the launcher with launcher=slurm"),
     ],
 )
-def test_wrong_launcher_option_fails_before_launch(tmp_path, overrides, expected):
+def test_wrong_model_or_launcher_option_fails_before_launch(tmp_path, overrides, expected):
     """Checked on the controller before anything starts: one line, exit 2, no rank, no Lighthouse."""
     code, out = _run(tmp_path, *overrides.split())
     assert code == 2, out
@@ -119,3 +121,8 @@ def test_unknown_or_mistyped_launcher_option_fails_in_hydra(tmp_path, overrides,
     assert "Traceback" not in out
     assert not (tmp_path / "run").exists(), "Hydra refuses before the job starts"
 
+
+def test_wrong_flavor_refused_by_the_drill_recipe(tmp_path):
+    from conftest import assert_drill_refused
+
+    assert_drill_refused(tmp_path, ["model.flavor=nonsense", "chaos.faults=[{kind: process_kill, at_step: 5}]"], "is not a llama3 flavor")
