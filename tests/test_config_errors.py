@@ -23,6 +23,12 @@ def _run(tmp_path, *overrides, timeout=60):
     return res.returncode, res.stdout + res.stderr
 
 
+def _assert_one_error_line(code: int, out: str, expected: str) -> None:
+    assert code == 2, out
+    errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
+    assert len(errors) == 1 and expected in errors[0], out
+
+
 @pytest.mark.parametrize(
     "override, expected",
     [
@@ -41,9 +47,7 @@ def _run(tmp_path, *overrides, timeout=60):
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):
     code, out = _run(tmp_path, *override.split())
-    assert code == 2, out
-    errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
-    assert len(errors) == 1 and expected in errors[0], out
+    _assert_one_error_line(code, out, expected)
 
 
 @pytest.mark.skipif(bool(glob.glob("/dev/nvidia*")), reason="this machine may have a GPU")
@@ -99,9 +103,7 @@ def test_validate_accepts_defaults():
 def test_wrong_model_or_launcher_option_fails_before_launch(tmp_path, overrides, expected):
     """Checked on the controller before anything starts: one line, exit 2, no rank, no Lighthouse."""
     code, out = _run(tmp_path, *overrides.split())
-    assert code == 2, out
-    errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
-    assert len(errors) == 1 and expected in errors[0], out
+    _assert_one_error_line(code, out, expected)
     assert "Traceback" not in out
     assert not (tmp_path / "run" / "events.jsonl").exists() and not (tmp_path / "run" / "logs").exists(), "nothing may be launched"
 
