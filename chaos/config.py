@@ -115,8 +115,9 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultConfig]) -> None:
 
 
 def _validate_network_fault(cfg: DrillConfig, f: FaultConfig, where: str) -> None:
-    options = cfg.launcher.options or {}
-    if cfg.launcher.name != "local" or options.get("simulated_hosts") is not True:
+    from monarch_ft.launcher import launcher_options
+
+    if cfg.launcher.name != "local" or not launcher_options(cfg.launcher).simulated_hosts:
         raise ConfigError(
             f"{where}.kind={f.kind}: network faults need simulated hosts (one network namespace per group): use launcher=local_hosts (launcher.options.simulated_hosts=true)"
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
@@ -126,13 +126,14 @@ class LauncherConfig:
     """How ranks become processes: ``local`` (embedded default) or an engine (``monarch``, ``slurm``).
 
     ``name`` selects the module ``monarch_ft.launcher.<name>``; ``options`` are that
-    launcher's own settings (each launcher checks them and names what is wrong).
+    launcher's own settings, its ``Options`` dataclass (a typed node once ``launcher=<name>``
+    is selected: see :func:`register_configs`; a plain dict when built in code).
     """
 
     name: str = "local"
     # Upper bound on ranks per CPU core the local machine is asked to run.
     max_ranks_per_core: int = 4
-    options: Dict[str, Any] = field(default_factory=dict)
+    options: Any = field(default_factory=dict)
 
 
 @dataclass
@@ -155,7 +156,11 @@ def register_configs() -> None:
     cs.store(name="pretrain_schema", node=JobConfig)
     cs.store(group="model", name="schema", node=ModelConfig)
     cs.store(group="ft", name="schema", node=FTConfig)
-    cs.store(group="launcher", name="schema", node=LauncherConfig)
+    # One schema per launcher (launcher/<name>_schema): its options typed by the launcher's own dataclass.
+    from monarch_ft.launcher import options_types
+
+    for name, options in options_types().items():
+        cs.store(group="launcher", name=f"{name}_schema", node=LauncherConfig(name=name, options=options()))
 
 
 def _require(ok: bool, message: str) -> None:
@@ -188,6 +193,13 @@ def validate(cfg: JobConfig) -> None:
         cfg.launcher.name in available_launchers(),
         f"launcher={cfg.launcher.name!r}: choose one of {', '.join(available_launchers())}",
     )
+    from monarch_ft.launcher import launcher_options
+
+    launcher_options(cfg.launcher)
+    from monarch_ft.model_catalog import model_problem
+
+    problem = model_problem(cfg.model.name, cfg.model.flavor)
+    _require(problem is None, problem or "")
     from monarch_ft.devices import CROSS_GROUP_BACKENDS, DEVICES
 
     _require(tr.device in DEVICES, f"training.device={tr.device!r}: choose one of {', '.join(DEVICES)}")

@@ -23,6 +23,12 @@ def _run(tmp_path, *overrides, timeout=60):
     return res.returncode, res.stdout + res.stderr
 
 
+def _assert_one_error_line(code: int, out: str, expected: str) -> None:
+    assert code == 2, out
+    errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
+    assert len(errors) == 1 and expected in errors[0], out
+
+
 @pytest.mark.parametrize(
     "override, expected",
     [
@@ -41,9 +47,7 @@ def _run(tmp_path, *overrides, timeout=60):
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):
     code, out = _run(tmp_path, *override.split())
-    assert code == 2, out
-    errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
-    assert len(errors) == 1 and expected in errors[0], out
+    _assert_one_error_line(code, out, expected)
 
 
 @pytest.mark.skipif(bool(glob.glob("/dev/nvidia*")), reason="this machine may have a GPU")
@@ -83,3 +87,44 @@ def test_validate_accepts_defaults():
     from monarch_ft.config import JobConfig, validate
 
     validate(JobConfig())
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ("model.flavor=nonsense", "model.flavor='nonsense' is not a llama3 flavor: choose one of 405B, 70B, 8B"),
+        ("model.name=gpt5", "model.name='gpt5' is not a TorchTitan model with flavors: choose one of"),
+        ("launcher=slurm launcher.options.poll_interval_s=0", "launcher.options.poll_interval_s=0.0: must be > 0"),
+        ("launcher=monarch launcher.options.allocator=yarn", "launcher.options.allocator='yarn': choose one of local, slurm"),
+        ("+launcher.options.bogus=1", "launcher=local: unknown option(s) bogus: known are simulated_hosts"),
+        ("launcher.name=slurm", "launcher.name=slurm with launcher=local's options: select the launcher with launcher=slurm"),
+    ],
+)
+def test_wrong_model_or_launcher_option_fails_before_launch(tmp_path, overrides, expected):
+    """Checked on the controller before anything starts: one line, exit 2, no rank, no Lighthouse."""
+    code, out = _run(tmp_path, *overrides.split())
+    _assert_one_error_line(code, out, expected)
+    assert "Traceback" not in out
+    assert not (tmp_path / "run" / "events.jsonl").exists() and not (tmp_path / "run" / "logs").exists(), "nothing may be launched"
+
+
+@pytest.mark.parametrize(
+    "overrides, expected",
+    [
+        ("launcher.options.bogus=1", "Key 'bogus' not in 'Options'"),
+        ("launcher=slurm launcher.options.cpus_per_task=abc", "launcher.options.cpus_per_task"),
+        ("launcher=monarch launcher.options.slurm.nodez=2", "Key 'nodez' not in 'SlurmJobOptions'"),
+    ],
+)
+def test_unknown_or_mistyped_launcher_option_fails_in_hydra(tmp_path, overrides, expected):
+    """Each launcher's options are a typed node of Hydra's launcher group: Hydra names the key."""
+    code, out = _run(tmp_path, *overrides.split())
+    assert code != 0 and expected in out, out
+    assert "Traceback" not in out
+    assert not (tmp_path / "run").exists(), "Hydra refuses before the job starts"
+
+
+def test_wrong_flavor_refused_by_the_drill_recipe(tmp_path):
+    from conftest import assert_drill_refused
+
+    assert_drill_refused(tmp_path, ["model.flavor=nonsense", "chaos.faults=[{kind: process_kill, at_step: 5}]"], "is not a llama3 flavor")

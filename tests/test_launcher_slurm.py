@@ -14,7 +14,7 @@ import pytest
 
 from conftest import FAST, finish_job, console, read_jsonl, start_job, wait_for
 from monarch_ft.launcher import RankLaunch, build_launcher
-from monarch_ft.launcher.slurm_cluster import LocalSlurmCluster, missing_binaries
+from monarch_ft.slurm_cluster import LocalSlurmCluster, missing_binaries
 
 
 def _unavailable() -> str | None:

@@ -1,7 +1,8 @@
 """Launchers: local processes by default; engines (Slurm, Monarch) behind the same interface.
 
 A launcher is the module ``monarch_ft.launcher.<name>`` exposing ``build(cfg, run_dir)``
-that returns a :class:`Launcher`; adding one touches neither the supervisor nor this file.
+that returns a :class:`Launcher`, and ``Options``, the dataclass of its ``launcher.options``
+(a :class:`LauncherOptions`); adding one touches neither the supervisor nor this file.
 """
 
 from __future__ import annotations
@@ -9,15 +10,25 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess, describe_exit
+from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess, describe_exit
 
-_NOT_LAUNCHERS = {"base", "slurm_cluster"}
+_NOT_LAUNCHERS = {"base"}
 
 
 def available_launchers() -> list[str]:
     import monarch_ft.launcher as pkg
 
     return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__) if m.name not in _NOT_LAUNCHERS and not m.name.startswith("_"))
+
+
+def options_types() -> dict[str, type[LauncherOptions]]:
+    """Each launcher's options dataclass, by launcher name (registered as Hydra schemas)."""
+    return {name: importlib.import_module(f"monarch_ft.launcher.{name}").Options for name in available_launchers()}
+
+
+def launcher_options(cfg) -> LauncherOptions:
+    """``cfg.options`` as launcher ``cfg.name``'s own options, checked (``ConfigError`` otherwise)."""
+    return importlib.import_module(f"monarch_ft.launcher.{cfg.name}").Options.parse(cfg.options, cfg.name)
 
 
 def build_launcher(cfg, run_dir: str) -> Launcher:
@@ -28,4 +39,14 @@ def build_launcher(cfg, run_dir: str) -> Launcher:
     return module.build(cfg, run_dir)
 
 
-__all__ = ["Launcher", "RankLaunch", "RankProcess", "available_launchers", "build_launcher", "describe_exit"]
+__all__ = [
+    "Launcher",
+    "LauncherOptions",
+    "RankLaunch",
+    "RankProcess",
+    "available_launchers",
+    "build_launcher",
+    "describe_exit",
+    "launcher_options",
+    "options_types",
+]

@@ -7,12 +7,13 @@ group) plugs in by implementing :class:`Launcher` without touching the superviso
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Optional
+from typing import Any, Optional
 
 
 @dataclass
@@ -27,6 +28,50 @@ class RankLaunch:
     # Logical host the rank is placed on (a simulated host on one machine).
     host: str = "localhost"
     extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class LauncherOptions:
+    """Base of each launcher's own options (``launcher.options``), one dataclass per launcher.
+
+    Each is registered in Hydra's ``launcher`` group (``<name>_schema``), so an unknown option
+    or a wrong type fails in Hydra before anything runs; :meth:`check` judges the values a
+    type cannot, and ``config.validate`` calls it on the controller before anything is
+    launched. :meth:`parse` also takes a plain dict, for launchers built in code.
+    """
+
+    def check(self, launcher: str) -> None:
+        """Raise ``ConfigError`` (one line naming the option and the fix) for a value that cannot run."""
+
+    @classmethod
+    def parse(cls, value: Any, launcher: str) -> "LauncherOptions":
+        """``value`` (this dataclass, a dict or None) as this dataclass, checked."""
+        from omegaconf import OmegaConf
+        from omegaconf.errors import OmegaConfBaseException
+
+        from monarch_ft.config import ConfigError
+
+        if isinstance(value, LauncherOptions) and not isinstance(value, cls):
+            other = type(value).__module__.rsplit(".", 1)[-1]
+            raise ConfigError(
+                f"launcher.name={launcher} with launcher={other}'s options: select the launcher with launcher={launcher}, not launcher.name"
+            )
+        # A dataclass carries extra keys when Hydra appended them (+launcher.options.x=...).
+        given = vars(value) if isinstance(value, cls) else dict(value or {})
+        known = sorted(f.name for f in dataclasses.fields(cls))
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise ConfigError(f"launcher={launcher}: unknown option(s) {', '.join(unknown)}: known are {', '.join(known)}")
+        if isinstance(value, cls):
+            options = value
+        else:
+            try:
+                options = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), given))
+            except OmegaConfBaseException as e:
+                key = getattr(e, "full_key", None)
+                raise ConfigError(f"launcher.options{'.' + key if key else ''}: {str(e).splitlines()[0]}") from None
+        options.check(launcher)
+        return options
 
 
 class RankProcess(ABC):

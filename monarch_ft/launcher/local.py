@@ -17,13 +17,22 @@ import os
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from monarch_ft.process import die_with_parent
-from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess
+from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess
 
 _CLONE_NEWUTS = 0x04000000
-OPTIONS = ("simulated_hosts",)
+
+
+@dataclass
+class Options(LauncherOptions):
+    """``launcher=local`` (and ``launcher=local_hosts``, which only sets ``simulated_hosts``)."""
+
+    # Each replica group on its own simulated host: a network namespace with its own address
+    # on a bridge (monarch_ft.hosts; needs root). Network faults need it.
+    simulated_hosts: bool = False
 
 
 def _on_host(hostname: str) -> Callable[[], None]:
@@ -210,11 +219,4 @@ class LocalLauncher(Launcher):
 
 
 def build(cfg, run_dir: str) -> LocalLauncher:
-    options = dict(cfg.options or {})
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ValueError(f"launcher=local takes only the options {', '.join(OPTIONS)}, got {unknown}")
-    simulated = options.get("simulated_hosts", False)
-    if not isinstance(simulated, bool):
-        raise ValueError(f"launcher.options.simulated_hosts={simulated!r}: must be true or false")
-    return LocalLauncher(simulated_hosts=simulated)
+    return LocalLauncher(simulated_hosts=Options.parse(cfg.options, cfg.name).simulated_hosts)

@@ -35,6 +35,7 @@ failure, as for the local launcher; TorchFT's Lighthouse is equally a single pro
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import re
@@ -44,49 +45,86 @@ import socket
 import sys
 import threading
 import time
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
 
 import psutil
 
-from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess
+from monarch_ft.config import ConfigError
+from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess
 
 log = logging.getLogger("monarch_ft.launcher.monarch")
 
 DEFAULT_ENTRY = "monarch_ft.launcher._monarch_actor:_train"
 
-OPTION_DEFAULTS: dict[str, Any] = {
+ALLOCATORS = ("local", "slurm")
+
+
+@dataclass
+class SlurmJobOptions:
+    """``launcher.options.slurm``: monarch.job.SlurmJob's settings for ``allocator=slurm``
+    (None: SlurmJob's own default)."""
+
+    # Hosts in each group's allocation.
+    nodes_per_group: int = 1
+    partition: Optional[str] = None
+    # sbatch --time, e.g. "01:00:00".
+    time_limit: Optional[str] = None
+    # Extra sbatch arguments.
+    slurm_args: List[str] = field(default_factory=list)
+    # None: monarch_ft_g<group>.
+    job_name: Optional[str] = None
+    account: Optional[str] = None
+    qos: Optional[str] = None
+    # Seconds SlurmJob waits for the allocation to start.
+    job_start_timeout: Optional[int] = None
+    # Port of the Monarch process on each allocated host.
+    monarch_port: Optional[int] = None
+    exclusive: Optional[bool] = None
+    gpus_per_node: Optional[int] = None
+    cpus_per_task: Optional[int] = None
+    # sbatch --mem, e.g. "16G".
+    mem: Optional[str] = None
+
+    def job_kwargs(self, group: int) -> dict[str, Any]:
+        """Keyword arguments of SlurmJob for ``group`` (what is unset is left to SlurmJob)."""
+        given = {k: v for k, v in dataclasses.asdict(self).items() if v is not None and k != "nodes_per_group"}
+        given.setdefault("job_name", f"monarch_ft_g{group}")
+        return given
+
+
+@dataclass
+class Options(LauncherOptions):
+    """``launcher=monarch``: every replica group a Monarch proc mesh, every rank an actor."""
+
     # local: procs on this host (this_host()); slurm: each group on the hosts of its own SlurmJob.
-    "allocator": "local",
-    # Monarch's actor-mesh supervision poll (HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY).
-    "supervision_poll": "2s",
+    allocator: str = "local"
+    # Monarch's actor-mesh supervision poll (HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY), e.g. 2s, 500ms.
+    supervision_poll: str = "2s"
     # Spawning a group's procs and actors, up to the actors answering info().
-    "spawn_timeout_s": 120.0,
+    spawn_timeout_s: float = 120.0
     # ProcMesh.stop() when a group is killed or finished.
-    "stop_timeout_s": 15.0,
+    stop_timeout_s: float = 15.0
     # After a rank's process is gone, how long to wait for its exit status before assuming 1.
-    "exit_grace_s": 3.0,
+    exit_grace_s: float = 3.0
     # A rank whose train() returned ends its proc with os._exit(0) this long after replying
     # (as monarch_ft.worker does); 0 leaves it to ProcMesh.stop().
-    "exit_after_return_s": 1.0,
+    exit_after_return_s: float = 1.0
     # Settings of monarch.job.SlurmJob for allocator=slurm.
-    "slurm": {},
-}
-SLURM_KEYS = {
-    "nodes_per_group",
-    "partition",
-    "time_limit",
-    "slurm_args",
-    "job_name",
-    "account",
-    "qos",
-    "job_start_timeout",
-    "monarch_port",
-    "exclusive",
-    "gpus_per_node",
-    "cpus_per_task",
-    "mem",
-}
-ALLOCATORS = ("local", "slurm")
+    slurm: SlurmJobOptions = field(default_factory=SlurmJobOptions)
+
+    def check(self, launcher: str) -> None:
+        if self.allocator not in ALLOCATORS:
+            raise ConfigError(f"launcher.options.allocator={self.allocator!r}: choose one of {', '.join(ALLOCATORS)}")
+        for key in ("spawn_timeout_s", "stop_timeout_s", "exit_grace_s", "exit_after_return_s"):
+            value = getattr(self, key)
+            if value < 0 or (value == 0 and key != "exit_after_return_s"):
+                raise ConfigError(f"launcher.options.{key}={value}: must be > 0")
+        if not re.fullmatch(r"\s*\d+(\.\d+)?\s*(ms|s|m)\s*", self.supervision_poll):
+            raise ConfigError(f"launcher.options.supervision_poll={self.supervision_poll!r}: must be a duration like 2s or 500ms")
+        if self.slurm.nodes_per_group < 1:
+            raise ConfigError(f"launcher.options.slurm.nodes_per_group={self.slurm.nodes_per_group}: must be >= 1")
+
 
 # The proc runs under sh: cd, send all output to the rank's log, run the Python proc in the
 # foreground, record its $? atomically, exit with it (Monarch then sees the same status).
@@ -367,15 +405,15 @@ class _Group:
 class MonarchLauncher(Launcher):
     name = "monarch"
 
-    def __init__(self, run_dir: str, options: dict[str, Any]) -> None:
+    def __init__(self, run_dir: str, options: Options) -> None:
         self.run_dir = os.path.abspath(run_dir)
         self.options = options
-        self.allocator = options["allocator"]
-        self.spawn_timeout_s = float(options["spawn_timeout_s"])
-        self.stop_timeout_s = float(options["stop_timeout_s"])
-        self.exit_grace_s = float(options["exit_grace_s"])
-        self.exit_after_return_s = float(options["exit_after_return_s"])
-        self.slurm_options = dict(options["slurm"])
+        self.allocator = options.allocator
+        self.spawn_timeout_s = options.spawn_timeout_s
+        self.stop_timeout_s = options.stop_timeout_s
+        self.exit_grace_s = options.exit_grace_s
+        self.exit_after_return_s = options.exit_after_return_s
+        self.slurm_options = options.slurm
         self.groups: dict[int, _Group] = {}
         self.all_groups: list[_Group] = []
         self._host_meshes: dict[int, Any] = {}
@@ -383,7 +421,7 @@ class MonarchLauncher(Launcher):
         self._slurm_hosts: dict[int, list[str]] = {}
         self._status_dir = os.path.join(self.run_dir, "monarch")
         os.makedirs(self._status_dir, exist_ok=True)
-        os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", str(options["supervision_poll"]))
+        os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", options.supervision_poll)
         _install_hook()
 
     # ------------------------------------------------------------ hosts
@@ -401,16 +439,12 @@ class MonarchLauncher(Launcher):
             raise RuntimeError("launcher=monarch allocator=slurm needs Slurm's sbatch and squeue on PATH")
         from monarch.job import SlurmJob
 
-        opts = dict(self.slurm_options)
-        nodes = int(opts.pop("nodes_per_group", 1))
         mesh = f"group{group}"
         job = SlurmJob(
-            meshes={mesh: nodes},
+            meshes={mesh: self.slurm_options.nodes_per_group},
             python_exe=sys.executable,
             log_dir=os.path.join(self.run_dir, "logs"),
-            job_name=opts.pop("job_name", f"monarch_ft_g{group}"),
-            slurm_args=list(opts.pop("slurm_args", [])),
-            **opts,
+            **self.slurm_options.job_kwargs(group),
         )
         job.apply()
         state = job.state(cached_path=None)
@@ -514,33 +548,8 @@ class MonarchLauncher(Launcher):
         self._slurm_jobs.clear()
 
 
-def _validate(options: dict) -> dict[str, Any]:
-    options = dict(options or {})
-    unknown = sorted(set(options) - set(OPTION_DEFAULTS))
-    if unknown:
-        raise ValueError(f"launcher=monarch: unknown option(s) {unknown}; known: {sorted(OPTION_DEFAULTS)}")
-    merged = {**OPTION_DEFAULTS, **options}
-    if merged["allocator"] not in ALLOCATORS:
-        raise ValueError(f"launcher=monarch: allocator must be one of {list(ALLOCATORS)}, got {merged['allocator']!r}")
-    for key in ("spawn_timeout_s", "stop_timeout_s", "exit_grace_s", "exit_after_return_s"):
-        try:
-            value = float(merged[key])
-        except (TypeError, ValueError):
-            raise ValueError(f"launcher=monarch: {key} must be a number, got {merged[key]!r}") from None
-        if value < 0 or (value == 0 and key != "exit_after_return_s"):
-            raise ValueError(f"launcher=monarch: {key} must be > 0, got {value}")
-    if not re.fullmatch(r"\s*\d+(\.\d+)?\s*(ms|s|m)\s*", str(merged["supervision_poll"])):
-        raise ValueError(f"launcher=monarch: supervision_poll must be a duration like '2s' or '500ms', got {merged['supervision_poll']!r}")
-    slurm = dict(merged["slurm"] or {})
-    bad = sorted(set(slurm) - SLURM_KEYS)
-    if bad:
-        raise ValueError(f"launcher=monarch: unknown slurm option(s) {bad}; known: {sorted(SLURM_KEYS)}")
-    merged["slurm"] = slurm
-    return merged
-
-
 def build(cfg, run_dir: str) -> MonarchLauncher:
-    options = _validate(dict(cfg.options or {}))
+    options = Options.parse(cfg.options, cfg.name)
     try:
         import monarch.actor  # noqa: F401
     except ImportError as e:

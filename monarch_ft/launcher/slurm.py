@@ -1,8 +1,8 @@
 """Ranks as Slurm tasks: each replica group is one Slurm batch job of M tasks.
 
 ``launch_group`` writes a manifest (each rank's argv, env, cwd, log) and an sbatch script
-whose single ``srun`` step starts M tasks of a tiny wrapper (``RUN_DIR/slurm/task.py MANIFEST``,
-standard library only; source in :data:`TASK_SOURCE`). Task ``SLURM_PROCID`` = rank: the wrapper
+whose single ``srun`` step starts M tasks of a tiny wrapper (``python -m
+monarch_ft.launcher._slurm_task MANIFEST``, :mod:`monarch_ft.launcher._slurm_task`). Task ``SLURM_PROCID`` = rank: the wrapper
 runs that rank's argv as its child, writes ``<log>.pid`` (node, host, pids) once it runs
 and ``<log>.exit`` (the child's exit code, negative for a signal, as subprocess) when it
 ends. So a rank's exit code or signal is exact, per rank, without sacct/slurmdbd.
@@ -19,7 +19,7 @@ known from the ``.pid`` file, e.g. for chaos and psutil), else ``scancel --signa
 the rank and ``scancel``\\ s the job once none of its ranks is left; the supervisor then
 submits a new job for the relaunched group.
 
-Options (``launcher.options.*``): see :data:`OPTIONS`.
+Options (``launcher.options.*``): see :class:`Options`.
 """
 
 from __future__ import annotations
@@ -34,31 +34,48 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
 
 from monarch_ft.config import ConfigError
-from monarch_ft.launcher.base import Launcher, RankLaunch, RankProcess
+from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess
 from monarch_ft.process import start_ticks
 
-OPTIONS: dict[str, Any] = {
+
+@dataclass
+class Options(LauncherOptions):
+    """``launcher=slurm``: every replica group one batch job of ``ft.ranks_per_group`` tasks."""
+
     # Slurm partition for every group's job (None: the cluster's default partition).
-    "partition": None,
+    partition: Optional[str] = None
     # slurm.conf of the cluster (None: $SLURM_CONF, else Slurm's built-in default).
-    "slurm_conf": None,
+    slurm_conf: Optional[str] = None
     # Extra sbatch arguments, e.g. ["--time=01:00:00", "--account=ml"].
-    "sbatch_args": [],
+    sbatch_args: List[str] = field(default_factory=list)
     # squeue is run at most this often (seconds), for all jobs at once.
-    "poll_interval_s": 0.5,
-    "cpus_per_task": 1,
+    poll_interval_s: float = 0.5
+    # Cores Slurm allots each rank (sbatch --cpus-per-task).
+    cpus_per_task: int = 1
     # launch_group waits this long for the job to start and every rank to report its pid
     # (then returns anyway: a job still pending is watched by the supervisor's startup timeout).
-    "start_timeout_s": 30.0,
-    "job_name": "monarch_ft",
+    start_timeout_s: float = 30.0
+    # Prefix of every job's name (<job_name>-g<group>a<attempt>).
+    job_name: str = "monarch_ft"
     # Pin group g to nodes[g % len(nodes)] (sbatch --nodelist); ranks then bind that node's
     # address. None: any node of the partition, one node per group, ranks bind 127.0.0.1
-    # (right for a single-node cluster on this machine, e.g. LocalSlurmCluster).
-    "nodes": None,
-}
+    # (right for a single-node cluster on this machine, e.g. monarch_ft.slurm_cluster).
+    nodes: Optional[List[str]] = None
+
+    def check(self, launcher: str) -> None:
+        if self.poll_interval_s <= 0:
+            raise ConfigError(f"launcher.options.poll_interval_s={self.poll_interval_s}: must be > 0")
+        if self.start_timeout_s < 0:
+            raise ConfigError(f"launcher.options.start_timeout_s={self.start_timeout_s}: must be >= 0")
+        if self.cpus_per_task < 1:
+            raise ConfigError(f"launcher.options.cpus_per_task={self.cpus_per_task}: must be >= 1")
+        if self.nodes is not None and not self.nodes:
+            raise ConfigError("launcher.options.nodes=[]: name at least one node, or null for any node")
+
 
 FINAL_STATES = {
     "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -77,6 +94,8 @@ _STATE_CODES = {
     "COMPLETED": 1,  # the wrapper itself failed: see the job's slurm-*.out
 }
 _HOSTNAME = socket.gethostname()
+# The directory holding the monarch_ft package: the task wrapper's PYTHONPATH.
+_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class SlurmError(ConfigError):
@@ -239,11 +258,11 @@ class SlurmRank(RankProcess):
 class SlurmLauncher(Launcher):
     name = "slurm"
 
-    def __init__(self, run_dir: str, options: dict) -> None:
+    def __init__(self, run_dir: str, options: Options) -> None:
         self.run_dir = os.path.abspath(run_dir)
         self.options = options
         self.env = dict(os.environ)
-        conf = options["slurm_conf"] or os.environ.get("SLURM_CONF")
+        conf = options.slurm_conf or os.environ.get("SLURM_CONF")
         if conf:
             self.env["SLURM_CONF"] = os.path.abspath(conf)
         self.slurm_conf = self.env.get("SLURM_CONF")
@@ -278,28 +297,28 @@ class SlurmLauncher(Launcher):
             if shutil.which(tool, path=self.env.get("PATH")) is None:
                 raise SlurmError(f"launcher=slurm: {tool} not found on PATH: install Slurm (apt-get install slurm-wlm) or add its bin directory to PATH")
         if self.slurm_conf and not os.path.isfile(self.slurm_conf):
-            source = "launcher.options.slurm_conf" if self.options["slurm_conf"] else "$SLURM_CONF"
+            source = "launcher.options.slurm_conf" if self.options.slurm_conf else "$SLURM_CONF"
             raise SlurmError(f"{source}={self.slurm_conf}: no such file")
         out = self._cmd("scontrol", "ping", timeout=30, check=False)
         if "UP" not in out.stdout:
             raise SlurmError(f"launcher=slurm: {self._unreachable_hint()} ({_short(out.stdout or out.stderr, 200)})")
-        if self.options["partition"]:
+        if self.options.partition:
             parts = self._cmd("sinfo", "--noheader", "-o", "%R").stdout.split()
-            if self.options["partition"] not in parts:
-                raise SlurmError(f"launcher.options.partition={self.options['partition']!r}: no such partition (have {', '.join(parts)})")
+            if self.options.partition not in parts:
+                raise SlurmError(f"launcher.options.partition={self.options.partition!r}: no such partition (have {', '.join(parts)})")
 
     # ------------------------------------------------------------ layout
     def nodes(self) -> list[str]:
         """Node names of the partition (sinfo)."""
         if self._nodes_cache is None:
             argv = ["sinfo", "--noheader", "-N", "-o", "%N"]
-            if self.options["partition"]:
-                argv += ["-p", self.options["partition"]]
+            if self.options.partition:
+                argv += ["-p", self.options.partition]
             self._nodes_cache = sorted(set(self._cmd(*argv).stdout.split()))
         return self._nodes_cache
 
     def _group_node(self, group: int) -> Optional[str]:
-        pinned = self.options["nodes"]
+        pinned = self.options.nodes
         return pinned[group % len(pinned)] if pinned else None
 
     def group_host(self, group: int) -> str:
@@ -309,17 +328,17 @@ class SlurmLauncher(Launcher):
         return socket.gethostbyname(node)
 
     def control_host(self) -> str:
-        pinned = self.options["nodes"]
+        pinned = self.options.nodes
         if not pinned or all(n in _local_names() for n in pinned):
             return "127.0.0.1"
         return socket.gethostbyname(_HOSTNAME)
 
     def describe(self) -> dict:
         try:
-            hosts: Any = self.options["nodes"] or self.nodes()
+            hosts: Any = self.options.nodes or self.nodes()
         except SlurmError:
             hosts = "unknown"
-        return {"launcher": self.name, "hosts": hosts, "slurm_conf": self.slurm_conf, "partition": self.options["partition"]}
+        return {"launcher": self.name, "hosts": hosts, "slurm_conf": self.slurm_conf, "partition": self.options.partition}
 
     # ------------------------------------------------------------ launch
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
@@ -353,28 +372,28 @@ class SlurmLauncher(Launcher):
         m = len(ranks)
         lines = [
             "#!/bin/bash",
-            f"#SBATCH --job-name={o['job_name']}-g{group}a{attempt}",
+            f"#SBATCH --job-name={o.job_name}-g{group}a{attempt}",
             f"#SBATCH --ntasks={m}",
             "#SBATCH --nodes=1",
-            f"#SBATCH --cpus-per-task={o['cpus_per_task']}",
+            f"#SBATCH --cpus-per-task={o.cpus_per_task}",
             f"#SBATCH --output={os.path.join(self.run_dir, 'logs', f'slurm-{tag}-%j.out')}",
             f"#SBATCH --chdir={ranks[0].cwd}",
             "#SBATCH --no-requeue",
         ]
-        if o["partition"]:
-            lines.append(f"#SBATCH --partition={o['partition']}")
+        if o.partition:
+            lines.append(f"#SBATCH --partition={o.partition}")
         node = self._group_node(group)
         if node:
             lines.append(f"#SBATCH --nodelist={node}")
-        task_py = os.path.join(d, "task.py")
-        if not os.path.exists(task_py):
-            _write_atomic(task_py, TASK_SOURCE)
-        task = [sys.executable, "-I", "-S", task_py, manifest]
+        # The task wrapper is this package's own module, run without site-packages (-S) and
+        # without the job's cwd on sys.path (-P), from the repository the supervisor runs.
+        task = [sys.executable, "-P", "-S", "-m", "monarch_ft.launcher._slurm_task", manifest]
+        lines.append(f"export PYTHONPATH={shlex.quote(_PACKAGE_ROOT)}")
         lines.append(f"srun --ntasks={m} --kill-on-bad-exit=0 " + " ".join(shlex.quote(a) for a in task))
         script = os.path.join(d, f"{tag}.sbatch")
         with open(script, "w") as f:
             f.write("\n".join(lines) + "\n")
-        out = self._cmd("sbatch", "--parsable", *o["sbatch_args"], script, check=False)
+        out = self._cmd("sbatch", "--parsable", *o.sbatch_args, script, check=False)
         if out.returncode != 0:
             msg = _short(out.stderr or out.stdout)
             if "contact" in msg.lower() or "connection refused" in msg.lower():
@@ -391,7 +410,7 @@ class SlurmLauncher(Launcher):
 
     def _wait_started(self, job: _Job) -> None:
         """Until every rank reported its pid (the job runs), the job ended, or start_timeout_s."""
-        deadline = time.time() + self.options["start_timeout_s"]
+        deadline = time.time() + self.options.start_timeout_s
         while time.time() < deadline:
             if all(r.info() is not None or r._read_exit() is not None for r in job.ranks):
                 return
@@ -405,7 +424,7 @@ class SlurmLauncher(Launcher):
         """One squeue for every job not yet final, at most once per poll_interval_s."""
         with self._lock:
             now = time.time()
-            if not force and now - self._snap_time < self.options["poll_interval_s"]:
+            if not force and now - self._snap_time < self.options.poll_interval_s:
                 return
             active = [j for j in self.jobs.values() if not j.final]
             if not active:
@@ -534,104 +553,6 @@ class SlurmLauncher(Launcher):
 
 
 def build(cfg, run_dir: str) -> SlurmLauncher:
-    options = dict(cfg.options or {})
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise ConfigError(f"launcher=slurm: unknown option(s) {', '.join(unknown)}: known are {', '.join(sorted(OPTIONS))}")
-    merged = {**OPTIONS, **options}
-    if merged["sbatch_args"] is None:
-        merged["sbatch_args"] = []
-    if isinstance(merged["sbatch_args"], str):
-        merged["sbatch_args"] = shlex.split(merged["sbatch_args"])
-    merged["sbatch_args"] = [str(a) for a in merged["sbatch_args"]]
-    if isinstance(merged["nodes"], str):
-        merged["nodes"] = [n for n in merged["nodes"].split(",") if n]
-    if merged["nodes"] is not None:
-        merged["nodes"] = [str(n) for n in merged["nodes"]] or None
-    for key in ("poll_interval_s", "start_timeout_s"):
-        try:
-            merged[key] = float(merged[key])
-        except (TypeError, ValueError):
-            raise ConfigError(f"launcher.options.{key}={merged[key]!r}: must be a number")
-        if merged[key] < 0 or (key == "poll_interval_s" and merged[key] == 0):
-            raise ConfigError(f"launcher.options.{key}={merged[key]}: must be {'> 0' if key == 'poll_interval_s' else '>= 0'}")
-    if not isinstance(merged["cpus_per_task"], int) or merged["cpus_per_task"] < 1:
-        raise ConfigError(f"launcher.options.cpus_per_task={merged['cpus_per_task']!r}: must be an integer >= 1")
-    launcher = SlurmLauncher(run_dir, merged)
+    launcher = SlurmLauncher(run_dir, Options.parse(cfg.options, cfg.name))
     launcher.check()
     return launcher
-
-
-# ---------------------------------------------------------------------------- task wrapper
-# Written to RUN_DIR/slurm/task.py and run by srun as ``python -I -S task.py MANIFEST``:
-# standard library only, so a task starts in milliseconds.
-TASK_SOURCE = r'''
-import ctypes, json, os, signal, socket, subprocess, sys
-
-
-def start_ticks(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def write_atomic(path, text):
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def child_setup():
-    try:  # the rank dies with this wrapper, whatever kills it
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
-    except OSError:
-        pass
-
-
-def main(manifest_path):
-    with open(manifest_path) as f:
-        manifest = json.load(f)
-    procid = int(os.environ.get("SLURM_PROCID", "0"))
-    spec = manifest["ranks"][procid]
-    env = dict(spec["env"])
-    for key in ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_STEP_ID", "SLURMD_NODENAME", "SLURM_NODEID", "SLURM_LOCALID"):
-        if key in os.environ:
-            env[key] = os.environ[key]
-    # Slurm signals every process of the task (the rank is in this process group and
-    # tree); the wrapper survives catchable signals to record how the rank ended.
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT):
-        signal.signal(sig, lambda *_: None)
-    with open(spec["log_path"], "ab") as log:
-        child = subprocess.Popen(spec["argv"], env=env, cwd=spec["cwd"], stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, preexec_fn=child_setup)
-    host = socket.gethostname()
-    info = {"pid": child.pid, "wrapper_pid": os.getpid(), "wrapper_start": start_ticks(os.getpid()), "host": host,
-            "node": os.environ.get("SLURMD_NODENAME", host), "job_id": os.environ.get("SLURM_JOB_ID"), "procid": procid}
-    write_atomic(spec["pid_path"], json.dumps(info))
-    sup = manifest.get("supervisor_pid") if manifest.get("supervisor_host") == host else None
-    sup_start = start_ticks(sup) if sup else None
-    while True:
-        try:
-            code = child.wait(timeout=1.0)
-            break
-        except subprocess.TimeoutExpired:
-            pass
-        if sup_start is not None and start_ticks(sup) != sup_start:
-            child.kill()  # the supervisor is gone (e.g. SIGKILLed): the rank must not outlive it
-    write_atomic(spec["exit_path"], str(code))
-    return code if code >= 0 else 128 - code
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
-'''
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)

@@ -10,7 +10,7 @@ spool directory under ``workdir``; accounting is off (no slurmdbd), so job state
 from squeue/scontrol. On exit it stops slurmd, slurmctld and munged and checks that none
 of them (nor any job step) is left running.
 
-Also a command line: ``python -m monarch_ft.launcher.slurm_cluster WORKDIR`` starts one and
+Also a command line: ``python -m monarch_ft.slurm_cluster WORKDIR`` starts one and
 prints the ``SLURM_CONF`` to use until Ctrl-C.
 """
 
@@ -320,7 +320,7 @@ def _current_user() -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m monarch_ft.launcher.slurm_cluster WORKDIR", file=sys.stderr)
+        print("usage: python -m monarch_ft.slurm_cluster WORKDIR", file=sys.stderr)
         return 2
     with LocalSlurmCluster(argv[0]) as cluster:
         print(f"Slurm cluster up: node {cluster.node}, {cluster.cpus} CPUs")
