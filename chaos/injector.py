@@ -15,6 +15,7 @@ from typing import Optional
 from chaos.config import RECOVERY_MARKER, RESTART_KINDS, FaultConfig
 from chaos.faults import INJECTORS
 from chaos.schedule import pick_target
+from monarch_ft.control import JobControl
 
 
 class ChaosInjector:
@@ -31,28 +32,17 @@ class ChaosInjector:
         self.active: Optional[dict] = None
         self.injected: list[dict] = []
 
-    def _healthy(self, sup) -> list[int]:
-        members = set()
-        if sup.last_commit:
-            newest = max(sup.last_commit.values(), key=lambda r: r["time"])
-            members = set(newest.get("participating_groups") or [])
-        return [
-            g.index
-            for g in sup.groups
-            if g.status == "running" and not g.train_done and g.index in members and g.index in sup.last_commit
-        ]
-
-    def _due(self, sup, fault: FaultConfig, now: float) -> bool:
+    def _due(self, job: JobControl, fault: FaultConfig, now: float) -> bool:
         if fault.at_step is not None:
-            return max((r["step"] for r in sup.last_commit.values()), default=-1) >= fault.at_step
-        return sup.first_step_time is not None and now - sup.first_step_time >= fault.at_s
+            return max((r["step"] for r in job.last_commit.values()), default=-1) >= fault.at_step
+        return job.first_step_time is not None and now - job.first_step_time >= fault.at_s
 
-    def _recovered(self, sup, active: dict) -> bool:
+    def _recovered(self, job: JobControl, active: dict) -> bool:
         """Recovered means (as chaos.mttr counts it): the target commits again, in a quorum
         with every group it was with, at or after the job's step when the fault hit, and
         holding the same weights as they do (state hashes at one step). A group stepping
         alone, or from an older state, is not a recovery."""
-        rec = sup.last_commit.get(active["target"])
+        rec = job.last_commit.get(active["target"])
         if rec is None or rec["time"] <= active["injected_at"]:
             return False
         if active["kind"] in RESTART_KINDS and rec["attempt"] <= active["attempt"]:
@@ -60,56 +50,55 @@ class ChaosInjector:
         if active["kind"] not in RESTART_KINDS:
             # In place: recovered once the group commits again after the fault took effect
             # (the rank acted on the request; the link came back).
-            acks = sup.events.find(RECOVERY_MARKER[active["kind"]], group=active["target"])
+            acks = job.events_of(RECOVERY_MARKER[active["kind"]], group=active["target"])
             if not acks or acks[-1]["time"] < active["injected_at"] or rec["time"] <= acks[-1]["time"]:
                 return False
         want = set(active["members"]) | {active["target"]}
         if not want <= set(rec.get("participating_groups") or []) or rec["step"] < active["step"]:
             return False
-        if not sup.cfg.training.state_hash_every:
+        if not job.cfg.training.state_hash_every:
             return True  # nothing to compare weights with
-        checked = sup.consistent_at(want, rec["step"])
+        checked = job.consistent_at(want, rec["step"])
         return checked is not None and checked[1]
 
-    def tick(self, sup, now: float) -> None:
+    def tick(self, job: JobControl, now: float) -> None:
         if self.active is not None:
-            if self._recovered(sup, self.active):
-                sup.events.emit("fault_recovered", fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"], seconds=round(now - self.active["injected_at"], 3))
+            if self._recovered(job, self.active):
+                job.emit("fault_recovered", fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"], seconds=round(now - self.active["injected_at"], 3))
                 self.active = None
             elif now - self.active["injected_at"] > self.recovery_timeout_s:
-                sup.events.emit("fault_recovery_timeout", fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"])
+                job.emit("fault_recovery_timeout", fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"])
                 self.active = None
             return
         if self.next_index >= len(self.faults):
-            if not self._finish_requested and sup.last_commit:
+            if not self._finish_requested and job.last_commit:
                 # Every fault done: train a few more steps together, then finish cleanly.
                 self._finish_requested = True
-                sup.finish_at(max(r["step"] for r in sup.last_commit.values()) + self.tail_steps)
+                job.finish_at(max(r["step"] for r in job.last_commit.values()) + self.tail_steps)
             return
         fault = self.faults[self.next_index]
-        if not self._due(sup, fault, now):
+        if not self._due(job, fault, now):
             return
-        target = pick_target(self.rng, self._healthy(sup), fault, self.allow_last_healthy)
+        target = pick_target(self.rng, job.healthy_groups(), fault, self.allow_last_healthy)
         if target is None:
             return
-        g = sup.groups[target]
-        step = sup.last_commit[target]["step"]
+        step = job.last_commit[target]["step"]
         injected_at = time.time()
-        details = INJECTORS[fault.kind](sup, target, fault)
+        details = INJECTORS[fault.kind](job, target, fault)
         self.active = {
             "id": self.next_index,
             "kind": fault.kind,
             "target": target,
             "rank": fault.rank,
-            "attempt": g.attempt,
+            "attempt": job.attempt(target),
             "at_step": fault.at_step,
             "at_s": fault.at_s,
             "step": step,
-            "members": sorted(sup.last_commit[target].get("participating_groups") or []),
+            "members": sorted(job.last_commit[target].get("participating_groups") or []),
             "injected_at": injected_at,
         }
         self.injected.append(self.active)
-        sup.events.emit(
+        job.emit(
             "fault_injected",
             time=injected_at,
             fault_id=self.next_index,
@@ -117,7 +106,7 @@ class ChaosInjector:
             kind=fault.kind,
             target=target,
             rank=fault.rank,
-            attempt=g.attempt,
+            attempt=job.attempt(target),
             step=step,
             **details,
         )

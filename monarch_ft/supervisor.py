@@ -31,6 +31,7 @@ import psutil
 from monarch_ft.components.checkpoint import align_latest_checkpoint, newest_complete_step
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import JobConfig, validate
+from monarch_ft.control import JobControl
 from monarch_ft.events import EventLog
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
 from monarch_ft.lighthouse import Lighthouse
@@ -57,9 +58,10 @@ SUPERVISOR_STALL_S = 2.0
 
 
 class SupervisorHook(Protocol):
-    """Called on every watch tick; fault injectors and reporters plug in here."""
+    """Called on every watch tick with the job's narrow control handle (monarch_ft.control);
+    fault injectors and reporters plug in here."""
 
-    def tick(self, supervisor: "Supervisor", now: float) -> None: ...
+    def tick(self, job: JobControl, now: float) -> None: ...
 
 
 @dataclass
@@ -128,6 +130,7 @@ class Supervisor:
             os.makedirs(d, exist_ok=True)
         self.launcher = launcher or build_launcher(cfg.launcher, self.run_dir)
         self.hooks: list[SupervisorHook] = list(hooks or [])
+        self.control = JobControl(self)
         self.events = EventLog(self.layout.events, echo=self._echo if echo else None)
         self._metrics = open(self.layout.metrics, "a", buffering=1)
         self.hold_path = self.layout.hold
@@ -713,7 +716,7 @@ class Supervisor:
             self._open_start_gate(now)
             self._update_hold()
             for hook in self.hooks:
-                hook.tick(self, now)
+                hook.tick(self.control, now)
             if all(g.status in (DONE, GIVEN_UP) for g in self.groups):
                 if self.regressions:
                     self.status = "regressed"

@@ -116,6 +116,11 @@ class Launcher(ABC):
         """Address on which supervisor-side services (the Lighthouse) must listen to be reachable."""
         return "127.0.0.1"
 
+    @property
+    def capabilities(self) -> set:
+        """Faults this launcher can do to a group's host (monarch_ft.control.Capability)."""
+        return set()
+
     def describe(self) -> dict:
         """Launcher and host layout, for the event log and reports."""
         return {"launcher": self.name, "hosts": "localhost"}

@@ -92,6 +92,12 @@ class LocalLauncher(Launcher):
     def simulated_hosts(self) -> bool:
         return self.hosts is not None
 
+    @property
+    def capabilities(self) -> set:
+        from monarch_ft.control import Capability
+
+        return {Capability.PARTITION, Capability.SLOW_LINK} if self.hosts is not None else set()
+
     # ------------------------------------------------------------------ layout
     def group_host(self, group: int) -> str:
         if self.hosts is None:
