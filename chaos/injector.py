@@ -16,6 +16,7 @@ from chaos.config import RECOVERY_MARKER, RESTART_KINDS, FaultConfig
 from chaos.faults import INJECTORS
 from chaos.schedule import pick_target
 from monarch_ft.control import JobControl
+from monarch_ft.events import EventKind
 
 
 class ChaosInjector:
@@ -64,10 +65,10 @@ class ChaosInjector:
     def tick(self, job: JobControl, now: float) -> None:
         if self.active is not None:
             if self._recovered(job, self.active):
-                job.emit("fault_recovered", fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"], seconds=round(now - self.active["injected_at"], 3))
+                job.emit(EventKind.FAULT_RECOVERED, fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"], seconds=round(now - self.active["injected_at"], 3))
                 self.active = None
             elif now - self.active["injected_at"] > self.recovery_timeout_s:
-                job.emit("fault_recovery_timeout", fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"])
+                job.emit(EventKind.FAULT_RECOVERY_TIMEOUT, fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"])
                 self.active = None
             return
         if self.next_index >= len(self.faults):
@@ -98,8 +99,7 @@ class ChaosInjector:
             "injected_at": injected_at,
         }
         self.injected.append(self.active)
-        job.emit(
-            "fault_injected",
+        job.emit(EventKind.FAULT_INJECTED,
             time=injected_at,
             fault_id=self.next_index,
             of=len(self.faults),

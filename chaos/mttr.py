@@ -26,7 +26,7 @@ from typing import Any, Optional
 
 from chaos.config import NETWORK_KINDS, RESTART_KINDS
 
-PHASES = ("detected", "survivors_stepping", "replacement_up", "weights_recovered", "back_in_quorum")
+from monarch_ft.events import PHASES  # one definition, shared with chaos.report
 
 
 def _first(items, pred):

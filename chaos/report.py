@@ -28,6 +28,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+
+from monarch_ft.events import PHASES  # one definition, shared with chaos.mttr
 from matplotlib.transforms import blended_transform_factory
 
 __all__ = [
@@ -41,14 +43,8 @@ __all__ = [
     "main",
 ]
 
-# Canonical phase order; unknown phase names are appended in first-seen order.
-PHASES: tuple[str, ...] = (
-    "detected",
-    "survivors_stepping",
-    "replacement_up",
-    "weights_recovered",
-    "back_in_quorum",
-)
+# Canonical phase order (monarch_ft.events.PHASES); unknown phase names are appended in
+# first-seen order.
 BASELINE_RECOVERY = "full_restart"
 
 _PHASE_COLORS = ["#4c72b0", "#55a868", "#dd8452", "#8172b3", "#c44e52", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd"]

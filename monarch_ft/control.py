@@ -17,6 +17,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from monarch_ft.components.fault_agent import request_collective_fault
+from monarch_ft.events import EventKind, GroupStatus
 
 if TYPE_CHECKING:
     from monarch_ft.supervisor import Supervisor
@@ -58,8 +59,6 @@ class JobControl:
 
     def healthy_groups(self) -> list[int]:
         """Groups stepping in the newest quorum, not finished: the ones a fault may hit."""
-        from monarch_ft.supervisor import RUNNING
-
         members: set[int] = set()
         if self.last_commit:
             newest = max(self.last_commit.values(), key=lambda r: r["time"])
@@ -67,7 +66,7 @@ class JobControl:
         return [
             g.index
             for g in self._sup.groups
-            if g.status == RUNNING and not g.train_done and g.index in members and g.index in self.last_commit
+            if g.status == GroupStatus.RUNNING and not g.train_done and g.index in members and g.index in self.last_commit
         ]
 
     def consistent_at(self, groups: set[int], min_step: int) -> Optional[tuple[int, bool]]:
@@ -129,7 +128,7 @@ class JobControl:
         """Called (timer thread) when the link is back: the event recovery is measured from."""
 
         def restored(info: dict) -> None:
-            self.emit("link_restored", time=info["restored_at"], group=group, fault_kind=kind, lasted_s=info["lasted_s"])
+            self.emit(EventKind.LINK_RESTORED, time=info["restored_at"], group=group, fault_kind=kind, lasted_s=info["lasted_s"])
 
         return restored
 

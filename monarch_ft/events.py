@@ -10,7 +10,107 @@ from __future__ import annotations
 import json
 import threading
 import time
+from enum import Enum
 from typing import Any, Callable, Optional
+
+
+class StrEnum(str, Enum):
+    """A name that is also its string: equal to it, and str()/format() give it (as
+    enum.StrEnum does from Python 3.11), so events, summaries and console lines read plainly."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class EventKind(StrEnum):
+    """Every kind of record in ``events.jsonl``: who writes it, in one place.
+
+    A ``str`` enum, so a kind compares equal to its name as read back from the file.
+    """
+
+    # The job, written by the supervisor.
+    JOB_STARTED = "job_started"
+    LIGHTHOUSE_STARTED = "lighthouse_started"
+    LIGHTHOUSE_STOPPED = "lighthouse_stopped"
+    LIGHTHOUSE_DIED = "lighthouse_died"
+    DATA_READY = "data_ready"
+    JOB_RESUMED = "job_resumed"
+    TRAINING_STARTED = "training_started"  # a shared start gate opened
+    FINISH_REQUESTED = "finish_requested"
+    SUPERVISOR_STOP_REQUESTED = "supervisor_stop_requested"
+    SUPERVISOR_ERROR = "supervisor_error"
+    SUPERVISOR_STALLED = "supervisor_stalled"  # its own loop was held up
+    JOB_FINISHED = "job_finished"
+    # Groups and ranks, as the supervisor sees them.
+    GROUP_LAUNCHED = "group_launched"
+    RANK_LAUNCHED = "rank_launched"
+    GROUP_STEPPING = "group_stepping"
+    RANK_EXITED = "rank_exited"
+    GROUP_FAILED = "group_failed"
+    GROUP_STOPPED = "group_stopped"
+    GROUP_FINISHED = "group_finished"
+    RESTART_SCHEDULED = "restart_scheduled"
+    RESTART_BUDGET_EXHAUSTED = "restart_budget_exhausted"
+    FULL_RESTART = "full_restart"
+    QUORUM_CHANGE = "quorum_change"
+    # The job's committed state (monarch_ft.recovery).
+    STATE_SOURCE = "state_source"  # where a rejoining group's state comes from
+    JOB_ROLLBACK = "job_rollback"
+    JOB_STATE_LOST = "job_state_lost"
+    STEP_REGRESSION = "step_regression"
+    JOB_STALL = "job_stall"
+    JOB_STALL_CLEARED = "job_stall_cleared"
+    JOB_STALL_ESCALATED = "job_stall_escalated"
+    # Written by the ranks (their report files), relayed by the supervisor.
+    RANK_STARTED = "rank_started"
+    MODEL_READY = "model_ready"
+    CHECKPOINT_LOADED = "checkpoint_loaded"
+    CHECKPOINT_MISSING = "checkpoint_missing"
+    CHECKPOINT_SAVE_STARTED = "checkpoint_save_started"
+    CHECKPOINT_SAVED = "checkpoint_saved"
+    CHECKPOINT_SAVE_TIMEOUT = "checkpoint_save_timeout"
+    CHECKPOINT_SENT = "checkpoint_sent"
+    RECOVERY_STARTED = "recovery_started"
+    RECOVERY_FAILED = "recovery_failed"
+    WEIGHTS_RECOVERED = "weights_recovered"
+    COMMIT_REFUSED = "commit_refused"
+    TRAIN_DONE = "train_done"
+    RANK_FINISHED = "rank_finished"
+    COLLECTIVE_FAULT_INJECTED = "collective_fault_injected"
+    SLOW_SAVE_INJECTED = "slow_save_injected"
+    # Chaos drills.
+    FAULT_INJECTED = "fault_injected"
+    FAULT_RECOVERED = "fault_recovered"
+    FAULT_RECOVERY_TIMEOUT = "fault_recovery_timeout"
+    LINK_RESTORED = "link_restored"
+
+
+class GroupStatus(StrEnum):
+    """A replica group's state in the supervisor's watch loop."""
+
+    STARTING = "starting"  # launched, not stepping yet
+    RUNNING = "running"  # stepping (or holding the job open after it finished)
+    WAITING = "waiting_restart"  # failed, its relaunch scheduled
+    DONE = "done"  # every rank exited 0
+    GIVEN_UP = "given_up"  # its restart budget is spent
+
+
+class JobStatus(StrEnum):
+    """``summary.json``'s status: how the job ended."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    DEGRADED = "degraded"  # some group gave up
+    REGRESSED = "regressed"  # a commit went below the job's step
+    FAILED = "failed"
+    INTERRUPTED = "interrupted"
+
+
+# MTTR phases of a fault, in order (chaos.mttr measures them, chaos.report draws them).
+PHASES = ("detected", "survivors_stepping", "replacement_up", "weights_recovered", "back_in_quorum")
 
 
 class EventLog:
@@ -22,7 +122,8 @@ class EventLog:
         self._echo = echo
 
     def emit(self, _event: str, **fields: Any) -> dict[str, Any]:
-        record = {"time": fields.pop("time", None) or time.time(), "event": _event, **fields}
+        kind = _event.value if isinstance(_event, Enum) else _event
+        record = {"time": fields.pop("time", None) or time.time(), "event": kind, **fields}
         with self._lock:
             self.events.append(record)
             self._f.write(json.dumps(record, default=str) + "\n")

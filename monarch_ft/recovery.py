@@ -13,11 +13,11 @@ has lost its state and must stop, never silently train again from its initial we
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from monarch_ft.events import StrEnum
 from typing import Optional, Sequence
 
 
-class StateSource(str, Enum):
+class StateSource(StrEnum):
     """Where a group's training state comes from when it (re)joins the job."""
 
     INIT = "init"  # its initial weights: only while the job has committed nothing
@@ -98,7 +98,7 @@ class CommitLedger:
         self._newest.clear()
 
 
-class OsState(str, Enum):
+class OsState(StrEnum):
     """psutil's process states that matter to hang blame."""
 
     RUNNING = "running"
@@ -116,7 +116,7 @@ class OsState(str, Enum):
 SELF_EXPLAINED = {OsState.STOPPED.value, OsState.TRACING_STOP.value, OsState.ZOMBIE.value, OsState.DEAD.value, OsState.DISK_SLEEP.value}
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     """What a rank's main thread is doing; its liveness thread reports it every second.
 
     The hang detector judges a rank by its phase: a long save, a wait for a quorum while

@@ -32,7 +32,7 @@ from monarch_ft.components.checkpoint import align_latest_checkpoint, newest_com
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import JobConfig, validate
 from monarch_ft.control import JobControl
-from monarch_ft.events import EventLog
+from monarch_ft.events import EventKind, EventLog, GroupStatus, JobStatus
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
 from monarch_ft.lighthouse import Lighthouse
 from monarch_ft.net import free_port
@@ -52,7 +52,6 @@ from monarch_ft.stacks import capture_stacks
 
 log = logging.getLogger("monarch_ft.supervisor")
 
-STARTING, RUNNING, WAITING, DONE, GIVEN_UP = "starting", "running", "waiting_restart", "done", "given_up"
 # A watch tick this much later than the previous one means the supervisor itself was held up.
 SUPERVISOR_STALL_S = 2.0
 
@@ -85,7 +84,7 @@ class RankState:
 @dataclass
 class GroupState:
     index: int
-    status: str = WAITING
+    status: GroupStatus = GroupStatus.WAITING
     attempt: int = -1
     restarts: int = 0
     next_launch: float = 0.0
@@ -105,7 +104,7 @@ class GroupState:
 
     @property
     def active(self) -> bool:
-        return self.status in (STARTING, RUNNING)
+        return self.status in (GroupStatus.STARTING, GroupStatus.RUNNING)
 
 
 class Supervisor:
@@ -166,7 +165,7 @@ class Supervisor:
         self._tokens_path = ""
         self._started = 0.0
         self._last_progress_print = 0.0
-        self.status = "running"
+        self.status = JobStatus.RUNNING
 
     # ---------------------------------------------------------------- console
     def _echo(self, e: dict) -> None:
@@ -208,7 +207,7 @@ class Supervisor:
         t0 = time.time()
         data = prepare(self.cfg.data.cache_dir, self.cfg.model.vocab_size, self.cfg.data.max_corpus_mb)
         self._tokens_path = data.tokens_path
-        self.events.emit("data_ready", tokens=data.num_tokens, vocab_size=data.vocab_size, seconds=round(time.time() - t0, 2))
+        self.events.emit(EventKind.DATA_READY, tokens=data.num_tokens, vocab_size=data.vocab_size, seconds=round(time.time() - t0, 2))
 
     def _rank_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -267,10 +266,10 @@ class Supervisor:
             )
         procs = self.launcher.launch_group(launches)
         g.ranks = [RankState(p, ReportTail(self.layout.report(g.index, p.launch.rank, g.attempt)), last_progress=now) for p in procs]
-        g.status, g.launched_at, g.train_done = STARTING, now, False
-        self.events.emit("group_launched", group=g.index, attempt=g.attempt, launcher=self.launcher.name)
+        g.status, g.launched_at, g.train_done = GroupStatus.STARTING, now, False
+        self.events.emit(EventKind.GROUP_LAUNCHED, group=g.index, attempt=g.attempt, launcher=self.launcher.name)
         for p in procs:
-            self.events.emit("rank_launched", group=g.index, rank=p.launch.rank, attempt=g.attempt, pid=p.pid, host=p.launch.host)
+            self.events.emit(EventKind.RANK_LAUNCHED, group=g.index, rank=p.launch.rank, attempt=g.attempt, pid=p.pid, host=p.launch.host)
 
     # ---------------------------------------------------------------- watch
     def _consume_reports(self, g: GroupState, now: float) -> None:
@@ -290,9 +289,9 @@ class Supervisor:
                         g.losses.append(rec["loss"])
                     if rec["rank"] == 0 and rec.get("committed"):
                         self.last_commit[g.index] = rec
-                    if g.status == STARTING:
-                        g.status = RUNNING
-                        self.events.emit("group_stepping", group=g.index, attempt=g.attempt, step=rec["step"])
+                    if g.status == GroupStatus.STARTING:
+                        g.status = GroupStatus.RUNNING
+                        self.events.emit(EventKind.GROUP_STEPPING, group=g.index, attempt=g.attempt, step=rec["step"])
                     self._track_membership(rec)
                 elif kind == "heartbeat":
                     rs.last_progress = now
@@ -321,8 +320,8 @@ class Supervisor:
                     self.events.emit(name, **rec)
         if g.ranks and all(r.train_done for r in g.ranks) and not g.train_done:
             g.train_done = True
-            if g.status == STARTING:
-                g.status = RUNNING
+            if g.status == GroupStatus.STARTING:
+                g.status = GroupStatus.RUNNING
 
     def _record_commit(self, g: GroupState, rec: dict) -> None:
         """Advance the job's committed step; a commit that went back (recovery.CommitLedger)
@@ -333,7 +332,7 @@ class Supervisor:
         if behind is not None:
             regression = {"group": g.index, "rank": rec["rank"], "attempt": rec["attempt"], "step": step, "job_committed": behind}
             self.regressions.append(regression)
-            self.events.emit("step_regression", **regression)
+            self.events.emit(EventKind.STEP_REGRESSION, **regression)
         if rec.get("state_hash"):
             self.step_hashes.setdefault(step, {})[(g.index, rec["rank"])] = rec["state_hash"]
             for old in [s for s in self.step_hashes if s < step - 200]:
@@ -365,8 +364,7 @@ class Supervisor:
         if rec["rank"] != 0 or not rec.get("committed") or members == self._membership:
             return
         self._membership = members
-        self.events.emit(
-            "quorum_change",
+        self.events.emit(EventKind.QUORUM_CHANGE,
             participating_groups=list(members),
             quorum_size=rec.get("quorum_size"),
             quorum_id=rec.get("quorum_id"),
@@ -383,15 +381,15 @@ class Supervisor:
                 code = rs.proc.poll()
                 if code is not None:
                     rs.exited = code
-                    self.events.emit("rank_exited", group=g.index, rank=rs.proc.launch.rank, attempt=g.attempt, **describe_exit(code))
+                    self.events.emit(EventKind.RANK_EXITED, group=g.index, rank=rs.proc.launch.rank, attempt=g.attempt, **describe_exit(code))
                     if code != 0 and failure is None:
                         failure = {"reason": "exit", "rank": rs.proc.launch.rank, **describe_exit(code)}
         if failure is not None:
             self._fail_group(g, now, **failure)
             return None
         if g.ranks and all(r.exited == 0 for r in g.ranks):
-            g.status = DONE
-            self.events.emit("group_finished", group=g.index, attempt=g.attempt, step=g.last_step)
+            g.status = GroupStatus.DONE
+            self.events.emit(EventKind.GROUP_FINISHED, group=g.index, attempt=g.attempt, step=g.last_step)
             return None
         live = [rs for rs in g.ranks if rs.exited is None]
         started = all(r.first_step_seen or r.train_done for r in g.ranks)
@@ -429,12 +427,12 @@ class Supervisor:
           others are most likely blocked on them and step again once they are gone.
         - Otherwise fail each hung group (stacks captured first).
         """
-        stepping = [g.index for g in self.groups if g.status == RUNNING]
+        stepping = [g.index for g in self.groups if g.status == GroupStatus.RUNNING]
         stalled = is_job_stall(hangs, stepping)
         if self._stall is not None and not stalled:
             # Groups come out of a shared stall a beat apart (phases are reported once a
             # second): the rest get one more hang timeout before they count as hung alone.
-            self.events.emit("job_stall_cleared", lasted_s=round(now - self._stall["since"], 2))
+            self.events.emit(EventKind.JOB_STALL_CLEARED, lasted_s=round(now - self._stall["since"], 2))
             self._stall = None
             self._stall_grace_until = now + self.cfg.ft.hang_timeout_s
         if now < self._stall_grace_until:
@@ -445,15 +443,14 @@ class Supervisor:
             if self._stall is None:
                 self._stall = {"since": now}
                 stacks = self._capture_stacks([self.groups[i] for i in sorted(hangs)], "stall")
-                self.events.emit(
-                    "job_stall",
+                self.events.emit(EventKind.JOB_STALL,
                     groups=sorted(hangs),
                     hangs={str(i): dataclasses.asdict(h) for i, h in hangs.items()},
                     stacks=stacks,
                     escalate_after_s=self.cfg.ft.stall_timeout_s,
                 )
             elif now - self._stall["since"] > self.cfg.ft.stall_timeout_s:
-                self.events.emit("job_stall_escalated", groups=sorted(hangs), lasted_s=round(now - self._stall["since"], 2))
+                self.events.emit(EventKind.JOB_STALL_ESCALATED, groups=sorted(hangs), lasted_s=round(now - self._stall["since"], 2))
                 self._stall = None
                 self._full_restart(None, now, reason="job_stall")
             return
@@ -482,9 +479,9 @@ class Supervisor:
         return capture_stacks(pids, folder)
 
     def _fail_group(self, g: GroupState, now: float, **why: Any) -> None:
-        self.events.emit("group_failed", group=g.index, attempt=g.attempt, **why)
+        self.events.emit(EventKind.GROUP_FAILED, group=g.index, attempt=g.attempt, **why)
         self._stop_ranks(g, graceful=False)
-        self.events.emit("group_stopped", group=g.index, attempt=g.attempt)
+        self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt)
         if self.cfg.ft.recovery == "full_restart":
             self._full_restart(g, now)
             return
@@ -492,13 +489,13 @@ class Supervisor:
 
     def _schedule_restart(self, g: GroupState, now: float, load_step: Optional[int] = None, start_gate: str = "") -> None:
         if g.restarts >= self.cfg.ft.max_restarts:
-            g.status = GIVEN_UP
-            self.events.emit("restart_budget_exhausted", group=g.index, restarts=g.restarts, max_restarts=self.cfg.ft.max_restarts)
+            g.status = GroupStatus.GIVEN_UP
+            self.events.emit(EventKind.RESTART_BUDGET_EXHAUSTED, group=g.index, restarts=g.restarts, max_restarts=self.cfg.ft.max_restarts)
             return
         g.restarts += 1
         backoff = min(self.cfg.ft.restart_backoff_s * 2 ** (g.restarts - 1), self.cfg.ft.restart_backoff_max_s)
-        g.status, g.next_launch, g.load_step, g.start_gate = WAITING, now + backoff, load_step, start_gate
-        self.events.emit("restart_scheduled", group=g.index, restart=g.restarts, backoff_s=round(backoff, 3))
+        g.status, g.next_launch, g.load_step, g.start_gate = GroupStatus.WAITING, now + backoff, load_step, start_gate
+        self.events.emit(EventKind.RESTART_SCHEDULED, group=g.index, restart=g.restarts, backoff_s=round(backoff, 3))
 
     def _full_restart(self, failed: Optional[GroupState], now: float, reason: str = "full_restart") -> None:
         """The whole job stops and resumes from one disk checkpoint.
@@ -512,8 +509,8 @@ class Supervisor:
         for g in self.groups:
             if g is not failed and g.active:
                 self._stop_ranks(g, graceful=False)
-                self.events.emit("group_stopped", group=g.index, attempt=g.attempt, reason=reason)
-        restarting = [g for g in self.groups if g.status != GIVEN_UP and (g is failed or g.status != DONE)]
+                self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt, reason=reason)
+        restarting = [g for g in self.groups if g.status != GroupStatus.GIVEN_UP and (g is failed or g.status != GroupStatus.DONE)]
         try:
             step = self._resume_point(reason).step
         except JobStateLost as e:
@@ -521,13 +518,13 @@ class Supervisor:
             return
         self._full_restarts += 1
         self._gate_since = now
-        self.events.emit("full_restart", failed_group=failed.index if failed else None, resume_step=step, reason=reason)
+        self.events.emit(EventKind.FULL_RESTART, failed_group=failed.index if failed else None, resume_step=step, reason=reason)
         for g in restarting:
             self._schedule_restart(g, now, load_step=step, start_gate=self._gate_path)
 
     def _live_peers(self, g: GroupState) -> list[int]:
         """Groups other than ``g`` that are stepping in the job (they hold its state)."""
-        return [o.index for o in self.groups if o is not g and o.status == RUNNING]
+        return [o.index for o in self.groups if o is not g and o.status == GroupStatus.RUNNING]
 
     def _resume_point(self, reason: str, live_peers: tuple[int, ...] = (), group: Optional[int] = None):
         """Decide where the job's state comes from now; for a disk checkpoint, align it in
@@ -541,7 +538,7 @@ class Supervisor:
             if decision.steps_lost:
                 rollback = {"from_step": self.job_step, "to_step": decision.step, "steps_lost": decision.steps_lost, "reason": reason, "group": group}
                 self.rollbacks.append(rollback)
-                self.events.emit("job_rollback", **rollback)
+                self.events.emit(EventKind.JOB_ROLLBACK, **rollback)
             self.ledger.rollback(decision.step)
             self._write_floor(force=True)
         return decision
@@ -555,7 +552,7 @@ class Supervisor:
             g.load_step = step
         if step is not None:
             self.ledger.rollback(step)
-        self.events.emit("job_resumed", step=step)
+        self.events.emit(EventKind.JOB_RESUMED, step=step)
 
     def _open_launch_gates(self) -> None:
         """Tell each live-relaunched group, once all its ranks are ready, where its state comes
@@ -563,7 +560,7 @@ class Supervisor:
         group left holding the job's state, the newest disk checkpoint (never its initial
         weights once the job has committed steps)."""
         for g in self.groups:
-            if g.status != STARTING or g.gate_decided or g.start_gate != self.layout.launch_gate(g.index, g.attempt):
+            if g.status != GroupStatus.STARTING or g.gate_decided or g.start_gate != self.layout.launch_gate(g.index, g.attempt):
                 continue
             if not (g.ranks and all(r.model_ready for r in g.ranks)):
                 continue
@@ -574,18 +571,18 @@ class Supervisor:
                 return
             atomic_write_json(g.start_gate, {"source": decision.source.value, "step": decision.step})
             g.gate_decided = True
-            self.events.emit("state_source", group=g.index, attempt=g.attempt, source=decision.source.value, step=decision.step, job_step=self.job_step)
+            self.events.emit(EventKind.STATE_SOURCE, group=g.index, attempt=g.attempt, source=decision.source.value, step=decision.step, job_step=self.job_step)
 
     def _lose_job(self, message: str) -> None:
         """The job's state is gone (no live group, no checkpoint): stop with one clear line."""
         self._fatal = message
-        self.events.emit("job_state_lost", job_step=self.job_step, message=message)
+        self.events.emit(EventKind.JOB_STATE_LOST, job_step=self.job_step, message=message)
         print(f"monarch_ft: error: {message}", file=sys.stderr, flush=True)
 
     def finish_at(self, step: int) -> None:
         """Ask every group to finish training at ``step`` (before training.steps)."""
         request_finish(self.run_dir, step)
-        self.events.emit("finish_requested", step=step)
+        self.events.emit(EventKind.FINISH_REQUESTED, step=step)
 
     def scratch_dir(self, group: int) -> str:
         """A group's host-local files (scratch space); a node fault deletes them."""
@@ -618,15 +615,15 @@ class Supervisor:
         and loaded their state (or once they waited long enough)."""
         if os.path.exists(self._gate_path):
             return
-        waiting = [g for g in self.groups if g.start_gate == self._gate_path and g.status not in (DONE, GIVEN_UP)]
+        waiting = [g for g in self.groups if g.start_gate == self._gate_path and g.status not in (GroupStatus.DONE, GroupStatus.GIVEN_UP)]
         ready = all(g.active and all(r.model_ready for r in g.ranks) for g in waiting)
         if ready or now - self._gate_since > self.cfg.ft.startup_timeout_s / 2:
             open(self._gate_path, "w").close()
-            self.events.emit("training_started", all_groups_ready=ready, full_restarts=self._full_restarts)
+            self.events.emit(EventKind.TRAINING_STARTED, all_groups_ready=ready, full_restarts=self._full_restarts)
 
     def _update_hold(self) -> None:
         """Groups that finished wait (serving quorums) while any other group still has work."""
-        pending = [g for g in self.groups if g.status not in (DONE, GIVEN_UP) and not g.train_done]
+        pending = [g for g in self.groups if g.status not in (GroupStatus.DONE, GroupStatus.GIVEN_UP) and not g.train_done]
         if pending and not os.path.exists(self.hold_path):
             open(self.hold_path, "w").close()
         elif not pending and os.path.exists(self.hold_path):
@@ -638,8 +635,7 @@ class Supervisor:
         self._started = self._gate_since = time.time()
         exit_code = 1
         try:
-            self.events.emit(
-                "job_started",
+            self.events.emit(EventKind.JOB_STARTED,
                 run_dir=self.run_dir,
                 replica_groups=self.cfg.ft.replica_groups,
                 ranks_per_group=self.cfg.ft.ranks_per_group,
@@ -648,7 +644,7 @@ class Supervisor:
                 supervisor_pid=os.getpid(),
             )
             address = self.lighthouse.start()
-            self.events.emit("lighthouse_started", address=address, pid=self.lighthouse.pid)
+            self.events.emit(EventKind.LIGHTHOUSE_STARTED, address=address, pid=self.lighthouse.pid)
             self._prepare_data()
             if self.cfg.checkpoint.resume:
                 self._resume_job()
@@ -656,8 +652,8 @@ class Supervisor:
             self._write_floor()
             exit_code = self._watch()
         except BaseException as e:
-            self.status = "failed"
-            self.events.emit("supervisor_error", error=f"{type(e).__name__}: {e}"[:500])
+            self.status = JobStatus.FAILED
+            self.events.emit(EventKind.SUPERVISOR_ERROR, error=f"{type(e).__name__}: {e}"[:500])
             raise
         finally:
             self._shutdown()
@@ -671,7 +667,7 @@ class Supervisor:
         if gap > SUPERVISOR_STALL_S:
             self._blind.append((self._last_tick, now))
             del self._blind[:-100]
-            self.events.emit("supervisor_stalled", seconds=round(gap, 3))
+            self.events.emit(EventKind.SUPERVISOR_STALLED, seconds=round(gap, 3))
         self._last_tick = now
 
     def _watched(self, since: float, now: float) -> float:
@@ -690,18 +686,18 @@ class Supervisor:
             now = time.time()
             self._account_own_stall(now)
             if self._stop_reason:
-                self.status = "interrupted"
-                self.events.emit("supervisor_stop_requested", reason=self._stop_reason)
+                self.status = JobStatus.INTERRUPTED
+                self.events.emit(EventKind.SUPERVISOR_STOP_REQUESTED, reason=self._stop_reason)
                 return 130 if self._stop_reason == "SIGINT" else 143
             if self._fatal:
-                self.status = "failed"
+                self.status = JobStatus.FAILED
                 return 1
             if not self.lighthouse.alive():
-                self.status = "failed"
-                self.events.emit("lighthouse_died", **describe_exit(self.lighthouse.proc.returncode))
+                self.status = JobStatus.FAILED
+                self.events.emit(EventKind.LIGHTHOUSE_DIED, **describe_exit(self.lighthouse.proc.returncode))
                 return 1
             for g in self.groups:
-                if g.status == WAITING and now >= g.next_launch:
+                if g.status == GroupStatus.WAITING and now >= g.next_launch:
                     self._launch(g, now)
             hangs: dict[int, Hang] = {}
             for g in self.groups:
@@ -717,12 +713,12 @@ class Supervisor:
             self._update_hold()
             for hook in self.hooks:
                 hook.tick(self.control, now)
-            if all(g.status in (DONE, GIVEN_UP) for g in self.groups):
+            if all(g.status in (GroupStatus.DONE, GroupStatus.GIVEN_UP) for g in self.groups):
                 if self.regressions:
-                    self.status = "regressed"
+                    self.status = JobStatus.REGRESSED
                 else:
-                    self.status = "completed" if all(g.status == DONE for g in self.groups) else "degraded"
-                return 0 if self.status == "completed" else 1
+                    self.status = JobStatus.COMPLETED if all(g.status == GroupStatus.DONE for g in self.groups) else JobStatus.DEGRADED
+                return 0 if self.status == JobStatus.COMPLETED else 1
             self._print_progress(now)
             time.sleep(0.05)
 
@@ -730,11 +726,11 @@ class Supervisor:
         for g in self.groups:
             if g.ranks and any(r.exited is None for r in g.ranks):
                 self._stop_ranks(g, graceful=True)
-                if g.status not in (DONE, GIVEN_UP):
-                    self.events.emit("group_stopped", group=g.index, attempt=g.attempt, reason=self.status)
+                if g.status not in (GroupStatus.DONE, GroupStatus.GIVEN_UP):
+                    self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt, reason=self.status)
         self.lighthouse.stop()
         if self.lighthouse.proc is not None:
-            self.events.emit("lighthouse_stopped")
+            self.events.emit(EventKind.LIGHTHOUSE_STOPPED)
         if os.path.exists(self.hold_path):
             os.remove(self.hold_path)
         summary = self.summary()
@@ -752,7 +748,7 @@ class Supervisor:
                 file=sys.stderr,
                 flush=True,
             )
-        self.events.emit("job_finished", status=self.status, seconds=summary["wall_time_s"], job_step=self.job_step, steps_lost=summary["steps_lost"])
+        self.events.emit(EventKind.JOB_FINISHED, status=self.status, seconds=summary["wall_time_s"], job_step=self.job_step, steps_lost=summary["steps_lost"])
         self.events.close()
         self._metrics.close()
         self.launcher.close()
@@ -772,7 +768,7 @@ class Supervisor:
                 "last_loss": g.losses[-1] if g.losses else None,
                 "state_hashes": {str(rs.proc.launch.rank): rs.state_hash for rs in g.ranks},
             }
-        done = [g.index for g in self.groups if g.status == DONE]
+        done = [g.index for g in self.groups if g.status == GroupStatus.DONE]
         consistent = bool(done) and all(
             len({h.get(i) for i in done}) == 1 and h.get(done[0]) is not None for h in hashes_by_rank.values()
         )
