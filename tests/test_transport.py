@@ -256,6 +256,10 @@ def test_receiver_waits_for_late_send(transports):
     sd = {"user": {"w": torch.randn(100)}, "torchft": {"step": 4}}
     threading.Timer(0.3, lambda: src.send_checkpoint([1], 4, sd, T)).start()
     assert_same(sd, dst.recv_checkpoint(0, src.metadata(), 4, T))
+    # the request may also overtake the sender's move from the previous step to this one
+    sd5 = {"user": {"w": torch.randn(100)}, "torchft": {"step": 5}}
+    threading.Timer(0.3, lambda: src.send_checkpoint([1], 5, sd5, T)).start()
+    assert_same(sd5, dst.recv_checkpoint(0, src.metadata(), 5, T))
 
 
 @pytest.mark.parametrize(
@@ -291,8 +295,13 @@ def test_all_peers_bad_names_each(transports):
 def test_stale_step_detected(transports):
     src, dst = transports(), transports()
     src.send_checkpoint([1], 5, {"user": {"w": torch.ones(3)}, "torchft": {"step": 5}}, T)
-    with pytest.raises(StaleCheckpointError, match="stale step: serving step 5 but step 6"):
-        dst.recv_checkpoint(0, src.metadata(), 6, T)
+    with pytest.raises(StaleCheckpointError, match="stale step: serving step 5 but step 4"):
+        dst.recv_checkpoint(0, src.metadata(), 4, T)
+    # a newer step than the one staged is not stale: it is waited for, until the timeout
+    t0 = time.monotonic()
+    with pytest.raises(TransferTimeoutError, match="timed out.*step 6"):
+        dst.recv_checkpoint(0, src.metadata(), 6, timedelta(seconds=1))
+    assert time.monotonic() - t0 >= 0.9
     stale = transports(_fault={"stale_chunk": 0})
     stale.send_checkpoint([1], 5, {"user": {"w": torch.ones(3)}, "torchft": {"step": 5}}, T)
     with pytest.raises(StaleCheckpointError, match="stale chunk"):

@@ -376,15 +376,22 @@ class ShardedTransport(CheckpointTransport[T]):
         step = req["step"]
         end = time.monotonic() + float(req.get("timeout", self._timeout.total_seconds()))
         with self._cond:
-            # the receiver may ask before the healthy rank staged: wait like HTTPTransport does
-            while not (self._allowed and self._staged is not None) and not self._closed:
+            # The receiver may ask before the healthy rank staged this step: wait, like
+            # HTTPTransport.  That includes an *older* step still staged -- the sender has not
+            # yet disallowed it and staged the new one (TorchFT's conformance test hits this
+            # whenever the receiver's request overtakes the sender's disallow_checkpoint).
+            # Only a newer step staged means the request can never be served: stale.
+            while not self._closed and not (
+                self._allowed and self._staged is not None and self._staged.header.step >= step
+            ):
                 left = end - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
             st = self._staged if self._allowed else None
-            if st is None:
-                send_msg(conn, {"ok": False, "kind": "timeout", "error": f"no checkpoint staged (waited for step {step})"})
+            if st is None or st.header.step < step:
+                serving = f"serving step {st.header.step}" if st is not None else "no checkpoint staged"
+                send_msg(conn, {"ok": False, "kind": "timeout", "error": f"{serving} (waited for step {step})"})
                 return session
             if st.header.step != step:
                 send_msg(
