@@ -26,10 +26,14 @@ Metadata is ``mft1://host:port`` (several peers may be joined with ``,``); it
 names the control socket, from which the receiver learns everything else.
 
 Notes:
-* DTensors ship their local shard plus placements/mesh shape.  With a
-  ``state_dict_template`` holding a DTensor at the same path the receiver
-  rebuilds a DTensor on the template's mesh; without one it returns the
-  *local tensor* (the receiver has no mesh to attach it to).
+* DTensors ship their local shard's bytes like any tensor, plus their spec
+  (mesh, placements, global shape and stride) in the pickled header.  They
+  arrive as DTensors: received in place into a template DTensor of the same
+  local layout; else on the template's mesh if the template has a DTensor at
+  that path; else with the sender's spec, equal to it (TorchFT's contract:
+  its conformance test compares specs).  The shipped mesh keeps the sender's
+  rank coordinates, which are the receiver's too because TorchFT pairs equal
+  group ranks of different replica groups.
 * Strides are preserved; the storage offset is relative to the shipped span
   (unreferenced storage is not shipped).
 * In-place receive (template tensors with identical dtype/shape/strides on
@@ -72,7 +76,6 @@ from monarch_ft.transport.header import (
     build_header,
     byte_view,
     memview,
-    placements_from_meta,
     recv_msg,
     send_msg,
     span_elems,
@@ -595,18 +598,8 @@ class ShardedTransport(CheckpointTransport[T]):
                 local.copy_(t)
                 out.append(tpl)
                 continue
-            tmpl_leaf = state.template_leaves.get(meta.path)
-            if meta.dtensor is not None and _is_dtensor(tmpl_leaf):
-                from torch.distributed.tensor import DTensor
-
-                t = DTensor.from_local(
-                    t.to(tmpl_leaf.device_mesh.device_type),
-                    tmpl_leaf.device_mesh,
-                    placements_from_meta(meta.dtensor),
-                    run_check=False,
-                    shape=torch.Size(meta.dtensor.global_shape),
-                    stride=meta.dtensor.global_stride,
-                )
+            if meta.dtensor is not None:
+                t = _rebuild_dtensor(t, meta.dtensor.spec, state.template_leaves.get(meta.path))
             out.append(t)
         return unflatten(h, out)
 
@@ -649,6 +642,29 @@ def _is_dtensor(v: Any) -> bool:
     except ImportError:  # pragma: no cover
         return False
     return isinstance(v, DTensor)
+
+
+def _rebuild_dtensor(local: torch.Tensor, spec: Any, template_leaf: Any) -> torch.Tensor:
+    """Wraps a received local shard back into the DTensor it was sent as.
+
+    With a template DTensor at the same path, the receiver's own mesh is used (it is
+    the one its collectives run on); without one, the sender's spec as shipped in the
+    header -- built directly from it rather than through ``DTensor.from_local``, which
+    would recompute the shard order and so could yield an unequal spec.
+
+    Args:
+        local: the received local shard (on CPU).
+        spec: the sender's ``DTensorSpec``.
+        template_leaf: the template's value at this path, if any.
+    """
+    from torch.distributed.tensor import DTensor
+
+    if _is_dtensor(template_leaf):
+        mesh = template_leaf.device_mesh
+        return DTensor.from_local(
+            local.to(mesh.device_type), mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride
+        )
+    return DTensor(local.to(spec.mesh.device_type), spec, requires_grad=False)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
