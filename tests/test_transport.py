@@ -488,16 +488,37 @@ def test_factory():
         build_checkpoint_transport("carrier-pigeon", timedelta(seconds=5))
 
 
-def test_rdma_discovery_never_raises_and_auto_falls_back():
+def test_rdma_discovery_through_real_pyverbs():
+    """Discovery asks the real library; here (no RDMA device) it reports the library's answer."""
+    import pyverbs.device  # installed by scripts/install.sh: failing to import is a failure
+
+    try:
+        listed, answer = pyverbs.device.get_device_list(), None
+    except Exception as e:  # the library's own "no devices": PyverbsRDMAError
+        listed, answer = None, f"{type(e).__name__}: {e}"
     found = rdma_discovery.discover()
-    assert isinstance(found.reason, str) and found.reason
     print(f"rdma discovery: available={found.available} reason={found.reason}")
-    if not found.available:
+    if answer is not None or not listed:
+        assert not found.available and found.best is None
+        assert found.reason.startswith(rdma_discovery.NO_DEVICE), found.reason
+        assert (answer or "returned no devices") in found.reason, found.reason
         t = ShardedTransport(timeout=T, backend="auto")
         try:
-            assert t.backend_name == "tcp"
+            assert t.backend_name == "tcp"  # no RDMA: auto falls back to our TCP
         finally:
             t.shutdown()
+        with pytest.raises(TransportError, match="no RDMA: " + rdma_discovery.NO_DEVICE):
+            ShardedTransport(timeout=T, backend="mooncake-rdma")
+    else:  # a host with devices: every one is either an active port or explained
+        names = {d.name.decode() if isinstance(d.name, bytes) else str(d.name) for d in listed}
+        assert found.available or all(n in found.reason for n in names), found.reason
+
+
+def test_rdma_discovery_without_pyverbs_says_so(monkeypatch):
+    """A host missing pyverbs gets "no RDMA" with the reason, never a crash."""
+    monkeypatch.setitem(sys.modules, "pyverbs.device", None)  # makes the import fail
+    found = rdma_discovery.discover()
+    assert not found.available and found.reason.startswith("pyverbs not importable"), found.reason
 
 
 def _mooncake_or_skip():
