@@ -37,6 +37,7 @@ class RdmaPort:
     port: int
     link_layer: str  # "InfiniBand" | "Ethernet"
     gids: List[str] = field(default_factory=list)
+    netdev: Optional[str] = None  # its network interface (IPoIB / RoCE netdev), if any
 
 
 @dataclass
@@ -79,6 +80,8 @@ def discover() -> RdmaDiscovery:
     if not devices:
         return RdmaDiscovery([], f"{NO_DEVICE}: pyverbs get_device_list() returned no devices{_sysfs_note()}")
 
+    from monarch_ft.transport.interface import port_netdev
+
     ports: List[RdmaPort] = []
     notes: List[str] = []
     for dev in devices:
@@ -103,7 +106,7 @@ def discover() -> RdmaDiscovery:
                     if ll == "Ethernet" and not gids:
                         notes.append(f"{name}:{p} RoCE port without GID")
                         continue
-                    ports.append(RdmaPort(name, p, ll, gids))
+                    ports.append(RdmaPort(name, p, ll, gids, port_netdev(name, p)))
         except Exception as e:
             notes.append(f"{name}: {type(e).__name__}: {e}")
     if ports:
