@@ -191,8 +191,10 @@ class ShardedTransport(CheckpointTransport[T]):
         num_streams: parallel connections / reader threads per transfer.
         chunk_size: bytes per chunk (unit of checksum, parallelism and retry).
         host: hostname/IP to advertise in ``metadata()``
-            (default ``$MONARCH_FT_TRANSPORT_HOST`` or ``socket.gethostname()``).
-        bind_host: interface to listen on (default: all).
+            (default ``$MONARCH_FT_TRANSPORT_HOST`` or ``socket.gethostname()``;
+            monarch_ft's ranks pass the address ``ft.transport_interface`` picks,
+            see :mod:`monarch_ft.transport.interface`).
+        bind_host: address to listen on (default: all; monarch_ft's ranks: ``host``).
         state_dict_template: returns a state dict whose tensors are reused for
             in-place receive (like PGTransport's ``state_dict``), and whose
             DTensors provide the mesh to rebuild received DTensors on.
