@@ -87,9 +87,9 @@ class FTConfig:
     # ranks on one GPU (NCCL then uses its socket transport between them). Needed when
     # groups share a GPU (more ranks than GPUs on the host); see monarch_ft/devices.py.
     nccl_hostid_per_group: bool = False
-    # Where the sharded transport binds and what it advertises to the peers that heal
-    # from this rank: an interface name (e.g. ib0: its address) or an address of the
-    # rank's host. null: the interface of the RDMA port discovery found, else the
+    # Where the sharded transport (not http) binds and what it advertises to the peers
+    # that heal from this rank: an interface name (e.g. ib0: its address) or an address
+    # of the rank's host. null: the interface of the RDMA port discovery found, else the
     # route to the Lighthouse (the local address the kernel uses to reach it). Each
     # rank logs its choice and why (event transport_interface).
     transport_interface: Optional[str] = None
