@@ -93,8 +93,9 @@ IN_HOST = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_interface_choice_on_a_simulated_host():
-    from test_simulated_hosts import _need_netns
+    from test_simulated_hosts import _left_behind, _need_netns
 
     _need_netns()
     from monarch_ft.hosts import SimulatedHosts
@@ -137,6 +138,7 @@ def test_interface_choice_on_a_simulated_host():
                 p.kill()
                 p.wait()
         hosts.close()
+    assert not _left_behind(hosts.id)
 
 
 # --------------------------------------------------------------- config validation
