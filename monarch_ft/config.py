@@ -87,6 +87,12 @@ class FTConfig:
     # ranks on one GPU (NCCL then uses its socket transport between them). Needed when
     # groups share a GPU (more ranks than GPUs on the host); see monarch_ft/devices.py.
     nccl_hostid_per_group: bool = False
+    # Where the sharded transport (not http) binds and what it advertises to the peers
+    # that heal from this rank: an interface name (e.g. ib0: its address) or an address
+    # of the rank's host. null: the interface of the RDMA port discovery found, else the
+    # route to the Lighthouse (the local address the kernel uses to reach it). Each
+    # rank logs its choice and why (event transport_interface).
+    transport_interface: Optional[str] = None
     # Supervisor watch: alive but no new step for this long -> hung.
     hang_timeout_s: float = 15.0
     # A freshly launched group must report its first step within this long.
@@ -168,6 +174,36 @@ def _require(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def _check_transport_interface(cfg: JobConfig) -> None:
+    """``ft.transport_interface`` must name an interface (or address) of the hosts the
+    ranks run on.  Checked here where those interfaces are known before launch: this
+    host's for ranks on this machine; a simulated host's are ``eth0`` and ``lo``, and
+    each has its own address.  Ranks on other machines (slurm) check it at start."""
+    value = cfg.ft.transport_interface
+    if not value:
+        return
+    from monarch_ft.transport.interface import InterfaceError, choose, local_interfaces
+
+    opts = cfg.launcher.options or {}
+    fix = "name one of them, an address one holds, or null for the default (the RDMA port's interface, else the route to the Lighthouse)"
+    if cfg.launcher.name == "slurm":
+        return
+    if cfg.launcher.name == "local" and opts.get("simulated_hosts") is True:
+        from monarch_ft.hosts import Host
+
+        names = sorted({"lo", Host.ifname})
+        _require(
+            value in names,
+            f"ft.transport_interface={value!r}: a simulated host has the interfaces {', '.join(names)}, each host its own "
+            "address: name one of them, or null for the default (the route to the Lighthouse)",
+        )
+        return
+    try:
+        choose(value, local_interfaces())
+    except InterfaceError as e:
+        raise ConfigError(f"ft.transport_interface={value!r}: {e}: {fix}") from None
+
+
 def validate(cfg: JobConfig) -> None:
     """Reject what the schema can't: each failure is one line naming the fix."""
     ft, tr = cfg.ft, cfg.training
@@ -187,6 +223,7 @@ def validate(cfg: JobConfig) -> None:
         "ft.transport=pg: TorchFT's PGTransport over the Manager's gloo group times out on receive with torchft 0.2.0; use sharded or http",
     )
     _require(ft.transport in TRANSPORTS, f"ft.transport={ft.transport!r}: choose one of {', '.join(TRANSPORTS)}")
+    _check_transport_interface(cfg)
     from monarch_ft.launcher import available_launchers
 
     _require(

@@ -10,10 +10,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 # System packages: libraries the Mooncake transfer engine links against (libibverbs,
-# libnuma), Slurm + munge for the Slurm launcher and its tests, iproute2 for simulated hosts.
+# libnuma), pyverbs for RDMA discovery (see below), Slurm + munge for the Slurm launcher
+# and its tests, iproute2 for simulated hosts.
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     missing=""
-    for pkg in libibverbs1 libnuma1 slurm-wlm munge iproute2; do
+    for pkg in libibverbs1 libnuma1 python3-pyverbs slurm-wlm munge iproute2; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
     done
     if [ -n "$missing" ]; then
@@ -27,4 +28,29 @@ fi
 # own range (>=2.13,<2.14) is then already satisfied, so nothing pulls a CUDA build.
 .venv/bin/python -m pip install -q "torch==2.13.0"
 .venv/bin/python -m pip install -q -e ".[dev]"
+
+# pyverbs (RDMA NIC discovery) is the distribution's build, made visible to the venv:
+# it is built against the system libibverbs that the Mooncake engine loads too, and the
+# system's NIC provider drivers must match that libibverbs release.  PyPI's pyverbs
+# (59) needs rdma-core 59's own libibverbs.so.1, which cannot share a process with the
+# system one (same soname) nor use the system's providers.  Only the pyverbs package
+# directory is linked in: a .pth to dist-packages would expose every Debian package.
+# Its extension modules are for the system Python's ABI; the venv must have the same
+# (CPython keeps the ABI within a minor version, e.g. 3.11.2 and 3.11.7).
+pyverbs_dir=$(dpkg -L python3-pyverbs 2>/dev/null | grep '/pyverbs/__init__.py$' | head -1 | xargs -r dirname)
+if [ -z "$pyverbs_dir" ]; then
+    echo "install.sh: error: pyverbs needs the Debian package python3-pyverbs; run this script as root or: sudo apt-get install python3-pyverbs" >&2
+    exit 1
+fi
+ext=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+if [ ! -e "$pyverbs_dir/device$ext" ]; then
+    echo "install.sh: error: python3-pyverbs in $pyverbs_dir is built for another Python than .venv's ($ext); make .venv with the system's Python minor version (PYTHON=python3.X)" >&2
+    exit 1
+fi
+site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+ln -sfn "$pyverbs_dir" "$site/pyverbs"
+if ! err=$(.venv/bin/python -c "import pyverbs.device" 2>&1); then
+    echo "install.sh: error: pyverbs does not import in .venv: ${err##*$'\n'}" >&2
+    exit 1
+fi
 echo "install.sh: ready (.venv)"

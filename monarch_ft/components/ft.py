@@ -8,6 +8,7 @@ Manager's checkpoint transport, which ships each rank's own shard only.
 
 from __future__ import annotations
 
+import logging
 import time
 from datetime import timedelta
 from typing import Any, Callable, Dict, List
@@ -17,6 +18,8 @@ from torch import nn
 from torchft.checkpointing import CheckpointTransport
 
 from monarch_ft.config import FTConfig
+
+logger: logging.Logger = logging.getLogger(__name__)
 
 
 def to_local_tree(obj: Any) -> Any:
@@ -149,22 +152,30 @@ def tensor_bytes(obj: Any) -> int:
     return 0
 
 
-def build_transport(name: str, timeout: timedelta, host: str) -> CheckpointTransport:
+def build_transport(cfg: FTConfig, timeout: timedelta, lighthouse_addr: str, report: Callable[..., None]) -> CheckpointTransport:
     """The checkpoint transport a restarted group heals through (``ft.transport``).
 
-    ``sharded`` (ours) advertises ``host``, the rank's own address (a simulated host's,
-    or loopback); ``http`` is TorchFT's HTTPTransport. TorchFT's PGTransport over the
+    ``sharded`` (ours) binds and advertises the address that
+    :mod:`monarch_ft.transport.interface` picks (``ft.transport_interface``, else the
+    RDMA port's interface, else the route to the Lighthouse); the choice and why are
+    logged and reported as a ``transport_interface`` event. ``http`` is TorchFT's
+    HTTPTransport (it advertises the host name). TorchFT's PGTransport over the
     Manager's own gloo process group timed out on every receive here (torchft 0.2.0),
     so ``pg`` is refused up front by config validation; it is measured in
     benchmarks/transport_bench.py over a dedicated process group.
     """
     from monarch_ft.transport import build_checkpoint_transport
 
-    if name == "sharded":
-        return build_checkpoint_transport("sharded", timeout=timeout, host=host)
-    if name == "http":
+    if cfg.transport == "sharded":
+        from monarch_ft.transport.interface import resolve
+
+        choice = resolve(cfg.transport_interface, lighthouse_addr)
+        logger.info("checkpoint transport on %s (%s) because: %s", choice.address, choice.interface, choice.why)
+        report("transport_interface", address=choice.address, interface=choice.interface, why=choice.why)
+        return build_checkpoint_transport("sharded", timeout=timeout, host=choice.address, bind_host=choice.bind)
+    if cfg.transport == "http":
         return build_checkpoint_transport("http", timeout=timeout)
-    raise ValueError(f"ft.transport={name!r}: choose sharded or http")
+    raise ValueError(f"ft.transport={cfg.transport!r}: choose sharded or http")
 
 
 def build_manager(
@@ -188,7 +199,7 @@ def build_manager(
 
     timeout = timedelta(seconds=cfg.timeout_s)
     pg = ProcessGroupNCCL(timeout=timeout) if backend == "nccl" else ProcessGroupGloo(timeout=timeout)
-    transport = RecordingTransport(build_transport(cfg.transport, timeout, hostname), report)
+    transport = RecordingTransport(build_transport(cfg, timeout, lighthouse_addr, report), report)
     return Manager(
         pg=pg,
         load_state_dict=load_state_dict,

@@ -5,20 +5,29 @@ still returns 0 and only ``get_local_topology()`` reveals there is no NIC, so
 its return codes cannot be trusted for detection.  pyverbs reads the verbs
 devices directly: device -> port -> link state -> GIDs.
 
-Every failure here means "no RDMA", never a crash: pyverbs not installed
-(it is an optional extra, painful to build), ``get_device_list()`` raising
-``PyverbsRDMAError`` (kernel without an RDMA stack), or no ACTIVE port with a
-usable GID.  ``discover()`` returns the reason either way so callers can log
-which backend they chose and why.
+pyverbs is part of the default install (scripts/install.sh links the system's
+python3-pyverbs, built against the same libibverbs the Mooncake engine loads).
+Still, every failure here means "no RDMA", never a crash, because a transport
+must come up on any host: pyverbs missing (logged as a warning: an install
+without it cannot use RDMA even where a NIC exists), libibverbs listing no
+device -- ``get_device_list()`` raises ``PyverbsRDMAError`` when the kernel
+exposes no verbs devices at all, or returns an empty list --, or no ACTIVE port
+with a usable GID.  ``discover()`` returns the reason either way so callers
+can log which backend they chose and why.
 """
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import List, Optional
 
 logger: logging.Logger = logging.getLogger(__name__)
 
 IBV_PORT_ACTIVE = 4
+#: How every "the library lists no RDMA device" reason starts.
+NO_DEVICE = "no RDMA device"
+#: Where the kernel lists verbs devices; libibverbs finds none without it.
+SYSFS_VERBS = "/sys/class/infiniband_verbs"
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
 
 
@@ -28,6 +37,7 @@ class RdmaPort:
     port: int
     link_layer: str  # "InfiniBand" | "Ethernet"
     gids: List[str] = field(default_factory=list)
+    netdev: Optional[str] = None  # its network interface (IPoIB / RoCE netdev), if any
 
 
 @dataclass
@@ -44,6 +54,13 @@ class RdmaDiscovery:
         return self.ports[0] if self.ports else None
 
 
+def _sysfs_note() -> str:
+    """Why libibverbs saw nothing, when the reason is that no RDMA driver is loaded."""
+    if not os.path.isdir(SYSFS_VERBS):
+        return f" ({SYSFS_VERBS} is absent: no RDMA driver loaded)"
+    return ""
+
+
 def _name(dev: object) -> str:
     n = getattr(dev, "name", dev)
     return n.decode() if isinstance(n, (bytes, bytearray)) else str(n)
@@ -54,13 +71,16 @@ def discover() -> RdmaDiscovery:
     try:
         import pyverbs.device as d  # type: ignore[import-not-found]
     except Exception as e:  # ImportError, or a broken build raising anything
+        logger.warning("RDMA discovery impossible: pyverbs not importable (%s: %s); run scripts/install.sh", type(e).__name__, e)
         return RdmaDiscovery([], f"pyverbs not importable ({type(e).__name__}: {e})")
     try:
         devices = d.get_device_list()
-    except Exception as e:  # PyverbsRDMAError when the kernel has no RDMA stack
-        return RdmaDiscovery([], f"pyverbs get_device_list() failed ({type(e).__name__}: {e})")
+    except Exception as e:  # PyverbsRDMAError: libibverbs found no verbs devices at all
+        return RdmaDiscovery([], f"{NO_DEVICE}: pyverbs get_device_list() raised {type(e).__name__}: {e}{_sysfs_note()}")
     if not devices:
-        return RdmaDiscovery([], "pyverbs found no RDMA devices")
+        return RdmaDiscovery([], f"{NO_DEVICE}: pyverbs get_device_list() returned no devices{_sysfs_note()}")
+
+    from monarch_ft.transport.interface import port_netdev
 
     ports: List[RdmaPort] = []
     notes: List[str] = []
@@ -86,7 +106,7 @@ def discover() -> RdmaDiscovery:
                     if ll == "Ethernet" and not gids:
                         notes.append(f"{name}:{p} RoCE port without GID")
                         continue
-                    ports.append(RdmaPort(name, p, ll, gids))
+                    ports.append(RdmaPort(name, p, ll, gids, port_netdev(name, p)))
         except Exception as e:
             notes.append(f"{name}: {type(e).__name__}: {e}")
     if ports:

@@ -26,10 +26,14 @@ Metadata is ``mft1://host:port`` (several peers may be joined with ``,``); it
 names the control socket, from which the receiver learns everything else.
 
 Notes:
-* DTensors ship their local shard plus placements/mesh shape.  With a
-  ``state_dict_template`` holding a DTensor at the same path the receiver
-  rebuilds a DTensor on the template's mesh; without one it returns the
-  *local tensor* (the receiver has no mesh to attach it to).
+* DTensors ship their local shard's bytes like any tensor, plus their spec
+  (mesh, placements, global shape and stride) in the pickled header.  They
+  arrive as DTensors: received in place into a template DTensor of the same
+  local layout; else on the template's mesh if the template has a DTensor at
+  that path; else with the sender's spec, equal to it (TorchFT's contract:
+  its conformance test compares specs).  The shipped mesh keeps the sender's
+  rank coordinates, which are the receiver's too because TorchFT pairs equal
+  group ranks of different replica groups.
 * Strides are preserved; the storage offset is relative to the shipped span
   (unreferenced storage is not shipped).
 * In-place receive (template tensors with identical dtype/shape/strides on
@@ -72,7 +76,6 @@ from monarch_ft.transport.header import (
     build_header,
     byte_view,
     memview,
-    placements_from_meta,
     recv_msg,
     send_msg,
     span_elems,
@@ -188,8 +191,10 @@ class ShardedTransport(CheckpointTransport[T]):
         num_streams: parallel connections / reader threads per transfer.
         chunk_size: bytes per chunk (unit of checksum, parallelism and retry).
         host: hostname/IP to advertise in ``metadata()``
-            (default ``$MONARCH_FT_TRANSPORT_HOST`` or ``socket.gethostname()``).
-        bind_host: interface to listen on (default: all).
+            (default ``$MONARCH_FT_TRANSPORT_HOST`` or ``socket.gethostname()``;
+            monarch_ft's ranks pass the address ``ft.transport_interface`` picks,
+            see :mod:`monarch_ft.transport.interface`).
+        bind_host: address to listen on (default: all; monarch_ft's ranks: ``host``).
         state_dict_template: returns a state dict whose tensors are reused for
             in-place receive (like PGTransport's ``state_dict``), and whose
             DTensors provide the mesh to rebuild received DTensors on.
@@ -376,15 +381,22 @@ class ShardedTransport(CheckpointTransport[T]):
         step = req["step"]
         end = time.monotonic() + float(req.get("timeout", self._timeout.total_seconds()))
         with self._cond:
-            # the receiver may ask before the healthy rank staged: wait like HTTPTransport does
-            while not (self._allowed and self._staged is not None) and not self._closed:
+            # The receiver may ask before the healthy rank staged this step: wait, like
+            # HTTPTransport.  That includes an *older* step still staged -- the sender has not
+            # yet disallowed it and staged the new one (TorchFT's conformance test hits this
+            # whenever the receiver's request overtakes the sender's disallow_checkpoint).
+            # Only a newer step staged means the request can never be served: stale.
+            while not self._closed and not (
+                self._allowed and self._staged is not None and self._staged.header.step >= step
+            ):
                 left = end - time.monotonic()
                 if left <= 0:
                     break
                 self._cond.wait(left)
             st = self._staged if self._allowed else None
-            if st is None:
-                send_msg(conn, {"ok": False, "kind": "timeout", "error": f"no checkpoint staged (waited for step {step})"})
+            if st is None or st.header.step < step:
+                serving = f"serving step {st.header.step}" if st is not None else "no checkpoint staged"
+                send_msg(conn, {"ok": False, "kind": "timeout", "error": f"{serving} (waited for step {step})"})
                 return session
             if st.header.step != step:
                 send_msg(
@@ -588,18 +600,8 @@ class ShardedTransport(CheckpointTransport[T]):
                 local.copy_(t)
                 out.append(tpl)
                 continue
-            tmpl_leaf = state.template_leaves.get(meta.path)
-            if meta.dtensor is not None and _is_dtensor(tmpl_leaf):
-                from torch.distributed.tensor import DTensor
-
-                t = DTensor.from_local(
-                    t.to(tmpl_leaf.device_mesh.device_type),
-                    tmpl_leaf.device_mesh,
-                    placements_from_meta(meta.dtensor),
-                    run_check=False,
-                    shape=torch.Size(meta.dtensor.global_shape),
-                    stride=meta.dtensor.global_stride,
-                )
+            if meta.dtensor is not None:
+                t = _rebuild_dtensor(t, meta.dtensor.spec, state.template_leaves.get(meta.path))
             out.append(t)
         return unflatten(h, out)
 
@@ -642,6 +644,29 @@ def _is_dtensor(v: Any) -> bool:
     except ImportError:  # pragma: no cover
         return False
     return isinstance(v, DTensor)
+
+
+def _rebuild_dtensor(local: torch.Tensor, spec: Any, template_leaf: Any) -> torch.Tensor:
+    """Wraps a received local shard back into the DTensor it was sent as.
+
+    With a template DTensor at the same path, the receiver's own mesh is used (it is
+    the one its collectives run on); without one, the sender's spec as shipped in the
+    header -- built directly from it rather than through ``DTensor.from_local``, which
+    would recompute the shard order and so could yield an unequal spec.
+
+    Args:
+        local: the received local shard (on CPU).
+        spec: the sender's ``DTensorSpec``.
+        template_leaf: the template's value at this path, if any.
+    """
+    from torch.distributed.tensor import DTensor
+
+    if _is_dtensor(template_leaf):
+        mesh = template_leaf.device_mesh
+        return DTensor.from_local(
+            local.to(mesh.device_type), mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride
+        )
+    return DTensor(local.to(spec.mesh.device_type), spec, requires_grad=False)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:
