@@ -184,11 +184,12 @@ def _check_transport_interface(cfg: JobConfig) -> None:
         return
     from monarch_ft.transport.interface import InterfaceError, choose, local_interfaces
 
-    opts = cfg.launcher.options or {}
     fix = "name one of them, an address one holds, or null for the default (the RDMA port's interface, else the route to the Lighthouse)"
     if cfg.launcher.name == "slurm":
         return
-    if cfg.launcher.name == "local" and opts.get("simulated_hosts") is True:
+    from monarch_ft.launcher import launcher_options
+
+    if cfg.launcher.name == "local" and launcher_options(cfg.launcher).simulated_hosts:
         from monarch_ft.hosts import Host
 
         names = sorted({"lo", Host.ifname})
@@ -223,7 +224,6 @@ def validate(cfg: JobConfig) -> None:
         "ft.transport=pg: TorchFT's PGTransport over the Manager's gloo group times out on receive with torchft 0.2.0; use sharded or http",
     )
     _require(ft.transport in TRANSPORTS, f"ft.transport={ft.transport!r}: choose one of {', '.join(TRANSPORTS)}")
-    _check_transport_interface(cfg)
     from monarch_ft.launcher import available_launchers
 
     _require(
@@ -233,6 +233,7 @@ def validate(cfg: JobConfig) -> None:
     from monarch_ft.launcher import launcher_options
 
     launcher_options(cfg.launcher)
+    _check_transport_interface(cfg)
     from monarch_ft.model_catalog import model_problem
 
     problem = model_problem(cfg.model.name, cfg.model.flavor)
