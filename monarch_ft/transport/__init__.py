@@ -16,8 +16,23 @@ from monarch_ft.transport.errors import (
     TransportError,
     TruncatedTransferError,
 )
-from monarch_ft.transport.factory import build_checkpoint_transport
-from monarch_ft.transport.sharded import ShardedTransport, format_metadata, parse_metadata
+
+# The transport itself needs torch and torchft; loaded on first use, so that light
+# submodules (interface, errors) can be imported by config validation without them.
+_LAZY = {
+    "build_checkpoint_transport": "monarch_ft.transport.factory",
+    "ShardedTransport": "monarch_ft.transport.sharded",
+    "format_metadata": "monarch_ft.transport.sharded",
+    "parse_metadata": "monarch_ft.transport.sharded",
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "AllPeersFailedError",
