@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import faulthandler
 import hashlib
-import json
 import os
 import signal
 import sys
