@@ -342,7 +342,7 @@ def train(spec: RankSpec) -> None:
                 lambda pos: forward_backward(batches.batch(pos, spec.group, spec.rank)),
                 lambda: torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0, foreach=True),
                 lambda: fault_agent.before_allreduce(manager),
-                liveness.enter,
+                lambda phase: liveness.enter(phase, fresh=True),
             )
             apply_update = res is not None
             if res is not None:
