@@ -131,10 +131,15 @@ def run_ours(args, spec: dict, overrides: list[str], out: str) -> dict:
     recs = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
     head = sorted((r for r in recs if r["group"] == 0 and r["rank"] == 0), key=lambda r: r["step"])[args.warmup:]
     tail = max(1, spec["steps"] // 10)
-    losses = [r["loss"] for g in range(spec["groups"]) for r in sorted((r for r in recs if r["group"] == g and r["rank"] == 0), key=lambda r: r["step"])[-tail:]]
-    return _stats(
+    trained = [r for r in recs if r["rank"] == 0 and r["loss"] is not None]
+    losses = [r["loss"] for g in range(spec["groups"]) for r in sorted((r for r in trained if r["group"] == g), key=lambda r: r["step"])[-tail:]]
+    stats = _stats(
         [r["step_time_s"] for r in head], [r.get("quorum_s", 0.0) for r in head], [r.get("xgroup_s", 0.0) for r in head], losses, spec["global_tokens"]
     )
+    # A fault-free benchmark: a group the supervisor restarted makes the case not comparable.
+    events = [json.loads(l) for l in open(os.path.join(out, "events.jsonl"))]
+    stats["failures"] = sum(1 for e in events if e["event"] == "group_failed")
+    return stats
 
 
 def main() -> None:
@@ -205,6 +210,8 @@ def main() -> None:
     for c, r in res.items():
         labels = {"noft": "no-FT (torchrun HSDP)", "hsdp": "hsdp", "localsgd": f"localsgd H={h}", "diloco": f"diloco H={h}"}
         label = labels[c] if c in labels else f"diloco H={h} {c.split('/')[1]}"
+        if any(x.get("failures") for x in rounds[c]):
+            label += " (a group failed: not comparable)"
         x_noft = f"{ratio[c]:.3f}" if base else "n/a"
         q = f"{r['quorum'] * 100:.1f}%" if r["quorum"] is not None else "-"
         x = f"{r['xgroup'] * 100:.1f}%" if r["xgroup"] is not None else "-"
