@@ -48,6 +48,7 @@ def assert_every_batch_once(metrics, final_step: int, window: int) -> dict:
     return acc
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", list(MODES))
 def test_mode_trains_two_by_two_with_falling_loss(run_dir, mode):
     steps = 40
@@ -127,6 +128,7 @@ def test_mode_survives_process_kill_in_step_with_every_batch_once(run_dir, mode)
     assert sum(x["steps"] for x in lost) <= w + 1
 
 
+@pytest.mark.slow
 def test_ft_overhead_benchmark_smoke():
     """The overhead benchmark's smoke size runs and prints its table (numbers not asserted)."""
     res = subprocess.run(
