@@ -596,7 +596,7 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
 
     lines = ["# Fault drill sweep report", ""]
     per_mode = ", ".join(
-        f"{sum(1 for d in drills if str(d.get('recovery', 'unknown')) == m)} × `{m}`" for m in modes
+        f"{sum(1 for d in drills if _recovery_key(d) == m)} × `{m}`" for m in modes
     ) or "none"
     lines += [
         f"{len(drills)} drill(s) ({per_mode}) covering {len(all_faults)} injected fault(s) of "
