@@ -49,6 +49,10 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     rate, goodput = samples_per_s(metrics, until=first_fault), samples_per_s(metrics)
     drill = {
         "recovery": cfg.ft.recovery,
+        # ft.mode: a sweep axis; in localsgd/diloco a fault can cost up to a window of steps.
+        "mode": cfg.ft.mode,
+        "sync_every": cfg.ft.sync_every if cfg.ft.mode != "hsdp" else 1,
+        "tokens_per_group_step": cfg.training.batch_size * cfg.training.seq_len * cfg.ft.ranks_per_group,
         "launcher": summary.get("launcher", cfg.launcher.name),
         "hosts": summary.get("hosts"),
         "seed": cfg.chaos.seed,

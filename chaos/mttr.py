@@ -51,7 +51,8 @@ def analyze_fault(
     network = fault["kind"] in NETWORK_KINDS
     ev = sorted((e for e in events if e["time"] >= t0), key=lambda e: e["time"])
     commits = sorted((m for m in metrics if m["rank"] == 0 and m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
-    refused = sorted((m for m in metrics if not m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
+    # A refused commit is a sync that did not commit (localsgd/diloco inner steps are no syncs).
+    refused = sorted((m for m in metrics if m.get("sync", True) and not m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
     before = [m for m in metrics if m["rank"] == 0 and m.get("committed") and m["time"] < t0]
     members_before = set((max(before, key=lambda m: m["time"]).get("participating_groups") or [])) if before else set(range(replica_groups))
     times: dict[str, Optional[float]] = dict.fromkeys(PHASES)
@@ -150,6 +151,14 @@ def analyze_fault(
             if {grp for grp, _ in seen} >= want:
                 consistent = all(len({h for (grp, r), h in seen.items() if r == rank}) == 1 for rank in {r for _, r in seen})
                 break
+    # Inner steps trained and then thrown away: the failed group's unsynced window (up to a
+    # whole window in localsgd/diloco, the step in flight in hsdp), and any window whose sync
+    # failed while this fault lasted.
+    window_end = end if end is not None else until
+    discarded = [
+        x for x in batch_accounting(all_metrics)["discarded"]
+        if (x["group"] == g and x["attempt"] == fault["attempt"] and x["tail"]) or t0 <= x["time"] <= window_end
+    ]
     recovered_from = _first(healed, lambda e: True)
     # Committed steps the job itself gave up while this fault lasted (a rollback to a
     # checkpoint because no group held its state): zero is the point of live recovery.
@@ -166,6 +175,7 @@ def analyze_fault(
         "survivor_max_stall_s": round(stall, 3),
         "survivor_steps_lost": lost,
         "job_steps_lost": sum(e["steps_lost"] for e in rollbacks),
+        "group_steps_discarded": sum(x["steps"] for x in discarded),
         "recovery_bytes": sum(e.get("bytes", 0) for e in healed) or None,
         "recovery_seconds": max((e.get("seconds", 0) for e in healed), default=None),
         "recovered_from_group": recovered_from.get("src_group") if recovered_from else None,
@@ -191,3 +201,35 @@ def steps_never_go_back(metrics: list[dict]) -> bool:
             return False
         last[key] = m["step"]
     return True
+
+
+def batch_accounting(metrics: list[dict]) -> dict[str, Any]:
+    """Which batches the job kept, per group, from rank 0's step records (any ft.mode).
+
+    A group's inner steps are provisional until a sync commits them (hsdp: every step is a
+    sync): a committed sync that did not heal keeps the window's batches; a sync that failed,
+    a window replaced by a heal, and the steps a group trained before it died are discarded.
+    Returns ``kept`` {group: [batch, ...] in order}, ``windows`` [(group, sync step,
+    [batches])] for each kept window, and ``discarded`` [{group, attempt, steps, time, tail}]."""
+    kept: dict[int, list[int]] = {}
+    windows: list[tuple[int, int, list[int]]] = []
+    discarded: list[dict] = []
+    pending: dict[tuple[int, int], list[dict]] = {}
+    for m in sorted((m for m in metrics if m["rank"] == 0), key=lambda m: m["time"]):
+        key = (m["group"], m["attempt"])
+        run = pending.setdefault(key, [])
+        if m.get("batch") is not None or "batch" not in m:
+            run.append(m)
+        if not m.get("sync", True):
+            continue
+        batches = [r.get("batch", r["step"]) for r in run]
+        if m.get("committed") and not m.get("healed"):
+            kept.setdefault(m["group"], []).extend(batches)
+            windows.append((m["group"], m["step"], batches))
+        elif batches:
+            discarded.append({"group": m["group"], "attempt": m["attempt"], "steps": len(batches), "time": m["time"], "tail": False})
+        pending[key] = []
+    for (group, attempt), run in pending.items():
+        if run:
+            discarded.append({"group": group, "attempt": attempt, "steps": len(run), "time": run[-1]["time"], "tail": True})
+    return {"kept": kept, "windows": windows, "discarded": discarded}

@@ -492,6 +492,34 @@ def _mean_of(values: Iterable[Any]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
+def _recovery_key(d: Mapping[str, Any]) -> str:
+    """The recovery mode, with the sync mode when it is not hsdp (``live+diloco``)."""
+    recovery, mode = str(d.get("recovery", "unknown")), d.get("mode", "hsdp")
+    return recovery if mode == "hsdp" else f"{recovery}+{mode}"
+
+
+def _steps_lost_table(drills: list[dict]) -> list[str]:
+    """MTTR and the group-steps (tokens) each fault threw away, per ft.mode and kind: in
+    localsgd/diloco the failed group's unsynced window (up to H steps) is lost."""
+    pooled: dict[tuple[str, int, str], list[dict]] = {}
+    tokens: dict[tuple[str, int, str], int] = {}
+    for d in drills:
+        for f in d.get("faults") or []:
+            key = (str(d.get("mode", "hsdp")), int(d.get("sync_every", 1)), str(f.get("kind")))
+            pooled.setdefault(key, []).append(f)
+            tokens[key] = int(d.get("tokens_per_group_step") or 0)
+    rows = []
+    for (mode, h, kind), faults in sorted(pooled.items()):
+        mttr = [f["mttr_s"] for f in faults if f.get("mttr_s") is not None]
+        lost = [f["group_steps_discarded"] for f in faults if f.get("group_steps_discarded") is not None]
+        mean_lost = sum(lost) / len(lost) if lost else None
+        rows.append([
+            _cell(mode), _cell(h), _cell(kind), _cell(len(faults)), _fmt(sum(mttr) / len(mttr) if mttr else None),
+            _fmt(mean_lost), _fmt(max(lost) if lost else None), _fmt(mean_lost * tokens[(mode, h, kind)] if mean_lost is not None else None),
+        ])
+    return _table(["ft.mode", "H", "kind", "faults", "MTTR mean (s)", "group-steps discarded mean", "max", "tokens discarded mean"], rows)
+
+
 def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
     """Summarise a sweep of drills: ``report.md``, ``mttr.png`` and ``summary.json``.
 
@@ -512,7 +540,7 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
     faults_by_mode: dict[str, list[dict]] = {}
     goodput_by_mode: dict[str, list[Any]] = {}
     for d in drills:
-        mode = str(d.get("recovery", "unknown"))
+        mode = _recovery_key(d)
         if mode not in modes:
             modes.append(mode)
         faults_by_mode.setdefault(mode, []).extend(d.get("faults") or [])
@@ -564,7 +592,7 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
 
     lines = ["# Fault drill sweep report", ""]
     per_mode = ", ".join(
-        f"{sum(1 for d in drills if str(d.get('recovery', 'unknown')) == m)} × `{m}`" for m in modes
+        f"{sum(1 for d in drills if _recovery_key(d) == m)} × `{m}`" for m in modes
     ) or "none"
     lines += [
         f"{len(drills)} drill(s) ({per_mode}) covering {len(all_faults)} injected fault(s) of "
@@ -588,6 +616,7 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
     rows = [[_cell(k), _fmt(mean_mttr(k, ours)), _fmt(mean_mttr(k, BASELINE_RECOVERY)), _fmt(ratio[k])]
             for k in kinds]
     lines += _table(["kind", "ours MTTR mean (s)", "full restart MTTR mean (s)", "ratio (full restart/ours)"], rows)
+    lines += ["", "## Steps lost by ft.mode", ""] + _steps_lost_table(drills)
     lines += ["", "![mttr](mttr.png)", "", f"**Weights consistent in every drill: {_cell(all_consistent)}**"]
     with open(paths["report"], "w", encoding="utf-8") as fh:
         fh.write("\n".join(lines) + "\n")

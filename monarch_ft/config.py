@@ -108,6 +108,22 @@ class FTConfig:
     recovery: str = "live"
     restart_backoff_s: float = 0.5
     restart_backoff_max_s: float = 8.0
+    # How groups synchronise (monarch_ft/components/sync.py):
+    # hsdp: every step, the local grad shards averaged across groups (one flat allreduce);
+    # localsgd: each group steps alone, the parameters averaged every ``sync_every`` steps
+    # (torchft.local_sgd.LocalSGD); diloco: each group steps alone, every ``sync_every`` steps
+    # the pseudo-gradients (last global copy - local weights) are averaged and applied by an
+    # outer optimizer (torchft.local_sgd.DiLoCo; streaming DiLoCo with ``fragments`` > 1).
+    mode: str = "hsdp"
+    # Inner steps between two syncs (localsgd, diloco): H. training.steps must be a multiple.
+    sync_every: int = 20
+    # DiLoCo's outer optimizer: SGD with Nesterov momentum, as in the DiLoCo paper.
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    outer_nesterov: bool = True
+    # Streaming DiLoCo: the model split into this many fragments, one synced every
+    # sync_every / fragments steps (1: plain DiLoCo). sync_every must be a multiple.
+    fragments: int = 1
 
 
 @dataclass
@@ -154,6 +170,7 @@ class JobConfig:
 
 TRANSPORTS = ("sharded", "http")
 RECOVERY_MODES = ("live", "full_restart")
+SYNC_MODES = ("hsdp", "localsgd", "diloco")
 
 
 def register_configs() -> None:
@@ -246,6 +263,25 @@ def validate(cfg: JobConfig) -> None:
         f"ft.cross_group_backend={ft.cross_group_backend!r}: choose one of {', '.join(CROSS_GROUP_BACKENDS)}",
     )
     _require(ft.recovery in RECOVERY_MODES, f"ft.recovery={ft.recovery!r}: choose one of {', '.join(RECOVERY_MODES)}")
+    _require(ft.mode in SYNC_MODES, f"ft.mode={ft.mode!r}: choose one of {', '.join(SYNC_MODES)}")
+    if ft.mode != "hsdp":
+        _require(ft.sync_every >= 1, f"ft.sync_every={ft.sync_every}: must be >= 1")
+        _require(
+            ft.fragments == 1 or ft.mode == "diloco",
+            f"ft.fragments={ft.fragments}: fragments (streaming DiLoCo) need ft.mode=diloco",
+        )
+        _require(
+            ft.fragments >= 1 and ft.sync_every % ft.fragments == 0,
+            f"ft.fragments={ft.fragments}: must be >= 1 and divide ft.sync_every={ft.sync_every}",
+        )
+        window = ft.sync_every // ft.fragments
+        _require(
+            tr.steps % window == 0,
+            f"training.steps={tr.steps}: ft.mode={ft.mode} syncs every {window} steps; use a multiple of {window} "
+            "(steps after the last sync would never be averaged)",
+        )
+        _require(ft.outer_lr > 0, f"ft.outer_lr={ft.outer_lr}: must be > 0")
+        _require(0 <= ft.outer_momentum < 1, f"ft.outer_momentum={ft.outer_momentum}: must be in [0, 1)")
     _require(ft.max_restarts >= 0, f"ft.max_restarts={ft.max_restarts}: must be >= 0")
     _require(
         ft.hang_timeout_s > ft.timeout_s,

@@ -18,6 +18,7 @@ applied only for steps below ``training.steps`` on every group, so weights agree
 
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import hashlib
 import os
@@ -33,7 +34,8 @@ import torch.distributed as dist
 
 from monarch_ft.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, save_due
 from monarch_ft.components.fault_agent import FaultAgent
-from monarch_ft.components.ft import CommitFloor, GradSync, build_manager, load_in_place, to_local_tree
+from monarch_ft.components.ft import CommitFloor, build_manager, load_in_place, to_local_tree
+from monarch_ft.components.sync import build_sync, checkpoint_interval, uses_async_quorum
 from monarch_ft.components.metrics import Liveness, RankReporter
 from monarch_ft.components.model import build_model
 from monarch_ft.config import JobConfig
@@ -228,10 +230,24 @@ def train(spec: RankSpec) -> None:
         load_state_dict=ft_load_state_dict,
         report=reporter.event,
         backend=xgroup_backend,
+        use_async_quorum=uses_async_quorum(cfg.ft),
     )
+    floor = CommitFloor(layout.commit_floor)
+
+    def refuse_commit(step: int, job_step: int) -> None:
+        # Never commit below the job's step: this group holds no state of the job's
+        # (nobody was left to heal it from). Every rank of the group sees the same.
+        reporter.event("commit_refused", step=step, job_step=job_step)
+        reporter.close()
+        os._exit(int(RankExit.COMMIT_BELOW_FLOOR))
+
+    # ft.mode: how groups synchronise (monarch_ft/components/sync.py).
+    sync = build_sync(cfg.ft, manager, model, optimizer, lr_schedulers, params, spec.group, floor, refuse_commit)
+    # localsgd/diloco write checkpoints at sync points only.
+    ckpt_cfg = dataclasses.replace(cfg.checkpoint, interval=checkpoint_interval(cfg.ft, cfg.checkpoint.interval))
     train_state = TrainState()
     checkpointer = build_checkpointer(
-        cfg.checkpoint,
+        ckpt_cfg,
         spec.run_dir,
         spec.group,
         model,
@@ -247,6 +263,8 @@ def train(spec: RankSpec) -> None:
         loaded = checkpointer.load(step=step)
         apply_scheduler_lr(lr_schedulers)
         loaded_step = manager.current_step() if loaded else None
+        if loaded:
+            sync.after_checkpoint_load()
         reporter.event("checkpoint_loaded" if loaded else "checkpoint_missing", step=manager.current_step())
 
     if cfg.checkpoint.enable and spec.load_step is not None:
@@ -254,13 +272,11 @@ def train(spec: RankSpec) -> None:
 
     batches = TokenBatches(spec.tokens_path, tr.batch_size, tr.seq_len, tr.seed)
     fault_agent = FaultAgent(layout, spec.group, spec.rank, reporter.event)
-    floor = CommitFloor(layout.commit_floor)
     save_watchdog = SaveWatchdog(
         cfg.checkpoint.save_timeout_s,
         reporter.event,
         os.path.join(layout.stacks_dir, f"save-timeout-{layout.tag(spec.group, spec.rank, spec.attempt)}.txt"),
     )
-    grad_sync = GradSync([p for p in model.parameters() if p.requires_grad], cfg.ft.replica_groups, spec.group)
     reporter.event(
         "model_ready",
         step=manager.current_step(),
@@ -286,14 +302,24 @@ def train(spec: RankSpec) -> None:
     decision = read_json(spec.start_gate, {}) if spec.start_gate else {}
     if decision.get("source") == StateSource.DISK.value and loaded_step != decision["step"]:
         load_checkpoint(int(decision["step"]))
+    # localsgd/diloco: heal at the peers' next sync point before training anything.
+    sync.join_pending = sync.semi_sync and decision.get("source") == StateSource.PEER.value
 
     tokens_per_step = tr.batch_size * tr.seq_len
+
+    def forward_backward(batch) -> torch.Tensor:
+        inputs, labels = batch
+        logits = model(inputs.to(device))
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.to(device).flatten())
+        loss.backward()
+        return loss
+
     announced_done = False
     last_heartbeat = 0.0
     stop_at = StopAt(layout.stop_at_step, tr.steps)
     while True:
-        step = manager.current_step()
-        last = stop_at.steps()
+        step = sync.position()
+        last = sync.align_stop(stop_at.steps())
         training = step < last
         if not training:
             liveness.enter(Phase.HOLD)
@@ -307,42 +333,50 @@ def train(spec: RankSpec) -> None:
                 last_heartbeat = time.time()
             time.sleep(0.1)
         start = time.time()
-        liveness.enter(Phase.SYNC)  # waits for the previous step's quorum, if still running
-        manager.start_quorum()
-        liveness.enter(Phase.COMPUTE)
-        optimizers.zero_grad()
-        loss = None
-        if training:
-            inputs, labels = batches.batch(step, spec.group, spec.rank)
-            logits = model(inputs.to(device))
-            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.to(device).flatten())
-            loss.backward()
-        fault_agent.before_allreduce(manager)
-        liveness.enter(Phase.SYNC)
-        members = grad_sync.sync(manager)
-        # After the quorum a healed group's step is the peers' step; decide on that.
-        step = manager.current_step()
-        apply_update = step < last
-        if apply_update:
-            allowed, job_step = floor.allows(step)
-            if not allowed:
-                # Never commit below the job's step: this group holds no state of the job's
-                # (nobody was left to heal it from). Every rank of the group sees the same.
-                reporter.event("commit_refused", step=step, job_step=job_step)
-                reporter.close()
-                os._exit(int(RankExit.COMMIT_BELOW_FLOOR))
-            torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0, foreach=True)
-        committed = manager.should_commit()
-        liveness.enter(Phase.COMPUTE)
-        if committed and apply_update:
-            optimizers.step()
-            lr_schedulers.step()
+        healed, batch_index, synced = False, step, True
+        if sync.semi_sync:
+            res = sync.step(
+                training,
+                last,
+                lambda pos: forward_backward(batches.batch(pos, spec.group, spec.rank)),
+                lambda: torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0, foreach=True),
+                lambda: fault_agent.before_allreduce(manager),
+                lambda phase: liveness.enter(phase, fresh=True),
+            )
+            apply_update = res is not None
+            if res is not None:
+                step, committed, loss, members = res.step, res.committed, res.loss, res.members
+                healed, batch_index, synced = res.healed, res.batch, res.synced
+        else:
+            liveness.enter(Phase.SYNC)  # waits for the previous step's quorum, if still running
+            manager.start_quorum()
+            liveness.enter(Phase.COMPUTE)
+            optimizers.zero_grad()
+            loss = None
+            if training:
+                loss = forward_backward(batches.batch(step, spec.group, spec.rank))
+            fault_agent.before_allreduce(manager)
+            liveness.enter(Phase.SYNC)
+            members = sync.sync_grads()
+            # After the quorum a healed group's step is the peers' step; decide on that.
+            step = batch_index = manager.current_step()
+            apply_update = step < last
+            if apply_update:
+                allowed, job_step = floor.allows(step)
+                if not allowed:
+                    refuse_commit(step, job_step)
+                torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0, foreach=True)
+            committed = manager.should_commit()
+            liveness.enter(Phase.COMPUTE)
+            if committed and apply_update:
+                optimizers.step()
+                lr_schedulers.step()
         if not apply_update:
             continue
         elapsed = time.time() - start
         extra = {}
-        if committed and tr.state_hash_every and manager.current_step() % tr.state_hash_every == 0:
-            extra["state_hash"] = state_hash({k: v for k, v in ft_state_dict().items() if k != "lr_scheduler"})
+        if committed and sync.hash_due(tr.state_hash_every):
+            extra["state_hash"] = state_hash(sync.consistent_state(ft_state_dict()))
         reporter.step(
             step=step,
             committed=committed,
@@ -353,22 +387,29 @@ def train(spec: RankSpec) -> None:
             quorum_id=manager._quorum_id,
             participating_groups=members,
             lr=float(optimizer.param_groups[0]["lr"]),
+            # The batch trained (None: none, e.g. a group that healed into a sync), whether a
+            # cross-group sync ran on this step, and whether its state came from a peer.
+            batch=batch_index,
+            sync=synced,
+            healed=healed,
+            mode=sync.mode,
+            **sync.take_timings(),
             **extra,
         )
         if committed:
-            train_state.step = manager.current_step()
+            train_state.step = sync.steps_done()
             last_step = train_state.step == last
-            if cfg.checkpoint.enable and save_due(train_state.step, cfg.checkpoint.interval, last_step):
+            if cfg.checkpoint.enable and save_due(train_state.step, ckpt_cfg.interval, last_step):
                 liveness.enter(Phase.SAVE)
                 with save_watchdog.guard(train_state.step):
                     fault_agent.during_save()
                     checkpointer.save(train_state.step, last_step=last_step)
 
-    final = {k: v for k, v in ft_state_dict().items() if k != "lr_scheduler"}
+    final = sync.consistent_state(ft_state_dict())
     reporter.event(
         "rank_finished",
-        step=manager.current_step(),
-        steps_trained=min(manager.current_step(), stop_at.steps()),
+        step=sync.steps_done(),
+        steps_trained=min(sync.steps_done(), sync.align_stop(stop_at.steps())),
         state_hash=state_hash(final),
     )
     liveness.close()

@@ -1,6 +1,7 @@
 """MTTR benchmark: a Hydra multirun sweep over fault kinds x recovery modes.
 
     python recipes/mttr_bench.py -m bench.kind=process_kill,hang,node,collective ft.recovery=live,full_restart
+    python recipes/mttr_bench.py -m bench.kind=process_kill ft.mode=hsdp,localsgd,diloco ft.sync_every=10
 
 Each job runs one drill (``bench.repeats`` faults of ``bench.kind``) in its own
 directory; after every job the aggregate report over all drills found in the sweep
@@ -67,7 +68,7 @@ def main(cfg: DictConfig) -> None:
     sweep_dir = hc.sweep.dir if multirun else out
     drills = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(sweep_dir, "**", "drill.json"), recursive=True))]
     paths = write_aggregate_report(sweep_dir, drills)
-    print(f"[mttr_bench] {b.kind}/{job.ft.recovery}: " + ", ".join(f"mttr={f['mttr_s']}" for f in drill["faults"]))
+    print(f"[mttr_bench] {b.kind}/{job.ft.recovery}/{job.ft.mode}: " + ", ".join(f"mttr={f['mttr_s']}" for f in drill["faults"]))
     print(f"[mttr_bench] aggregate over {len(drills)} drills: {paths['report']}")
     ok = drill_ok(drill)
     if not ok:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import Any, Callable, Dict, List
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 from torch import nn
+from torchft import Manager
 from torchft.checkpointing import CheckpointTransport
 
 from monarch_ft.config import FTConfig
@@ -178,6 +180,63 @@ def build_transport(cfg: FTConfig, timeout: timedelta, lighthouse_addr: str, rep
     raise ValueError(f"ft.transport={cfg.transport!r}: choose sharded or http")
 
 
+class MonarchManager(Manager):
+    """torchft's Manager with three small additions the sync strategies need.
+
+    * ``before_commit``: called at the top of every ``should_commit``, after the quorum and
+      the sync's collectives. In localsgd/diloco torchft's own optimizer hooks call
+      ``should_commit``, so this is the one place between a heal and a commit where a rank
+      can learn who took part (monarch_ft.components.sync) and refuse a commit below the
+      job's floor (CommitFloor).
+    * ``heals``: how many times the Manager's own state was loaded (a heal from a peer, or a
+      disk checkpoint), so a step record can say that a group's window was replaced.
+    * ``seconds``: wall time the calling thread spent in quorum (start_quorum, wait_quorum)
+      and in the commit vote, for the overhead benchmark's per-step breakdown. Nested calls
+      (start_quorum waits for the quorum itself) count once.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.before_commit: Optional[Callable[[], None]] = None
+        self.heals = 0
+        self.seconds = {"quorum": 0.0, "commit": 0.0}
+        self._timing_depth = 0
+        super().__init__(*args, **kwargs)
+
+    @contextmanager
+    def _timed(self, key: str) -> Iterator[None]:
+        self._timing_depth += 1
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._timing_depth -= 1
+            if self._timing_depth == 0:
+                self.seconds[key] += time.perf_counter() - start
+
+    def take_seconds(self) -> Dict[str, float]:
+        """The time accrued since the last call, then reset."""
+        out, self.seconds = self.seconds, {"quorum": 0.0, "commit": 0.0}
+        return out
+
+    def start_quorum(self, *args: Any, **kwargs: Any) -> None:
+        with self._timed("quorum"):
+            super().start_quorum(*args, **kwargs)
+
+    def wait_quorum(self) -> None:
+        with self._timed("quorum"):
+            super().wait_quorum()
+
+    def should_commit(self, timeout: Optional[timedelta] = None) -> bool:
+        if self.before_commit is not None:
+            self.before_commit()
+        with self._timed("commit"):
+            return super().should_commit(timeout)
+
+    def load_state_dict(self, state_dict: Dict[str, int]) -> None:
+        self.heals += 1
+        super().load_state_dict(state_dict)
+
+
 def build_manager(
     cfg: FTConfig,
     *,
@@ -192,20 +251,23 @@ def build_manager(
     load_state_dict: Callable[[Dict[str, Any]], None],
     report: Callable[..., None],
     backend: str,
-):
-    """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/devices.py)."""
-    from torchft import Manager
+    use_async_quorum: bool = True,
+) -> MonarchManager:
+    """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/devices.py).
+
+    ``use_async_quorum``: hsdp overlaps the next quorum with compute (True); torchft's DiLoCo
+    refuses an async quorum, and localsgd uses the same synchronous one (see sync.py)."""
     from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 
     timeout = timedelta(seconds=cfg.timeout_s)
     pg = ProcessGroupNCCL(timeout=timeout) if backend == "nccl" else ProcessGroupGloo(timeout=timeout)
     transport = RecordingTransport(build_transport(cfg, timeout, lighthouse_addr, report), report)
-    return Manager(
+    return MonarchManager(
         pg=pg,
         load_state_dict=load_state_dict,
         state_dict=state_dict,
         min_replica_size=cfg.min_replica_size,
-        use_async_quorum=True,
+        use_async_quorum=use_async_quorum,
         timeout=timeout,
         quorum_timeout=timedelta(seconds=cfg.quorum_timeout_s),
         connect_timeout=timedelta(seconds=cfg.connect_timeout_s),

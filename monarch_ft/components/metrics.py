@@ -70,9 +70,12 @@ class Liveness:
         self._thread = threading.Thread(target=self._run, name="mft-liveness", daemon=True)
         self._thread.start()
 
-    def enter(self, phase: str) -> None:
-        """Mark the start of ``phase`` (a monarch_ft.recovery.Phase value). Cheap: no I/O."""
-        if phase != self.phase:
+    def enter(self, phase: str, fresh: bool = False) -> None:
+        """Mark the start of ``phase`` (a monarch_ft.recovery.Phase value). Cheap: no I/O.
+
+        ``fresh``: a new spell of the same phase (localsgd/diloco stay in compute for a
+        whole window of inner steps; each step gets the phase's budget anew)."""
+        if fresh or phase != self.phase:
             self.phase, self.since = phase, time.time()
 
     def _run(self) -> None:

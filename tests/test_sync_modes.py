@@ -1,0 +1,161 @@
+"""ft.mode=hsdp|localsgd|diloco end to end: real supervisor, Lighthouse and rank processes.
+
+Each mode trains 2 x 2 with a falling loss and equal weights where they must be equal; each
+survives a SIGKILLed rank, the relaunched group heals in step with its peer, and the job
+trains every batch exactly once across the fault (batch ids from the step records).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from chaos.mttr import batch_accounting
+from monarch_ft.supervisor import request_finish
+
+from conftest import FAST, REPO, console, finish_job, read_jsonl, run_job, start_job, wait_for
+
+H = 10
+MODES = {
+    "hsdp": ["ft.mode=hsdp"],
+    "localsgd": ["ft.mode=localsgd", f"ft.sync_every={H}"],
+    "diloco": ["ft.mode=diloco", f"ft.sync_every={H}"],
+}
+WINDOW = {"hsdp": 1, "localsgd": H, "diloco": H}
+
+
+def _commits(metrics, group):
+    return [m for m in metrics if m["group"] == group and m["rank"] == 0 and m["committed"]]
+
+
+def assert_every_batch_once(metrics, final_step: int, window: int) -> dict:
+    """Each kept window holds exactly its own batches, no group keeps a batch twice, and
+    together the groups kept every batch of the job."""
+    acc = batch_accounting(metrics)
+    for group, step, batches in acc["windows"]:
+        if batches:  # a group that healed into a sync trained nothing of that window
+            assert batches == list(range(step - window + 1, step + 1)), (group, step, batches)
+    for group, batches in acc["kept"].items():
+        assert len(batches) == len(set(batches)), f"group {group} trained a batch twice: {batches}"
+    union = set().union(*acc["kept"].values())
+    assert union == set(range(final_step)), sorted(set(range(final_step)) ^ union)
+    return acc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", list(MODES))
+def test_mode_trains_two_by_two_with_falling_loss(run_dir, mode):
+    steps = 40
+    code = run_job(run_dir, *FAST, *MODES[mode], f"training.steps={steps}", "training.state_hash_every=1", timeout=300)
+    assert code == 0, console(run_dir)[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert summary["status"] == "completed" and summary["weights_consistent"] is True
+    assert {m["mode"] for m in metrics} == {mode}
+    for g in (0, 1):
+        assert summary["groups"][str(g)]["final_step"] == steps
+        # Commits only at sync points: every window-th step.
+        assert [m["step"] for m in _commits(metrics, g)] == list(range(WINDOW[mode] - 1, steps, WINDOW[mode]))
+        assert all(m["participating_groups"] == [0, 1] for m in _commits(metrics, g))
+    # Both groups hash the same state at every sync.
+    by_step: dict[int, set] = {}
+    for m in metrics:
+        if m.get("state_hash") and m["rank"] == 0:
+            by_step.setdefault(m["step"], set()).add(m["state_hash"])
+    assert by_step and all(len(h) == 1 for h in by_step.values()), by_step
+    losses = [m["loss"] for m in sorted(metrics, key=lambda m: m["step"]) if m["loss"] is not None]
+    n = len(losses) // 5
+    assert sum(losses[-n:]) / n < sum(losses[:n]) / n - 0.3, losses
+    assert_every_batch_once(metrics, steps, WINDOW[mode])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", list(MODES))
+def test_mode_survives_process_kill_in_step_with_every_batch_once(run_dir, mode):
+    w = WINDOW[mode]
+    proc = start_job(run_dir, *FAST, *MODES[mode], "training.steps=100000", "training.state_hash_every=1")
+    metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
+    # Kill mid-window: after group 1's second sync and a few inner steps more.
+    wait_for(lambda: len(_commits(read_jsonl(metrics_path), 1)) >= (2 if w > 1 else 8), 150, "group 1 to sync")
+    if w > 1:
+        wait_for(lambda: max(m["step"] for m in read_jsonl(metrics_path) if m["group"] == 1) % w >= w // 2, 60, "mid-window")
+    victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
+    killed_at = time.time()
+    os.kill(victim["pid"], signal.SIGKILL)
+    back = lambda: [m for m in _commits(read_jsonl(metrics_path), 1) if m["attempt"] >= 1 and m["participating_groups"] == [0, 1]]
+    wait_for(back, 200, "group 1 to commit a sync with group 0 again")
+    finish = max(m["step"] for m in _commits(read_jsonl(metrics_path), 0)) + 1 + 2 * w
+    request_finish(str(run_dir), finish)
+    code = finish_job(proc, run_dir, 240)
+    assert code == 0, console(run_dir)[-3000:]
+
+    metrics = read_jsonl(metrics_path)
+    events = read_jsonl(events_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert any(e["event"] == "group_failed" and e["group"] == 1 for e in events)
+    assert any(e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] >= 1 for e in events)
+    final = summary["groups"]["0"]["final_step"]
+    assert final == summary["groups"]["1"]["final_step"] and final % w == 0
+    assert summary["weights_consistent"] is True
+
+    # Back in step: the relaunched group's first sync is the peer's (same step, same quorum),
+    # it healed into it, and its next batch is exactly the one after that sync.
+    rejoin = [m for m in _commits(metrics, 1) if m["attempt"] >= 1][0]
+    peer = [m for m in _commits(metrics, 0) if m["step"] == rejoin["step"]]
+    assert peer and peer[-1]["quorum_id"] == rejoin["quorum_id"], (rejoin, peer)
+    after = sorted((m for m in metrics if m["group"] == 1 and m["rank"] == 0 and m["attempt"] >= 1 and m["time"] > rejoin["time"]), key=lambda m: m["time"])
+    assert after and after[0]["batch"] == rejoin["step"] + 1, (rejoin, after[:2])
+    if w > 1:
+        assert rejoin["healed"] is True and rejoin["batch"] is None  # trained nothing before its heal
+
+    # Weights agree at every sync both groups hashed after the rejoin.
+    hashes: dict[tuple[int, int], dict[int, str]] = {}
+    for m in metrics:
+        if m.get("state_hash") and m["step"] >= rejoin["step"]:
+            hashes.setdefault((m["step"], m["rank"]), {})[m["group"]] = m["state_hash"]
+    common = [v for v in hashes.values() if len(v) == 2]
+    assert common and all(len(set(v.values())) == 1 for v in common)
+
+    acc = assert_every_batch_once(metrics, final, w)
+    # What the kill cost: the killed group's unsynced steps, at most one window (+1: the step in flight).
+    lost = [x for x in acc["discarded"] if x["group"] == 1 and x["attempt"] == 0]
+    assert sum(x["steps"] for x in lost) <= w + 1
+
+
+@pytest.mark.slow
+def test_ft_overhead_benchmark_smoke():
+    """The overhead benchmark's smoke size runs and prints its table (numbers not asserted)."""
+    res = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "ft_overhead.py"), "--smoke"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    for label in ("no-FT", "hsdp", "localsgd", "diloco"):
+        assert label in res.stdout, res.stdout
+    closing = res.stdout.strip().splitlines()[-1]
+    assert closing.startswith("overhead_hsdp=") and "overhead_diloco=" in closing and "loss_ratio_diloco=" in closing, closing
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("ft.mode=sync", "ft.mode='sync': choose one of hsdp, localsgd, diloco"),
+        ("ft.sync_every=7", "training.steps=30: ft.mode=diloco syncs every 7 steps"),
+        ("ft.fragments=4", "ft.fragments=4: must be >= 1 and divide ft.sync_every=10"),
+    ],
+)
+def test_bad_mode_settings_are_one_line(tmp_path, override, expected):
+    args = [sys.executable, str(REPO / "recipes" / "pretrain.py"), "ft.mode=diloco", "ft.sync_every=10", override, f"hydra.run.dir={tmp_path / 'r'}"]
+    if override.startswith("ft.mode="):
+        args.remove("ft.mode=diloco")
+    res = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stderr
+    errors = [l for l in res.stderr.splitlines() if l.startswith("monarch_ft: error:")]
+    assert len(errors) == 1 and expected in errors[0], res.stderr
