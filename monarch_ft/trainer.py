@@ -281,7 +281,7 @@ def train(spec: RankSpec) -> None:
         "model_ready",
         step=manager.current_step(),
         params=sum(p.numel() for p in model.parameters()),
-        transport_metadata=manager._checkpoint_transport.metadata(),
+        transport_metadata=manager.checkpoint_metadata(),
         device=str(device),
         device_name=torch.cuda.get_device_name(device) if use_cuda else None,
         group_backend=dist.get_backend(),
@@ -384,7 +384,7 @@ def train(spec: RankSpec) -> None:
             tokens_per_s=tokens_per_step / elapsed if elapsed > 0 else None,
             step_time_s=elapsed,
             quorum_size=manager.num_participants(),
-            quorum_id=manager._quorum_id,
+            quorum_id=manager.quorum_id,
             participating_groups=members,
             lr=float(optimizer.param_groups[0]["lr"]),
             # The batch trained (None: none, e.g. a group that healed into a sync), whether a

@@ -57,7 +57,7 @@ class FaultAgent:
         mode = request["mode"]
         self._report("collective_fault_injected", mode=mode, step=manager.current_step(), requested_at=request["requested_at"])
         if mode == "abort":
-            manager._pg.abort()
+            manager.abort_process_group()
         elif mode == "hang":
             time.sleep(float(request["duration_s"]))
         else:

@@ -213,6 +213,22 @@ class MonarchManager(Manager):
             if self._timing_depth == 0:
                 self.seconds[key] += time.perf_counter() - start
 
+    # What the trainer and the fault agent need of the Manager, in one place: torchft 0.2.0
+    # keeps these in private attributes, so only this subclass reads them.
+    @property
+    def quorum_id(self) -> int:
+        """The Lighthouse quorum this rank last configured for (the step record's quorum_id)."""
+        return self._quorum_id
+
+    def checkpoint_metadata(self) -> str:
+        """Where peers fetch this rank's state from (its checkpoint transport's address)."""
+        return self._checkpoint_transport.metadata()
+
+    def abort_process_group(self) -> None:
+        """Abort the cross-group process group (gloo here, NCCL's communicator abort on CUDA):
+        the in-flight collective fails on every participant and the step is discarded."""
+        self._pg.abort()
+
     def take_seconds(self) -> Dict[str, float]:
         """The time accrued since the last call, then reset."""
         out, self.seconds = self.seconds, {"quorum": 0.0, "commit": 0.0}
