@@ -55,7 +55,7 @@ def _worker(spec: dict) -> None:
     from monarch_ft.data import TokenBatches
 
     torch.set_num_threads(1)
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank = int(os.environ["RANK"])
     dist.init_process_group("gloo")
     mesh = init_device_mesh("cpu", (spec["groups"], spec["ranks"]), mesh_dim_names=("replicate", "shard"))
     group, grank = divmod(rank, spec["ranks"])
@@ -111,7 +111,7 @@ def run_noft(args, spec: dict, out: str) -> dict:
     ranks = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(spec["groups"] * spec["ranks"])]
     times = ranks[0]["times"][args.warmup:]
     tail = max(1, spec["steps"] // 10)
-    losses = [l for r in ranks if r["rank"] == 0 for l in r["losses"][-tail:]]
+    losses = [loss for r in ranks if r["rank"] == 0 for loss in r["losses"][-tail:]]
     return _stats(times, [], [], losses, spec["global_tokens"])
 
 
@@ -128,7 +128,7 @@ def run_ours(args, spec: dict, overrides: list[str], out: str) -> dict:
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(overrides)} failed ({res.returncode}): {(res.stdout + res.stderr)[-2000:]}")
-    recs = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    recs = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
     head = sorted((r for r in recs if r["group"] == 0 and r["rank"] == 0), key=lambda r: r["step"])[args.warmup:]
     tail = max(1, spec["steps"] // 10)
     trained = [r for r in recs if r["rank"] == 0 and r["loss"] is not None]
@@ -137,7 +137,7 @@ def run_ours(args, spec: dict, overrides: list[str], out: str) -> dict:
         [r["step_time_s"] for r in head], [r.get("quorum_s", 0.0) for r in head], [r.get("xgroup_s", 0.0) for r in head], losses, spec["global_tokens"]
     )
     # A fault-free benchmark: a group the supervisor restarted makes the case not comparable.
-    events = [json.loads(l) for l in open(os.path.join(out, "events.jsonl"))]
+    events = [json.loads(line) for line in open(os.path.join(out, "events.jsonl"))]
     stats["failures"] = sum(1 for e in events if e["event"] == "group_failed")
     return stats
 

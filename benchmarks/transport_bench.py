@@ -68,7 +68,11 @@ def digest(sd: Any) -> Tuple[int, float]:
     tot = 0.0
     for t in ts:
         if t.numel():
-            tot += float(t.detach().reshape(-1).view(torch.uint8).to(torch.int64).sum()) if t.is_contiguous() else float(t.contiguous().view(-1).view(torch.uint8).to(torch.int64).sum())
+            tot += (
+                float(t.detach().reshape(-1).view(torch.uint8).to(torch.int64).sum())
+                if t.is_contiguous()
+                else float(t.contiguous().view(-1).view(torch.uint8).to(torch.int64).sum())
+            )
     return len(ts), tot
 
 

@@ -110,7 +110,8 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultConfig]) -> None:
         worst = restarts
     if worst > ft.max_restarts:
         raise ConfigError(
-            f"the drill's {restarts} restarting faults need up to {worst} restarts of one group but ft.max_restarts={ft.max_restarts}: raise ft.max_restarts or inject fewer faults"
+            f"the drill's {restarts} restarting faults need up to {worst} restarts of one group but ft.max_restarts={ft.max_restarts}: "
+            "raise ft.max_restarts or inject fewer faults"
         )
 
 
@@ -119,7 +120,8 @@ def _validate_network_fault(cfg: DrillConfig, f: FaultConfig, where: str) -> Non
 
     if cfg.launcher.name != "local" or not launcher_options(cfg.launcher).simulated_hosts:
         raise ConfigError(
-            f"{where}.kind={f.kind}: network faults need simulated hosts (one network namespace per group): use launcher=local_hosts (launcher.options.simulated_hosts=true)"
+            f"{where}.kind={f.kind}: network faults need simulated hosts (one network namespace per group): "
+            "use launcher=local_hosts (launcher.options.simulated_hosts=true)"
         )
     if f.duration_s <= 0:
         raise ConfigError(f"{where}.duration_s={f.duration_s}: must be > 0 (how long the link stays {'cut' if f.kind == 'partition' else 'slow'})")
@@ -132,7 +134,8 @@ def _validate_network_fault(cfg: DrillConfig, f: FaultConfig, where: str) -> Non
 
         if f.delay_ms and not qdisc_supported("netem"):
             raise ConfigError(
-                f"{where}.delay_ms={f.delay_ms:g}: this kernel has no tc netem qdisc (CONFIG_NET_SCH_NETEM) to add latency: give only a rate (delay_ms: 0, rate: 1mbit; tbf), or run on a kernel with netem"
+                f"{where}.delay_ms={f.delay_ms:g}: this kernel has no tc netem qdisc (CONFIG_NET_SCH_NETEM) to add latency: "
+                "give only a rate (delay_ms: 0, rate: 1mbit; tbf), or run on a kernel with netem"
             )
         if f.rate and not f.delay_ms and not qdisc_supported("tbf"):
             raise ConfigError(f"{where}.rate={f.rate}: this kernel has no tc tbf qdisc (CONFIG_NET_SCH_TBF) to limit the rate")

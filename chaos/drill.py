@@ -43,7 +43,10 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         for f, until in zip(injector.injected, nexts)
     ]
     for f in faults[len(injector.injected):]:
-        analyzed.append({"id": None, "kind": f.kind, "target": f.target, "at_step": f.at_step, "injected_at": None, "phases": {}, "mttr_s": None, "recovered": False, "weights_consistent": None, "note": "never injected: the job ended first"})
+        analyzed.append({
+            "id": None, "kind": f.kind, "target": f.target, "at_step": f.at_step, "injected_at": None, "phases": {}, "mttr_s": None,
+            "recovered": False, "weights_consistent": None, "note": "never injected: the job ended first",
+        })
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
     first_fault = min((f["injected_at"] for f in injector.injected), default=None)
     rate, goodput = samples_per_s(metrics, until=first_fault), samples_per_s(metrics)

@@ -65,7 +65,10 @@ class ChaosInjector:
     def tick(self, job: JobControl, now: float) -> None:
         if self.active is not None:
             if self._recovered(job, self.active):
-                job.emit(EventKind.FAULT_RECOVERED, fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"], seconds=round(now - self.active["injected_at"], 3))
+                job.emit(
+                    EventKind.FAULT_RECOVERED, fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"],
+                    seconds=round(now - self.active["injected_at"], 3),
+                )
                 self.active = None
             elif now - self.active["injected_at"] > self.recovery_timeout_s:
                 job.emit(EventKind.FAULT_RECOVERY_TIMEOUT, fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"])

@@ -150,7 +150,9 @@ class SimulatedHosts:
         if res.returncode != 0:
             err = res.stderr.strip()
             if _refused(err):
-                raise HostSetupError(f"creating network namespaces and bridges was refused ({err}): run as root (CAP_NET_ADMIN), or drop launcher.options.simulated_hosts")
+                raise HostSetupError(
+                    f"creating network namespaces and bridges was refused ({err}): run as root (CAP_NET_ADMIN), or drop launcher.options.simulated_hosts"
+                )
             raise HostSetupError(f"cannot create bridge {self.bridge} ({err}): drop launcher.options.simulated_hosts")
         _run("ip", "addr", "add", f"{self.bridge_address}/24", "dev", self.bridge)
         _run("ip", "link", "set", self.bridge, "up")

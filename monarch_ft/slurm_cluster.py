@@ -49,7 +49,11 @@ def _tail(path: str, n: int = 600) -> str:
 
 
 def missing_binaries() -> list[str]:
-    return [b for b in ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo") if shutil.which(b) is None and not os.path.exists(f"/usr/sbin/{b}")]
+    return [
+        b
+        for b in ("munged", "munge", "unmunge", "slurmctld", "slurmd", "sbatch", "srun", "squeue", "scancel", "scontrol", "sinfo")
+        if shutil.which(b) is None and not os.path.exists(f"/usr/sbin/{b}")
+    ]
 
 
 def _which(name: str) -> str:
@@ -232,7 +236,10 @@ class LocalSlurmCluster:
         deadline = time.time() + 10
         while time.time() < deadline:
             if self.procs["munged"].poll() is not None:
-                raise SlurmClusterError(f"munged exited ({self.procs['munged'].returncode}): {_tail(os.path.join(m, 'log', 'munged.log'))} {_tail(os.path.join(m, 'log', 'munged.stdout'))}")
+                raise SlurmClusterError(
+                    f"munged exited ({self.procs['munged'].returncode}): "
+                    f"{_tail(os.path.join(m, 'log', 'munged.log'))} {_tail(os.path.join(m, 'log', 'munged.stdout'))}"
+                )
             if os.path.exists(self.munge_socket) and self._munge_works():
                 return
             time.sleep(0.1)

@@ -169,7 +169,10 @@ class Supervisor:
 
     # ---------------------------------------------------------------- console
     def _echo(self, e: dict) -> None:
-        quiet = {"rank_launched", "model_ready", "rank_started", "checkpoint_sent", "rank_finished", "recovery_started", "checkpoint_save_started", "checkpoint_saved"}
+        quiet = {
+            "rank_launched", "model_ready", "rank_started", "checkpoint_sent", "rank_finished",
+            "recovery_started", "checkpoint_save_started", "checkpoint_saved",
+        }
         if e["event"] in quiet:
             return
         rel = e["time"] - self._started if self._started else 0.0

@@ -117,7 +117,11 @@ def check_train(run_dir: str, device: str, steps: int) -> str:
     if summary.get("status") != "completed":
         raise Fail(f"job status {summary.get('status')!r}, expected completed")
     where = _ranks_on(run_dir, device, None)
-    losses = [m["loss"] for m in sorted(_jsonl(os.path.join(run_dir, "metrics.jsonl")), key=lambda m: m["step"]) if m.get("committed") and m.get("loss") is not None]
+    losses = [
+        m["loss"]
+        for m in sorted(_jsonl(os.path.join(run_dir, "metrics.jsonl")), key=lambda m: m["step"])
+        if m.get("committed") and m.get("loss") is not None
+    ]
     if len(losses) < steps:
         raise Fail(f"{len(losses)} committed steps with a loss, expected {steps}")
     k = max(1, steps // 10)
@@ -160,7 +164,10 @@ def check_kill(run_dir: str, device: str, xgroup: str) -> str:
     healed = fault.get("recovered_from_group")
     if healed is None or healed == fault["target"]:
         raise Fail(f"the killed group did not heal from a live peer (recovered_from_group={healed})")
-    return f"{where}; killed group {fault['target']} healed from group {healed} ({fault.get('recovery_bytes')} B), back in {fault['mttr_s']} s, weights bit-identical"
+    return (
+        f"{where}; killed group {fault['target']} healed from group {healed} ({fault.get('recovery_bytes')} B), "
+        f"back in {fault['mttr_s']} s, weights bit-identical"
+    )
 
 
 # ---------------------------------------------------------------- 4. collective faults

@@ -223,7 +223,11 @@ def test_every_group_stuck_at_once_is_one_stall_waited_out_then_escalated(run_di
     wait_for(lambda: stalls("job_stall_escalated"), 120, "the stall to be escalated")
     wait_for(lambda: stalls("training_started")[1:], 120, "the full restart's gate")
     restarted_at = stalls("training_started")[-1]["time"]
-    wait_for(lambda: [m for m in _commits(read_jsonl(metrics_path)) if m["time"] > restarted_at and sorted(m["participating_groups"]) == [0, 1]], 120, "one quorum again")
+    wait_for(
+        lambda: [m for m in _commits(read_jsonl(metrics_path)) if m["time"] > restarted_at and sorted(m["participating_groups"]) == [0, 1]],
+        120,
+        "one quorum again",
+    )
     request_finish(str(run_dir), max(m["step"] for m in _commits(read_jsonl(metrics_path))) + 5)
     assert finish_job(proc, run_dir, 180) == 0, console(run_dir)[-4000:]
     (restart,) = stalls("full_restart")

@@ -52,7 +52,9 @@ def test_two_groups_two_ranks_train_to_identical_weights(run_dir):
         assert len({e["state_hash"] for e in finished if e["rank"] == r}) == 1
 
     kinds = [e["event"] for e in events]
-    for kind in ("job_started", "lighthouse_started", "group_launched", "rank_launched", "quorum_change", "group_finished", "lighthouse_stopped", "job_finished"):
+    for kind in (
+        "job_started", "lighthouse_started", "group_launched", "rank_launched", "quorum_change", "group_finished", "lighthouse_stopped", "job_finished",
+    ):
         assert kind in kinds, kind
     assert kinds.count("group_finished") == 2
     assert all(isinstance(e["time"], float) for e in events)

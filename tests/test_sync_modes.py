@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -86,7 +85,6 @@ def test_mode_survives_process_kill_in_step_with_every_batch_once(run_dir, mode)
     if w > 1:
         wait_for(lambda: max(m["step"] for m in read_jsonl(metrics_path) if m["group"] == 1) % w >= w // 2, 60, "mid-window")
     victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
-    killed_at = time.time()
     os.kill(victim["pid"], signal.SIGKILL)
     back = lambda: [m for m in _commits(read_jsonl(metrics_path), 1) if m["attempt"] >= 1 and m["participating_groups"] == [0, 1]]
     wait_for(back, 200, "group 1 to commit a sync with group 0 again")
@@ -157,5 +155,5 @@ def test_bad_mode_settings_are_one_line(tmp_path, override, expected):
     res = subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stdout + res.stderr
     assert "Traceback" not in res.stderr
-    errors = [l for l in res.stderr.splitlines() if l.startswith("monarch_ft: error:")]
+    errors = [line for line in res.stderr.splitlines() if line.startswith("monarch_ft: error:")]
     assert len(errors) == 1 and expected in errors[0], res.stderr

@@ -73,7 +73,10 @@ def assert_same(a, b, path="sd"):
         assert isinstance(b, torch.Tensor), path
         assert a.dtype == b.dtype and a.shape == b.shape, path
         assert a.stride() == b.stride(), f"{path}: strides {a.stride()} != {b.stride()}"
-        assert torch.equal(a.detach().view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a.detach(), b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b), path
+        assert torch.equal(
+            a.detach().view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a.detach(),
+            b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b,
+        ), path
     elif isinstance(a, dict):
         assert isinstance(b, dict) and a.keys() == b.keys(), path
         for k in a:
@@ -540,7 +543,13 @@ MOONCAKE_SENDER = textwrap.dedent(
     t = ShardedTransport(timeout=timedelta(seconds=30), backend=sys.argv[1], chunk_size=1 << 18, host="127.0.0.1")
     assert t.backend_name == sys.argv[1], t.backend_name
     g = torch.Generator().manual_seed(1)
-    sd = {"user": {"w": torch.randn(1 << 20, generator=g), "bf": torch.randn(999, generator=g).bfloat16(), "nc": torch.randn(30, 20, generator=g).t(), "e": torch.empty(0), "s": "str"}, "torchft": {"step": 8}}
+    sd = {
+        "user": {
+            "w": torch.randn(1 << 20, generator=g), "bf": torch.randn(999, generator=g).bfloat16(), "nc": torch.randn(30, 20, generator=g).t(),
+            "e": torch.empty(0), "s": "str",
+        },
+        "torchft": {"step": 8},
+    }
     t.send_checkpoint([1], 8, sd, timedelta(seconds=30))
     print(t.metadata(), flush=True)
     sys.stdin.read()
