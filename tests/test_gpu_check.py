@@ -55,8 +55,12 @@ def test_cpu_dry_run_runs_every_check(tmp_path):
     assert "abort through gloo: step discarded, no restart" in checks[4][1] and "group 1 replaced" in checks[4][1], checks[4]
     # Not in this build: reported, counted neither way.
     assert checks[5][1] == "skip: standby groups not in this build", checks[5]
-    assert checks[6][1] == "skip: benchmarks/ft_overhead.py not in this build", checks[6]
-    assert lines[-1] == "gpu_checks passed=4 failed=0", out
+    # The overhead benchmark's smoke size (the suite's only run of it): its table and closing line.
+    assert re.match(r"ok \(overhead_hsdp=[\d.]+ .*overhead_diloco=[\d.]+ .*loss_ratio_diloco=[\d.]+", checks[6][1]), checks[6]
+    table = (logs / "6_ft_overhead.console.log").read_text()
+    for label in ("no-FT", "hsdp", "localsgd", "diloco"):
+        assert f"| {label}" in table, table[-2000:]
+    assert lines[-1] == "gpu_checks passed=5 failed=0", out
     # The logs stay: each job's run directory and console, and this output.
     assert (logs / "gpu_check.txt").read_text() == out
     for name in ("2_train", "3_process_kill", "4_collective"):

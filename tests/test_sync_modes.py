@@ -48,7 +48,7 @@ def assert_every_batch_once(metrics, final_step: int, window: int) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", list(MODES))
+@pytest.mark.parametrize("mode", ["localsgd", "diloco"])  # hsdp: test_pretrain's 2x2 job, and the kill test below
 def test_mode_trains_two_by_two_with_falling_loss(run_dir, mode):
     steps = 40
     code = run_job(run_dir, *FAST, *MODES[mode], f"training.steps={steps}", "training.state_hash_every=1", timeout=300)
@@ -124,20 +124,6 @@ def test_mode_survives_process_kill_in_step_with_every_batch_once(run_dir, mode)
     # What the kill cost: the killed group's unsynced steps, at most one window (+1: the step in flight).
     lost = [x for x in acc["discarded"] if x["group"] == 1 and x["attempt"] == 0]
     assert sum(x["steps"] for x in lost) <= w + 1
-
-
-@pytest.mark.slow
-def test_ft_overhead_benchmark_smoke():
-    """The overhead benchmark's smoke size runs and prints its table (numbers not asserted)."""
-    res = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "ft_overhead.py"), "--smoke"],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    for label in ("no-FT", "hsdp", "localsgd", "diloco"):
-        assert label in res.stdout, res.stdout
-    closing = res.stdout.strip().splitlines()[-1]
-    assert closing.startswith("overhead_hsdp=") and "overhead_diloco=" in closing and "loss_ratio_diloco=" in closing, closing
 
 
 @pytest.mark.parametrize(
