@@ -235,11 +235,13 @@ def train(spec: RankSpec) -> None:
     floor = CommitFloor(layout.commit_floor)
 
     def refuse_commit(step: int, job_step: int) -> None:
-        # Never commit below the job's step: this group holds no state of the job's
-        # (nobody was left to heal it from). Every rank of the group sees the same.
-        reporter.event("commit_refused", step=step, job_step=job_step)
-        reporter.close()
-        os._exit(int(RankExit.COMMIT_BELOW_FLOOR))
+        # Never commit below the job's step (see CommitFloor): vote against this commit, and
+        # give up once it is clear that nobody in the quorum can heal this group.
+        reporter.event("commit_refused", step=step, job_step=job_step, refusals=floor.refusals)
+        if floor.refusals >= floor.MAX_REFUSALS:
+            reporter.close()
+            os._exit(int(RankExit.COMMIT_BELOW_FLOOR))
+        manager.report_error(RuntimeError(f"step {step} is below the job's committed step {job_step}"))
 
     # ft.mode: how groups synchronise (monarch_ft/components/sync.py).
     sync = build_sync(cfg.ft, manager, model, optimizer, lr_schedulers, params, spec.group, floor, refuse_commit)

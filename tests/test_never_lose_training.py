@@ -194,39 +194,41 @@ def test_a_held_up_supervisor_does_not_kill_healthy_groups_on_waking(run_dir):
 
 
 def test_every_group_stuck_at_once_is_one_stall_waited_out_then_escalated(run_dir):
-    """Both groups stuck computing at once (nobody stopped or dead): one job-wide stall.
+    """Every group stuck computing at once (nobody stopped or dead): one job-wide stall.
     The supervisor saves every rank's stacks and waits; a stall that clears costs nothing,
-    one that outlasts ft.stall_timeout_s resumes the whole job from its checkpoint."""
+    one that outlasts ft.stall_timeout_s resumes the whole job from its checkpoint.
+
+    One group: two groups stuck at once cannot be arranged deterministically (the first
+    to stall holds the other in TorchFT's quorum, inside its own budget, which is right),
+    and a lone group is the same case, the last group holding the job's state."""
     from monarch_ft.components.fault_agent import request_collective_fault
 
     proc = start_job(
         run_dir, *FAST, "ft.hang_timeout_s=6", "ft.timeout_s=3", "ft.stall_timeout_s=10", "checkpoint.interval=5",
-        "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000",
+        "ft.replica_groups=1", "ft.ranks_per_group=1", "training.steps=100000",
     )
     layout = RunLayout(str(run_dir))
     events_path, metrics_path = run_dir / "events.jsonl", run_dir / "metrics.jsonl"
     stalls = lambda kind: [e for e in read_jsonl(events_path) if e["event"] == kind]
-    wait_for(lambda: len(_commits(read_jsonl(metrics_path), 1)) >= 8, 120, "both groups to step")
+    wait_for(lambda: len(_commits(read_jsonl(metrics_path), 0)) >= 8, 120, "the group to step")
 
     # 9 s stuck: past the 6 s hang timeout, within the 10 s stall budget.
-    for g in (0, 1):
-        request_collective_fault(layout, g, 0, "hang", 9.0)
+    request_collective_fault(layout, 0, 0, "hang", 9.0)
     wait_for(lambda: stalls("job_stall_cleared"), 90, "the stall to clear")
     (stall,) = stalls("job_stall")
-    assert sorted(stall["groups"]) == [0, 1] and all(os.path.getsize(p) > 0 for p in stall["stacks"].values())
+    assert stall["groups"] == [0] and all(os.path.getsize(p) > 0 for p in stall["stacks"].values())
     assert "before_allreduce" in open(stall["stacks"]["g0r0"]).read(), "py-spy shows where rank 0 was stuck"
     assert not stalls("group_failed"), "a stall that clears kills nobody"
 
     # 40 s stuck: the stall outlasts its budget and the job resumes from its checkpoint.
-    for g in (0, 1):
-        request_collective_fault(layout, g, 0, "hang", 40.0)
+    request_collective_fault(layout, 0, 0, "hang", 40.0)
     wait_for(lambda: stalls("job_stall_escalated"), 120, "the stall to be escalated")
     wait_for(lambda: stalls("training_started")[1:], 120, "the full restart's gate")
     restarted_at = stalls("training_started")[-1]["time"]
     wait_for(
-        lambda: [m for m in _commits(read_jsonl(metrics_path)) if m["time"] > restarted_at and sorted(m["participating_groups"]) == [0, 1]],
+        lambda: [m for m in _commits(read_jsonl(metrics_path)) if m["time"] > restarted_at and m["participating_groups"] == [0]],
         120,
-        "one quorum again",
+        "training again",
     )
     request_finish(str(run_dir), max(m["step"] for m in _commits(read_jsonl(metrics_path))) + 5)
     assert finish_job(proc, run_dir, 180) == 0, console(run_dir)[-4000:]

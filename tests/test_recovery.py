@@ -77,7 +77,9 @@ def test_commit_floor_refuses_below_the_job_step(tmp_path):
     atomic_write(floor.path, "2510")
     assert floor.allows(2509) == (True, 2510)  # the newest step again (a quorum peer)
     assert floor.allows(2510) == (True, 2510)
-    assert floor.allows(0) == (False, 2510)
+    assert floor.allows(0) == (False, 2510) and floor.refusals == 1
+    assert floor.allows(0) == (False, 2510) and floor.refusals == 2
+    assert floor.allows(2510) == (True, 2510) and floor.refusals == 0  # healed: the count starts over
 
 
 def test_deliberate_exits_are_named():

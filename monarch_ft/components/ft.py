@@ -72,15 +72,23 @@ class CommitFloor:
     holding the job's state (every peer died while it started) is at a lower step, its
     initial weights or an old state, and would silently train the job again from there
     and make later groups heal from it. Such a rank refuses to commit: it reports
-    ``commit_refused`` and ends with ``RankExit.COMMIT_BELOW_FLOOR``; the supervisor
-    relaunches the group, which then loads the newest checkpoint.
+    ``commit_refused`` and votes against the commit (TorchFT's ``report_error``), so a
+    group that is merely behind (back from a partition, in a stale quorum) heals from its
+    peers on the next quorum, in place. After MAX_REFUSALS in a row it has nobody to heal
+    from and ends with ``RankExit.COMMIT_BELOW_FLOOR``; the supervisor relaunches the
+    group, which then loads the newest checkpoint.
 
     Args:
         path: the control file (RunLayout.commit_floor); missing means 0.
     """
 
+    # Refusals in a row after which the group gives up (exit): a stale group in a quorum
+    # with a peer heals on the next quorum; one alone has nobody to heal from.
+    MAX_REFUSALS = 3
+
     def __init__(self, path: str) -> None:
         self.path = path
+        self.refusals = 0  # consecutive refused commits
 
     def job_step(self) -> int:
         try:
@@ -96,7 +104,9 @@ class CommitFloor:
         Peers of one quorum commit the same step, so committing the job's newest step
         again is allowed; anything lower is not."""
         job = self.job_step()
-        return step + 1 >= job, job
+        allowed = step + 1 >= job
+        self.refusals = 0 if allowed else self.refusals + 1
+        return allowed, job
 
 
 class RecordingTransport(CheckpointTransport):
