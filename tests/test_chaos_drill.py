@@ -36,9 +36,9 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
         assert f["survivor_steps_lost"] == 0
     hang = faults[2]
     # Detected by the hang timeout (6 s in the drill config), not by an exit (~0.1 s). The
-    # 6 s count from the start of the step the rank was stopped in (its compute phase),
-    # which began up to a step (well under a second here) before the SIGSTOP.
-    assert 5.0 <= hang["phases"]["detected"] <= 9.0, hang
+    # 6 s count from the start of the compute phase the rank was stopped in, which began a
+    # step before the SIGSTOP (over a second on a loaded machine: 4.66 s was seen in CI).
+    assert 3.0 <= hang["phases"]["detected"] <= 9.0, hang
     assert drill["weights_consistent"] and drill["steps_never_go_back"]
 
     events = read_jsonl(run_dir / "events.jsonl")
