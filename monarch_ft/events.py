@@ -64,6 +64,8 @@ class EventKind(StrEnum):
     JOB_STALL = "job_stall"
     JOB_STALL_CLEARED = "job_stall_cleared"
     JOB_STALL_ESCALATED = "job_stall_escalated"
+    # How a failed group came back (RecoveryPath): one per relaunch, before its ranks start.
+    RECOVERY_PATH = "recovery_path"
     # Written by the ranks (their report files), relayed by the supervisor.
     RANK_STARTED = "rank_started"
     MODEL_READY = "model_ready"
@@ -96,6 +98,14 @@ class GroupStatus(StrEnum):
     WAITING = "waiting_restart"  # failed, its relaunch scheduled
     DONE = "done"  # every rank exited 0
     GIVEN_UP = "given_up"  # its restart budget is spent
+
+
+class RecoveryPath(StrEnum):
+    """How a failed group's replacement came up (``recovery_path`` events, drill reports)."""
+
+    STANDBY = "standby"  # a warm standby group, already built, took the group's identity
+    WARM_FORK = "warm_fork"  # ranks forked from an already-imported parent process
+    COLD_START = "cold_start"  # fresh interpreters: import, build, shard
 
 
 class JobStatus(StrEnum):
