@@ -38,6 +38,7 @@ __all__ = [
     "PHASES",
     "BASELINE_RECOVERY",
     "phase_stats",
+    "label_faults",
     "phase_increments",
     "write_drill_report",
     "write_aggregate_report",
@@ -342,7 +343,7 @@ def _plot_mttr(
 # --------------------------------------------------------------------------- reports
 
 
-def _labelled(faults: Iterable[Mapping[str, Any]]) -> list[dict]:
+def label_faults(faults: Iterable[Mapping[str, Any]]) -> list[dict]:
     """The faults with ``kind`` naming the mode where it is not the kind's default (``hang:gil``),
     so reports keep a SIGSTOP hang and a GIL hang apart."""
     return [dict(f, kind=fault_label(str(f.get("kind", "unknown")), f.get("mode"))) for f in faults]
@@ -427,8 +428,8 @@ def write_drill_report(
         "timeline": os.path.join(run_dir, "timeline.png"),
         "mttr": os.path.join(run_dir, "mttr.png"),
     }
-    faults = _labelled(drill.get("faults") or [])
-    base_faults = _labelled((baseline or {}).get("faults") or [])
+    faults = label_faults(drill.get("faults") or [])
+    base_faults = label_faults((baseline or {}).get("faults") or [])
     order = _phase_order(faults + base_faults)
     stats = phase_stats(faults)
     base_stats = phase_stats(base_faults) if baseline is not None else {}
@@ -615,7 +616,7 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
         mode = _recovery_key(d)
         if mode not in modes:
             modes.append(mode)
-        faults_by_mode.setdefault(mode, []).extend(_labelled(d.get("faults") or []))
+        faults_by_mode.setdefault(mode, []).extend(label_faults(d.get("faults") or []))
         goodput_by_mode.setdefault(mode, []).append(d.get("goodput_ratio"))
     # Our modes first, the baseline last.
     modes = [m for m in modes if m != BASELINE_RECOVERY] + [m for m in modes if m == BASELINE_RECOVERY]
