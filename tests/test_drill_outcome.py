@@ -59,3 +59,32 @@ def test_hang_and_collective_modes_are_validated():
     with pytest.raises(ConfigError, match="node faults have no mode"):
         validate_chaos(cfg, [FaultConfig(kind="node", mode="gil", at_step=5)])
     validate_chaos(cfg, [FaultConfig(kind="hang", mode="gil", at_step=5)])
+
+
+def test_the_bench_plans_modes_by_kinds_and_skips_what_this_build_lacks():
+    import importlib.util
+
+    from conftest import REPO
+
+    spec = importlib.util.spec_from_file_location("mttr_bench", REPO / "recipes" / "mttr_bench.py")
+    bench = importlib.util.module_from_spec(spec)
+    import sys
+
+    sys.modules["mttr_bench"] = bench  # dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    job = bench.MTTRBenchConfig()
+    job.bench.kinds = ["process_kill", "hang:gil"]
+    drills, skipped = bench.plan(job)
+    has_standby = hasattr(job.ft, "standby_groups")
+    modes = ["live_standby", "live", "full_restart"] if has_standby else ["live", "full_restart"]
+    assert [(m, k) for m, k, _ in drills] == [(m, k) for m in modes for k in ("process_kill", "hang:gil")]
+    assert bool(skipped) != has_standby and (has_standby or "ft.standby_groups" in skipped[0])
+    gil = next(cfg for m, k, cfg in drills if k == "hang:gil")
+    assert [(f.kind, f.mode, f.at_step) for f in gil.chaos.faults] == [("hang", "gil", 10), ("hang", "gil", 25)]
+    assert next(cfg for m, _, cfg in drills if m == "full_restart").ft.recovery == "full_restart"
+    job.bench.kinds = ["hang:sideways"]
+    with pytest.raises(ConfigError, match="hang has modes sigstop, gil"):
+        bench.plan(job)
+    job.bench.kinds, job.bench.modes = ["node"], ["warp"]
+    with pytest.raises(ConfigError, match="bench.modes: 'warp'"):
+        bench.plan(job)
