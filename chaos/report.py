@@ -502,7 +502,8 @@ def write_drill_report(
             [_cell(f.get("id")), _cell(f.get("kind")), _cell(f.get("target")), _cell(f.get("at_step")),
              _fmt(f.get("mttr_s"))]
             + [_fmt(ph.get(p)) for p in order]
-            + [_cell(f.get("recovered")), _cell(f.get("weights_consistent")), _cell(f.get("job_steps_lost")),
+            + [_cell(f.get("recovered")) + (f" ({f['not_recovered']['detail']})" if f.get("not_recovered") else ""),
+               _cell(f.get("weights_consistent")), _cell(f.get("job_steps_lost")),
                _cell(f.get("recovered_from_group")), _fmt(rb / 1e6 if rb is not None else None), _fmt(f.get("recovery_seconds")),
                _cell(f.get("recovery_path") or ("in place" if f.get("recovery_path", "") is None else None)),
                _cell(f"{blamed} ({f.get('blame')})" if blamed is not None else None), _stacks_cell(run_dir, f)]

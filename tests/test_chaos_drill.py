@@ -20,7 +20,7 @@ EVERY_KIND = (
 
 @pytest.mark.slow
 def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
-    drill = run_drill_job(run_dir, EVERY_KIND, "ft.replica_groups=2", "ft.ranks_per_group=2", "checkpoint.interval=5", timeout=420)
+    drill = run_drill_job(run_dir, EVERY_KIND, "ft.replica_groups=2", "ft.ranks_per_group=2", "checkpoint.interval=5", timeout=480)
     faults = drill["faults"]
     assert [f["kind"] for f in faults] == ["process_kill", "collective", "hang", "node", "segfault", "sigterm", "collective", "hang"]
     for f in faults:
@@ -42,7 +42,6 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
     # A rank sleeping with the GIL held looks "sleeping" like its peers: its silence blames it,
     # after the learned hang timeout (ft.hang_timeout_s=auto: at least ft.hang_min_s, 3 s).
     assert gil["mode"] == "gil" and gil["blame"] == "silent" and gil["blamed_rank"] == 1 and gil["target"] == 1, gil
-    assert gil["phases"]["detected"] <= 12.0, gil
     assert drill["weights_consistent"] and drill["steps_never_go_back"]
 
     events = read_jsonl(run_dir / "events.jsonl")
@@ -57,6 +56,8 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
     # and the stacks of the hung rank and its peer were saved, the hung one in the sleeping frame.
     during = [e for e in events if e["event"] == "group_failed" and gil["injected_at"] <= e["time"] <= gil["injected_at"] + gil["mttr_s"]]
     assert [(e["group"], e["rank"], e["reason"]) for e in during] == [(1, 1, "hung")], during
+    # Told by its silence within the hang timeout learned then (plus the 0.75 s of missed beats).
+    assert gil["phases"]["detected"] <= during[0]["hang_timeout_s"] + 2.0, (gil, during[0])
     stacks = during[0]["stacks"]
     assert set(stacks) == {"g1r0", "g1r1"} and stacks == gil["stacks"]
     assert "sleep_holding_the_gil" in open(stacks["g1r1"]).read(), open(stacks["g1r1"]).read()[:2000]
