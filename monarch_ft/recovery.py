@@ -190,6 +190,7 @@ class RankView:
     phase_s: float = 0.0  # how long it has been in that phase
     os_state: Optional[str] = None
     os_state_s: float = 0.0  # how long os_state has been seen without a break (OsSample.held_s)
+    finished: bool = False  # it reported train_done: it is on its way out
 
 
 @dataclass(frozen=True)
@@ -241,6 +242,10 @@ class HangLimits:
         through disk-sleep on every file write, so only a held state counts, and not in the
         phases whose work is I/O (startup, save: their own budgets apply)."""
         if r.os_state not in OS_STALL_STATES or r.os_state_s < self.os_stall_s:
+            return False
+        if r.os_state == OsState.ZOMBIE.value and r.finished:
+            # Its main thread has exited and the other threads are still going down (a
+            # multi-threaded exit, a core dump): the exit status is coming, not a hang.
             return False
         return not (r.os_state == OsState.DISK_SLEEP.value and r.phase in IO_PHASES)
 

@@ -420,6 +420,7 @@ class Supervisor:
                 phase_s=self._watched(rs.phase_seen, now) if rs.phase else 0.0,
                 os_state=rs.os_sample.state,
                 os_state_s=rs.os_sample.held_s,
+                finished=rs.train_done,
             )
             for rs in live
         ]

@@ -203,6 +203,8 @@ def test_a_state_held_without_a_break_is_an_os_stall_at_once():
     assert hang.rank_states == {0: "sleeping", 1: "stopped"}  # carried, not sampled again
     assert find_hang([_stall_view(1, "stopped", 0.3)], LIMITS) is None  # not yet held long enough
     assert find_hang([_stall_view(1, "zombie", 0.6)], LIMITS).reason == BlameReason.OS_STALL
+    finishing = dataclasses.replace(_stall_view(1, "zombie", 0.6), finished=True)  # exiting after train_done
+    assert find_hang([finishing], LIMITS) is None
 
 
 def test_disk_sleep_counts_only_held_and_outside_io_phases():
