@@ -436,9 +436,10 @@ def write_drill_report(
     recovery = str(drill.get("recovery", "?"))
 
     _plot_timeline(paths["timeline"], drill, metrics)
-    series: list[tuple[str, Sequence[Mapping[str, Any]]]] = [(f"ours ({recovery})", faults)]
+    fired_only = [f for f in faults if f.get("injected") is not False]
+    series: list[tuple[str, Sequence[Mapping[str, Any]]]] = [(f"ours ({recovery})", fired_only)]
     if baseline is not None:
-        series.append((str(baseline.get("recovery", BASELINE_RECOVERY)), base_faults))
+        series.append((str(baseline.get("recovery", BASELINE_RECOVERY)), [f for f in base_faults if f.get("injected") is not False]))
     _plot_mttr(paths["mttr"], series, f"MTTR by phase and fault kind (recovery={recovery})")
 
     # ---- report.md
@@ -552,7 +553,7 @@ def _steps_lost_table(drills: list[dict]) -> list[str]:
     pooled: dict[tuple[str, int, str], list[dict]] = {}
     tokens: dict[tuple[str, int, str], int] = {}
     for d in drills:
-        for f in d.get("faults") or []:
+        for f in label_faults(f for f in d.get("faults") or [] if f.get("injected") is not False):
             key = (str(d.get("mode", "hsdp")), int(d.get("sync_every", 1)), str(f.get("kind")))
             pooled.setdefault(key, []).append(f)
             tokens[key] = int(d.get("tokens_per_group_step") or 0)
@@ -617,13 +618,15 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
         mode = _recovery_key(d)
         if mode not in modes:
             modes.append(mode)
-        faults_by_mode.setdefault(mode, []).extend(label_faults(d.get("faults") or []))
+        # Faults that never fired are counted apart: they have nothing to measure.
+        faults_by_mode.setdefault(mode, []).extend(label_faults(f for f in d.get("faults") or [] if f.get("injected") is not False))
         goodput_by_mode.setdefault(mode, []).append(d.get("goodput_ratio"))
     # Our modes first, the baseline last.
     modes = [m for m in modes if m != BASELINE_RECOVERY] + [m for m in modes if m == BASELINE_RECOVERY]
     ours_modes = [m for m in modes if m != BASELINE_RECOVERY]
     ours = "live" if "live" in ours_modes else (ours_modes[0] if ours_modes else None)
 
+    missing = [f for d in drills for f in d.get("faults") or [] if f.get("injected") is False]
     all_faults = [f for m in modes for f in faults_by_mode[m]]
     kinds = _kind_order(all_faults)
     order = _phase_order(all_faults)
@@ -673,7 +676,8 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
         f"{sum(1 for d in drills if _recovery_key(d) == m)} × `{m}`" for m in modes
     ) or "none"
     lines += [
-        f"{len(drills)} drill(s) ({per_mode}) covering {len(all_faults)} injected fault(s) of "
+        (f"**{len(missing)} fault(s) were not injected** (see each drill's report). " if missing else "")
+        + f"{len(drills)} drill(s) ({per_mode}) covering {len(all_faults)} injected fault(s) of "
         f"{len(kinds)} kind(s): {', '.join(kinds) or 'none'}. Faults are pooled by kind and recovery "
         f"mode; the ratio is the full-restart mean MTTR over ours"
         + (f" (`{ours}`)" if ours else "") + ".",
