@@ -121,6 +121,11 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultConfig]) -> None:
             raise ConfigError(f"{where}.at_s={f.at_s}: must be >= 0")
         if f.mode is not None and f.kind in FAULT_MODES and f.mode not in FAULT_MODES[f.kind]:
             raise ConfigError(f"{where}.mode={f.mode!r}: {f.kind} faults are {' or '.join(FAULT_MODES[f.kind])}")
+        if f.kind == "hang" and fault_mode(f) == "gil" and cfg.launcher.name == "monarch":
+            raise ConfigError(
+                f"{where}.mode=gil: a Monarch actor trains in a worker thread, where the rank cannot answer the gil hang's signal: "
+                "use mode: sigstop, or another launcher"
+            )
         if f.mode is not None and f.kind not in FAULT_MODES:
             raise ConfigError(f"{where}.mode={f.mode!r}: {f.kind} faults have no mode (only {', '.join(FAULT_MODES)} do): drop it")
         if f.kind in NETWORK_KINDS:

@@ -59,6 +59,9 @@ def test_hang_and_collective_modes_are_validated():
     with pytest.raises(ConfigError, match="node faults have no mode"):
         validate_chaos(cfg, [FaultConfig(kind="node", mode="gil", at_step=5)])
     validate_chaos(cfg, [FaultConfig(kind="hang", mode="gil", at_step=5)])
+    cfg.launcher.name = "monarch"
+    with pytest.raises(ConfigError, match="mode=gil: a Monarch actor trains in a worker thread"):
+        validate_chaos(cfg, [FaultConfig(kind="hang", mode="gil", at_step=5)])
 
 
 def test_the_bench_plans_modes_by_kinds_and_skips_what_this_build_lacks():

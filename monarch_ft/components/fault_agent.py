@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import threading
 import time
 from typing import Callable
 
@@ -69,14 +70,16 @@ class FaultAgent:
         layout: the run's paths (request files).
         group, rank: whose requests to act on.
         report: the rank reporter's ``event``.
-        gil_signal: answer :data:`GIL_HANG_SIGNAL` (installed from the main thread only).
+        gil_signal: answer :data:`GIL_HANG_SIGNAL`. Python installs signal handlers from the
+            main thread only: a rank trained in another thread (a Monarch actor's worker
+            thread) does not answer it, and drills refuse ``mode: gil`` there.
     """
 
     def __init__(self, layout: RunLayout, group: int, rank: int, report: Callable[..., None], gil_signal: bool = True) -> None:
         self.path = layout.collective_fault(group, rank)
         self.save_path = layout.slow_save(group, rank)
         self._report = report
-        if gil_signal:
+        if gil_signal and threading.current_thread() is threading.main_thread():
             signal.signal(GIL_HANG_SIGNAL, self._gil_hang)
 
     def _gil_hang(self, signum, frame) -> None:
