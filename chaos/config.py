@@ -20,6 +20,27 @@ FAULT_KINDS = RESTART_KINDS + IN_PLACE_KINDS
 # In-place kinds: the event after which a commit of the target group (in the quorum)
 # counts as recovered: the rank acted on the fault / the link was restored.
 RECOVERY_MARKER = {"collective": "collective_fault_injected", "partition": "link_restored", "slow_link": "link_restored"}
+# Kinds with a ``mode``: the choices, the first one the default.
+#   hang: sigstop (the rank is SIGSTOPped: its OS state says so) | gil (the rank sleeps holding
+#         the GIL: alive, its OS state like its peers', only its silence tells);
+#   collective: abort (the rank's TorchFT process group aborted mid-step) | hang (the rank
+#         stalls before the allreduce for duration_s, so the peers' collective times out).
+FAULT_MODES = {"hang": ("sigstop", "gil"), "collective": ("abort", "hang")}
+
+
+def fault_mode(f: "FaultConfig") -> Optional[str]:
+    """The fault's mode, its kind's default when not given; None for kinds without modes."""
+    modes = FAULT_MODES.get(f.kind)
+    if modes is None:
+        return None
+    return f.mode or modes[0]
+
+
+def fault_label(kind: str, mode: Optional[str]) -> str:
+    """How reports name a fault kind: ``hang:gil``; a kind's default mode and kinds without
+    modes by the kind alone (``hang`` is a SIGSTOP hang, as it always was)."""
+    modes = FAULT_MODES.get(kind)
+    return kind if not mode or not modes or mode == modes[0] else f"{kind}:{mode}"
 
 
 @dataclass
@@ -31,9 +52,10 @@ class FaultConfig:
     # Which replica group (None: drawn among healthy groups) and which rank in it.
     target: Optional[int] = None
     rank: int = 0
-    # collective faults: abort | hang; hang lasts duration_s (longer than ft.timeout_s).
-    # partition / slow_link: how long the link stays cut / slow.
-    mode: str = "abort"
+    # hang: sigstop (default) | gil; collective: abort (default) | hang, which lasts duration_s
+    # (longer than ft.timeout_s). See FAULT_MODES. partition / slow_link: duration_s is how
+    # long the link stays cut / slow.
+    mode: Optional[str] = None
     duration_s: float = 15.0
     # slow_link: added latency (tc netem) and/or a rate limit ("1mbit"; netem or tbf).
     delay_ms: float = 0.0
@@ -97,8 +119,15 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultConfig]) -> None:
             raise ConfigError(f"{where}.at_step={f.at_step}: must be below training.steps={cfg.training.steps}")
         if f.at_s is not None and f.at_s < 0:
             raise ConfigError(f"{where}.at_s={f.at_s}: must be >= 0")
-        if f.kind == "collective" and f.mode not in ("abort", "hang"):
-            raise ConfigError(f"{where}.mode={f.mode!r}: collective faults are abort or hang")
+        if f.mode is not None and f.kind in FAULT_MODES and f.mode not in FAULT_MODES[f.kind]:
+            raise ConfigError(f"{where}.mode={f.mode!r}: {f.kind} faults are {' or '.join(FAULT_MODES[f.kind])}")
+        if f.kind == "hang" and fault_mode(f) == "gil" and cfg.launcher.name == "monarch":
+            raise ConfigError(
+                f"{where}.mode=gil: a Monarch actor trains in a worker thread, where the rank cannot answer the gil hang's signal: "
+                "use mode: sigstop, or another launcher"
+            )
+        if f.mode is not None and f.kind not in FAULT_MODES:
+            raise ConfigError(f"{where}.mode={f.mode!r}: {f.kind} faults have no mode (only {', '.join(FAULT_MODES)} do): drop it")
         if f.kind in NETWORK_KINDS:
             _validate_network_fault(cfg, f, where)
     budget_kinds = RESTART_KINDS + ("partition",)

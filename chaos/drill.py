@@ -11,7 +11,8 @@ import json
 import os
 import time
 
-from chaos.config import DrillConfig, validate_chaos
+from chaos.config import DrillConfig, fault_mode, validate_chaos
+from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
 from chaos.injector import ChaosInjector
 from chaos.mttr import analyze_fault, steps_never_go_back
 from chaos.schedule import build_faults
@@ -42,16 +43,28 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         analyze_fault(f, events, metrics, cfg.ft.recovery == "full_restart", cfg.ft.replica_groups, cfg.ft.ranks_per_group, until)
         for f, until in zip(injector.injected, nexts)
     ]
-    for f in faults[len(injector.injected):]:
-        analyzed.append({
-            "id": None, "kind": f.kind, "target": f.target, "at_step": f.at_step, "injected_at": None, "phases": {}, "mttr_s": None,
-            "recovered": False, "weights_consistent": None, "note": "never injected: the job ended first",
-        })
     summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    timed_out = {e.get("fault_id") for e in events if e["event"] == "fault_recovery_timeout"}
+    for f in analyzed:
+        if not f["recovered"]:
+            f["not_recovered"] = explain_not_recovered(f["id"] in timed_out, cfg.chaos.recovery_timeout_s, cfg.training.steps, summary.get("job_step", 0))
+    first_pending = len(injector.injected)
+    for i, f in enumerate(faults[first_pending:], start=first_pending):
+        entry = {"id": i, "kind": f.kind, "mode": fault_mode(f), "target": f.target, "rank": f.rank, "at_step": f.at_step, "at_s": f.at_s}
+        blocked = injector.blocked.get(i) if i == first_pending else {"reason": NotInjected.QUEUED.value, "first_pending": first_pending}
+        analyzed.append({
+            **entry, "injected": False, "injected_at": None, "phases": {}, "mttr_s": None,
+            "recovered": None, "weights_consistent": None,
+            "not_injected": explain_not_injected(entry, blocked, cfg.training.steps, summary.get("job_step", 0)),
+        })
     first_fault = min((f["injected_at"] for f in injector.injected), default=None)
     rate, goodput = samples_per_s(metrics, until=first_fault), samples_per_s(metrics)
     drill = {
         "recovery": cfg.ft.recovery,
+        # Warm standby groups (ft.standby_groups, where this build has them): a sweep axis.
+        "standby_groups": getattr(cfg.ft, "standby_groups", None),
+        # The hang timeout setting (auto: learned from the step times).
+        "hang_timeout_s": cfg.ft.hang_timeout_s,
         # ft.mode: a sweep axis; in localsgd/diloco a fault can cost up to a window of steps.
         "mode": cfg.ft.mode,
         "sync_every": cfg.ft.sync_every if cfg.ft.mode != "hsdp" else 1,
@@ -104,7 +117,7 @@ def drill_ok(drill: dict) -> bool:
         and drill["weights_consistent"]
         and not drill["step_regressions"]
         and (not live or (drill["steps_never_go_back"] and drill["steps_lost"] == 0))
-        and all(f["recovered"] and f["weights_consistent"] is not False for f in drill["faults"])
+        and all(f.get("injected", True) and f["recovered"] and f["weights_consistent"] is not False for f in drill["faults"])
     )
 
 

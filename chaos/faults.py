@@ -10,7 +10,8 @@ from __future__ import annotations
 import signal
 from typing import Callable
 
-from chaos.config import FaultConfig
+from chaos.config import FaultConfig, fault_mode
+from monarch_ft.components.fault_agent import GIL_HANG_SIGNAL
 from monarch_ft.control import JobControl
 
 
@@ -27,8 +28,16 @@ def inject_sigterm(job: JobControl, group: int, fault: FaultConfig) -> dict:
 
 
 def inject_hang(job: JobControl, group: int, fault: FaultConfig) -> dict:
-    """SIGSTOP: the rank stays alive but makes no progress; only timeouts can tell."""
-    return job.signal_rank(group, fault.rank, signal.SIGSTOP)
+    """The rank stays alive but makes no progress.
+
+    ``sigstop``: SIGSTOP; its OS state says "stopped". ``gil``: the rank's own fault agent
+    answers GIL_HANG_SIGNAL by sleeping in a C call that keeps the GIL (the Monarch example's
+    DEADLOCK fault): no thread of it runs Python any more, its liveness thread goes silent,
+    and its OS state ("sleeping") looks like its peers' waiting in a collective for it.
+    """
+    if fault_mode(fault) == "gil":
+        return {**job.signal_rank(group, fault.rank, GIL_HANG_SIGNAL), "mode": "gil"}
+    return {**job.signal_rank(group, fault.rank, signal.SIGSTOP), "mode": "sigstop"}
 
 
 def inject_node(job: JobControl, group: int, fault: FaultConfig) -> dict:
@@ -37,7 +46,7 @@ def inject_node(job: JobControl, group: int, fault: FaultConfig) -> dict:
 
 
 def inject_collective(job: JobControl, group: int, fault: FaultConfig) -> dict:
-    return job.collective_fault(group, fault.rank, fault.mode, fault.duration_s)
+    return job.collective_fault(group, fault.rank, fault_mode(fault), fault.duration_s)
 
 
 def inject_partition(job: JobControl, group: int, fault: FaultConfig) -> dict:

@@ -12,8 +12,9 @@ import random
 import time
 from typing import Optional
 
-from chaos.config import RECOVERY_MARKER, RESTART_KINDS, FaultConfig
+from chaos.config import RECOVERY_MARKER, RESTART_KINDS, FaultConfig, fault_mode
 from chaos.faults import INJECTORS
+from chaos.outcome import blocked_reason
 from chaos.schedule import pick_target
 from monarch_ft.control import JobControl
 from monarch_ft.events import EventKind
@@ -32,6 +33,9 @@ class ChaosInjector:
         self.next_index = 0
         self.active: Optional[dict] = None
         self.injected: list[dict] = []
+        # What last held back the next fault (chaos.outcome.NotInjected and its context), by
+        # fault index: a fault that never fires is reported with this reason.
+        self.blocked: dict[int, dict] = {}
 
     def _due(self, job: JobControl, fault: FaultConfig, now: float) -> bool:
         if fault.at_step is not None:
@@ -62,7 +66,12 @@ class ChaosInjector:
         checked = job.consistent_at(want, rec["step"])
         return checked is not None and checked[1]
 
+    def _hold(self, job: JobControl, reason, **context) -> None:
+        self.blocked[self.next_index] = {"reason": reason.value, **context}
+
     def tick(self, job: JobControl, now: float) -> None:
+        if self.active is not None and self.next_index < len(self.faults):
+            self._hold(job, blocked_reason(self.active["id"], True, True), previous=self.active["id"])
         if self.active is not None:
             if self._recovered(job, self.active):
                 job.emit(
@@ -82,9 +91,12 @@ class ChaosInjector:
             return
         fault = self.faults[self.next_index]
         if not self._due(job, fault, now):
+            self._hold(job, blocked_reason(None, False, True))
             return
-        target = pick_target(self.rng, job.healthy_groups(), fault, self.allow_last_healthy)
+        healthy = job.healthy_groups()
+        target = pick_target(self.rng, healthy, fault, self.allow_last_healthy)
         if target is None:
+            self._hold(job, blocked_reason(None, True, False), healthy=sorted(healthy))
             return
         step = job.last_commit[target]["step"]
         injected_at = time.time()
@@ -92,6 +104,7 @@ class ChaosInjector:
         self.active = {
             "id": self.next_index,
             "kind": fault.kind,
+            "mode": fault_mode(fault),
             "target": target,
             "rank": fault.rank,
             "attempt": job.attempt(target),
@@ -111,6 +124,6 @@ class ChaosInjector:
             rank=fault.rank,
             attempt=job.attempt(target),
             step=step,
-            **details,
+            **{"mode": fault_mode(fault), **details},
         )
         self.next_index += 1

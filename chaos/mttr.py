@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from chaos.config import NETWORK_KINDS, RESTART_KINDS
+from chaos.outcome import recovery_path
 
 from monarch_ft.events import PHASES  # one definition, shared with chaos.report
 
@@ -163,9 +164,19 @@ def analyze_fault(
     # Committed steps the job itself gave up while this fault lasted (a rollback to a
     # checkpoint because no group held its state): zero is the point of live recovery.
     rollbacks = [e for e in ev if e["event"] == "job_rollback"]
+    failed = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
+    was_relaunched = any(e["event"] == "group_launched" and e["group"] == g and e["attempt"] >= new_attempt for e in ev)
     return {
         **{k: fault[k] for k in ("id", "kind", "target", "rank", "at_step", "injected_at")},
+        "mode": fault.get("mode"),
+        "injected": True,
         "injected_step": fault["step"],
+        # How the group came back (monarch_ft.events.RecoveryPath; None: no relaunch, in place).
+        "recovery_path": recovery_path(ev, g, t0, until, was_relaunched),
+        # A hang verdict: which rank was blamed and why, and the stacks captured then.
+        "blamed_rank": failed.get("rank") if failed and failed.get("reason") == "hung" else None,
+        "blame": failed.get("blame") if failed else None,
+        "stacks": failed.get("stacks") if failed else None,
         "phases": phases,
         "mttr_s": phases["back_in_quorum"],
         # One meaning, the chaos injector's too: back in the quorum at the job's step with

@@ -32,10 +32,13 @@ from matplotlib.patches import Patch
 from monarch_ft.events import PHASES  # one definition, shared with chaos.mttr
 from matplotlib.transforms import blended_transform_factory
 
+from chaos.config import fault_label
+
 __all__ = [
     "PHASES",
     "BASELINE_RECOVERY",
     "phase_stats",
+    "label_faults",
     "phase_increments",
     "write_drill_report",
     "write_aggregate_report",
@@ -115,7 +118,8 @@ def phase_stats(faults: list[dict]) -> dict:
     unknown names appended.
     """
     out: dict[str, dict] = {}
-    for kind, fs in _by_kind(faults).items():
+    # A fault that never fired has nothing to measure (reported apart, with its reason).
+    for kind, fs in _by_kind([f for f in faults if f.get("injected") is not False]).items():
         stalls = [v for v in (_num(f.get("survivor_max_stall_s")) for f in fs) if v is not None]
         out[kind] = {
             "count": len(fs),
@@ -339,6 +343,33 @@ def _plot_mttr(
 # --------------------------------------------------------------------------- reports
 
 
+def label_faults(faults: Iterable[Mapping[str, Any]]) -> list[dict]:
+    """The faults with ``kind`` naming the mode where it is not the kind's default (``hang:gil``),
+    so reports keep a SIGSTOP hang and a GIL hang apart."""
+    return [dict(f, kind=fault_label(str(f.get("kind", "unknown")), f.get("mode"))) for f in faults]
+
+
+def _rel_link(run_dir: str, path: Any) -> str:
+    """A markdown link to ``path`` relative to the report's folder."""
+    if not isinstance(path, str):
+        return _cell(path)
+    rel = os.path.relpath(path, run_dir) if os.path.isabs(path) else path
+    return f"[{os.path.basename(path)}]({rel})"
+
+
+def _stacks_cell(run_dir: str, f: Mapping[str, Any]) -> str:
+    stacks = f.get("stacks")
+    if not isinstance(stacks, dict) or not stacks:
+        return "n/a"
+    blamed = f.get("blamed_rank")
+    target = f.get("target")
+    parts = []
+    for label, path in sorted(stacks.items()):
+        mark = " (blamed)" if blamed is not None and label == f"g{target}r{blamed}" else ""
+        parts.append(f"[{label}]({os.path.relpath(path, run_dir) if os.path.isabs(path) else path}){mark}")
+    return ", ".join(parts)
+
+
 def _kind_header(order: Sequence[str]) -> list[str]:
     return (
         ["kind", "count", "recovered", "MTTR mean (s)", "MTTR p50 (s)", "MTTR p95 (s)"]
@@ -397,17 +428,18 @@ def write_drill_report(
         "timeline": os.path.join(run_dir, "timeline.png"),
         "mttr": os.path.join(run_dir, "mttr.png"),
     }
-    faults = list(drill.get("faults") or [])
-    base_faults = list((baseline or {}).get("faults") or [])
+    faults = label_faults(drill.get("faults") or [])
+    base_faults = label_faults((baseline or {}).get("faults") or [])
     order = _phase_order(faults + base_faults)
     stats = phase_stats(faults)
     base_stats = phase_stats(base_faults) if baseline is not None else {}
     recovery = str(drill.get("recovery", "?"))
 
     _plot_timeline(paths["timeline"], drill, metrics)
-    series: list[tuple[str, Sequence[Mapping[str, Any]]]] = [(f"ours ({recovery})", faults)]
+    fired_only = [f for f in faults if f.get("injected") is not False]
+    series: list[tuple[str, Sequence[Mapping[str, Any]]]] = [(f"ours ({recovery})", fired_only)]
     if baseline is not None:
-        series.append((str(baseline.get("recovery", BASELINE_RECOVERY)), base_faults))
+        series.append((str(baseline.get("recovery", BASELINE_RECOVERY)), [f for f in base_faults if f.get("injected") is not False]))
     _plot_mttr(paths["mttr"], series, f"MTTR by phase and fault kind (recovery={recovery})")
 
     # ---- report.md
@@ -459,20 +491,34 @@ def write_drill_report(
 
     lines += ["## Per fault", ""]
     header = (["id", "kind", "target", "at_step", "mttr_s"] + list(order)
-              + ["recovered", "weights_consistent", "job steps lost", "recovered_from_group", "recovery MB", "recovery s"])
+              + ["recovered", "weights_consistent", "job steps lost", "recovered_from_group", "recovery MB", "recovery s",
+                 "recovery path", "blamed rank", "stacks"])
     rows = []
-    for f in faults:
+    fired = [f for f in faults if f.get("injected") is not False]
+    for f in fired:
         ph = f.get("phases") or {}
         rb = _num(f.get("recovery_bytes"))
+        blamed = f.get("blamed_rank")
         rows.append(
             [_cell(f.get("id")), _cell(f.get("kind")), _cell(f.get("target")), _cell(f.get("at_step")),
              _fmt(f.get("mttr_s"))]
             + [_fmt(ph.get(p)) for p in order]
-            + [_cell(f.get("recovered")), _cell(f.get("weights_consistent")), _cell(f.get("job_steps_lost")),
-               _cell(f.get("recovered_from_group")), _fmt(rb / 1e6 if rb is not None else None), _fmt(f.get("recovery_seconds"))]
+            + [_cell(f.get("recovered")) + (f" ({f['not_recovered']['detail']})" if f.get("not_recovered") else ""),
+               _cell(f.get("weights_consistent")), _cell(f.get("job_steps_lost")),
+               _cell(f.get("recovered_from_group")), _fmt(rb / 1e6 if rb is not None else None), _fmt(f.get("recovery_seconds")),
+               _cell(f.get("recovery_path") or ("in place" if f.get("recovery_path", "") is None else None)),
+               _cell(f"{blamed} ({f.get('blame')})" if blamed is not None else None), _stacks_cell(run_dir, f)]
         )
     lines += _table(header, rows) + [""]
-    lines += ["MB are 10^6 bytes.", ""]
+    lines += ["MB are 10^6 bytes. Recovery path: how the failed group came back (standby, warm fork, cold start; "
+              "in place: no relaunch). Stacks: every thread of the hung rank and its group peers at the hang verdict.", ""]
+    missing = [f for f in faults if f.get("injected") is False]
+    if missing:
+        lines += ["## Not injected", "", f"**{len(missing)} fault(s) never fired**; nothing was measured for them.", ""]
+        rows = [[_cell(f.get("id")), _cell(f.get("kind")), _cell(f.get("target")), _cell(f.get("at_step") if f.get("at_step") is not None else f.get("at_s")),
+                 _cell((f.get("not_injected") or {}).get("reason")), _cell((f.get("not_injected") or {}).get("detail")),
+                 _cell((f.get("not_injected") or {}).get("fix"))] for f in missing]
+        lines += _table(["id", "kind", "target", "trigger", "reason", "what happened", "fix"], rows) + [""]
 
     lines += ["## Timeline", "", "![timeline](timeline.png)", "", "## MTTR by phase", "", "![mttr](mttr.png)", ""]
     lines.append(
@@ -493,8 +539,11 @@ def _mean_of(values: Iterable[Any]) -> float | None:
 
 
 def _recovery_key(d: Mapping[str, Any]) -> str:
-    """The recovery mode, with the sync mode when it is not hsdp (``live+diloco``)."""
+    """The recovery mode, with ``+standby`` when live recovery had warm standby groups and the
+    sync mode when it is not hsdp (``live+standby``, ``live+diloco``)."""
     recovery, mode = str(d.get("recovery", "unknown")), d.get("mode", "hsdp")
+    if recovery != BASELINE_RECOVERY and d.get("standby_groups"):
+        recovery += "+standby"
     return recovery if mode == "hsdp" else f"{recovery}+{mode}"
 
 
@@ -504,7 +553,7 @@ def _steps_lost_table(drills: list[dict]) -> list[str]:
     pooled: dict[tuple[str, int, str], list[dict]] = {}
     tokens: dict[tuple[str, int, str], int] = {}
     for d in drills:
-        for f in d.get("faults") or []:
+        for f in label_faults(f for f in d.get("faults") or [] if f.get("injected") is not False):
             key = (str(d.get("mode", "hsdp")), int(d.get("sync_every", 1)), str(f.get("kind")))
             pooled.setdefault(key, []).append(f)
             tokens[key] = int(d.get("tokens_per_group_step") or 0)
@@ -518,6 +567,32 @@ def _steps_lost_table(drills: list[dict]) -> list[str]:
             _fmt(mean_lost), _fmt(max(lost) if lost else None), _fmt(mean_lost * tokens[(mode, h, kind)] if mean_lost is not None else None),
         ])
     return _table(["ft.mode", "H", "kind", "faults", "MTTR mean (s)", "group-steps discarded mean", "max", "tokens discarded mean"], rows)
+
+
+def _side_by_side(kinds: Sequence[str], modes: Sequence[str], stats: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """One row per fault kind, per mode its MTTR p50 / p95 and the survivors' longest stall,
+    then each mode's mean MTTR over full restart's (x full restart: lower is better)."""
+    header = ["kind"]
+    for m in modes:
+        header += [f"{m} MTTR p50 (s)", f"{m} MTTR p95 (s)", f"{m} survivors' longest stall (s)"]
+    others = [m for m in modes if m != BASELINE_RECOVERY]
+    has_base = BASELINE_RECOVERY in modes
+    if has_base:
+        header += [f"{m} / full_restart" for m in others]
+    rows = []
+    for k in kinds:
+        row = [_cell(k)]
+        for m in modes:
+            st = stats.get(k, {}).get(m)
+            row += ([_fmt(st["mttr"]["p50"]), _fmt(st["mttr"]["p95"]), _fmt(st["survivor_max_stall_s"]["max"])]
+                    if st else ["not run"] * 3)
+        if has_base:
+            base = (stats.get(k, {}).get(BASELINE_RECOVERY) or {}).get("mttr", {}).get("mean")
+            for m in others:
+                st = stats.get(k, {}).get(m)
+                row.append(_fmt(_ratio(st["mttr"]["mean"] if st else None, base)))
+        rows.append(row)
+    return _table(header, rows)
 
 
 def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
@@ -543,13 +618,15 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
         mode = _recovery_key(d)
         if mode not in modes:
             modes.append(mode)
-        faults_by_mode.setdefault(mode, []).extend(d.get("faults") or [])
+        # Faults that never fired are counted apart: they have nothing to measure.
+        faults_by_mode.setdefault(mode, []).extend(label_faults(f for f in d.get("faults") or [] if f.get("injected") is not False))
         goodput_by_mode.setdefault(mode, []).append(d.get("goodput_ratio"))
     # Our modes first, the baseline last.
     modes = [m for m in modes if m != BASELINE_RECOVERY] + [m for m in modes if m == BASELINE_RECOVERY]
     ours_modes = [m for m in modes if m != BASELINE_RECOVERY]
     ours = "live" if "live" in ours_modes else (ours_modes[0] if ours_modes else None)
 
+    missing = [f for d in drills for f in d.get("faults") or [] if f.get("injected") is False]
     all_faults = [f for m in modes for f in faults_by_mode[m]]
     kinds = _kind_order(all_faults)
     order = _phase_order(all_faults)
@@ -571,8 +648,12 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
                          for k in kinds}
     consistent = [_consistent(d) for d in drills]
     all_consistent = None if any(c is None for c in consistent) or not consistent else all(consistent)
+    standby = next((m for m in ours_modes if m.startswith("live+standby")), None)
+    # The issue's target ratio: live recovery with a standby over a full restart (lower is better).
+    standby_over_full = {k: _ratio(mean_mttr(k, standby), mean_mttr(k, BASELINE_RECOVERY)) for k in kinds} if standby else {}
     summary = {
         "drills": len(drills),
+        "standby_over_full_restart": standby_over_full,
         "recoveries": modes,
         "ours": ours,
         "baseline": BASELINE_RECOVERY,
@@ -595,7 +676,8 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
         f"{sum(1 for d in drills if _recovery_key(d) == m)} × `{m}`" for m in modes
     ) or "none"
     lines += [
-        f"{len(drills)} drill(s) ({per_mode}) covering {len(all_faults)} injected fault(s) of "
+        (f"**{len(missing)} fault(s) were not injected** (see each drill's report). " if missing else "")
+        + f"{len(drills)} drill(s) ({per_mode}) covering {len(all_faults)} injected fault(s) of "
         f"{len(kinds)} kind(s): {', '.join(kinds) or 'none'}. Faults are pooled by kind and recovery "
         f"mode; the ratio is the full-restart mean MTTR over ours"
         + (f" (`{ours}`)" if ours else "") + ".",
@@ -616,6 +698,7 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
     rows = [[_cell(k), _fmt(mean_mttr(k, ours)), _fmt(mean_mttr(k, BASELINE_RECOVERY)), _fmt(ratio[k])]
             for k in kinds]
     lines += _table(["kind", "ours MTTR mean (s)", "full restart MTTR mean (s)", "ratio (full restart/ours)"], rows)
+    lines += ["", "## Modes side by side", ""] + _side_by_side(kinds, modes, stats)
     lines += ["", "## Steps lost by ft.mode", ""] + _steps_lost_table(drills)
     lines += ["", "![mttr](mttr.png)", "", f"**Weights consistent in every drill: {_cell(all_consistent)}**"]
     with open(paths["report"], "w", encoding="utf-8") as fh:

@@ -93,8 +93,23 @@ class FTConfig:
     # route to the Lighthouse (the local address the kernel uses to reach it). Each
     # rank logs its choice and why (event transport_interface).
     transport_interface: Optional[str] = None
-    # Supervisor watch: alive but no new step for this long -> hung.
-    hang_timeout_s: float = 15.0
+    # Supervisor watch (monarch_ft/recovery.py). A rank that reports nothing (its liveness
+    # thread beats 4 times a second) or computes one step for longer than this is hung.
+    # auto: learned as the job runs: max(hang_min_s, hang_step_factor x the p99 of the last
+    # 200 steps' compute seconds (step time less quorum and cross-group sync), every rank's);
+    # until 4 steps were seen, max(hang_min_s, 15 s). A number (seconds) fixes it. Waits in
+    # TorchFT get TorchFT's own bound, saves checkpoint.save_timeout_s (see HangLimits).
+    hang_timeout_s: str = "auto"
+    # The floor of the learned hang timeout: a dozen missed liveness beats. On a loaded 2-core
+    # machine a rank's step took 1.6 s where its p99 had been 0.2 s while a group restarted
+    # next to it: 1.5 s was too tight.
+    hang_min_s: float = 3.0
+    # k of the learned hang timeout (k x p99 of the recent compute seconds per step): a step
+    # may take 10 times its recent worst before it counts as stuck.
+    hang_step_factor: float = 10.0
+    # A rank stopped (SIGSTOP), a zombie, or in uninterruptible sleep (disk-sleep, outside
+    # startup and saves) this long without a break is hung at once.
+    os_stall_s: float = 0.5
     # A freshly launched group must report its first step within this long.
     startup_timeout_s: float = 120.0
     # Every stepping group silent at once is one job-wide stall, not N faults: the
@@ -283,11 +298,20 @@ def validate(cfg: JobConfig) -> None:
         _require(ft.outer_lr > 0, f"ft.outer_lr={ft.outer_lr}: must be > 0")
         _require(0 <= ft.outer_momentum < 1, f"ft.outer_momentum={ft.outer_momentum}: must be in [0, 1)")
     _require(ft.max_restarts >= 0, f"ft.max_restarts={ft.max_restarts}: must be >= 0")
+    from monarch_ft.recovery import hang_timeout_setting
+
+    try:
+        hang_timeout = hang_timeout_setting(ft.hang_timeout_s)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     _require(
-        ft.hang_timeout_s > ft.timeout_s,
+        hang_timeout is None or hang_timeout > ft.timeout_s,
         f"ft.hang_timeout_s={ft.hang_timeout_s} must exceed ft.timeout_s={ft.timeout_s}: a rank blocked in a collective "
-        "until its timeout would be taken for hung; raise ft.hang_timeout_s",
+        "until its timeout would be taken for hung; raise ft.hang_timeout_s (or use auto)",
     )
+    _require(ft.hang_min_s > 0, f"ft.hang_min_s={ft.hang_min_s}: must be > 0")
+    _require(ft.hang_step_factor >= 1, f"ft.hang_step_factor={ft.hang_step_factor}: must be >= 1 (a multiple of the p99 step time)")
+    _require(ft.os_stall_s > 0, f"ft.os_stall_s={ft.os_stall_s}: must be > 0")
     _require(
         0 <= ft.lighthouse_port <= 65535,
         f"ft.lighthouse_port={ft.lighthouse_port}: must be 0 (a free port) or 1-65535",

@@ -97,6 +97,10 @@ class JobControl:
         rs.proc.send_signal(sig)
         return {"pid": pid, "signal": signal.Signals(sig).name}
 
+    def capture_stacks(self, groups: Optional[list[int]] = None, tag: str = "on-demand") -> dict[str, str]:
+        """Every live rank's Python stacks (of ``groups``, default all) into the run's ``stacks/``; label -> file."""
+        return self._sup.capture_stacks(groups, tag)
+
     def kill_host(self, group: int) -> dict:
         """The group's whole host goes: every rank SIGKILLed, its local files deleted
         (scratch space and the group's checkpoint folder)."""

@@ -12,9 +12,11 @@ has lost its state and must stop, never silently train again from its initial we
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
 from monarch_ft.events import StrEnum
-from typing import Optional, Sequence
 
 
 class StateSource(StrEnum):
@@ -114,12 +116,17 @@ class OsState(StrEnum):
 # A rank in one of these states is stuck by itself (SIGSTOP, dead); a rank merely sleeping
 # may be waiting on a peer in a collective. Not disk-sleep: a rank passes through it on any
 # file write, so one sample of it explains nothing (a CI run failed a stall's only group on
-# such a sample); telling a rank stuck in I/O needs the state held for a while.
+# such a sample); telling a rank stuck in I/O needs the state held for a while (OS_STALL_STATES).
 SELF_EXPLAINED = {OsState.STOPPED.value, OsState.TRACING_STOP.value, OsState.ZOMBIE.value, OsState.DEAD.value}
+
+# Held for ``ft.os_stall_s`` without a break, one of these makes a rank hung at once, without
+# waiting for any timeout: SIGSTOPped, dead but not reaped, or stuck in uninterruptible I/O.
+# Not tracing-stop: that is a debugger's or py-spy's own ptrace stop (a stacks capture).
+OS_STALL_STATES = {OsState.STOPPED.value, OsState.ZOMBIE.value, OsState.DEAD.value, OsState.DISK_SLEEP.value}
 
 
 class Phase(StrEnum):
-    """What a rank's main thread is doing; its liveness thread reports it every second.
+    """What a rank's main thread is doing; its liveness thread reports it every beat.
 
     The hang detector judges a rank by its phase: a long save, a wait for a quorum while
     a peer heals or saves, are not hangs within their own budgets (see HangLimits).
@@ -133,6 +140,45 @@ class Phase(StrEnum):
     HOLD = "hold"  # finished, serving quorums while another group has work
 
 
+# Phases whose work is disk I/O (imports and model files, checkpoint writes): a long
+# disk-sleep there is slow storage within the phase's own budget, not an OS stall.
+IO_PHASES = {Phase.STARTUP.value, Phase.SAVE.value, None}
+
+
+@dataclass(frozen=True)
+class OsSample:
+    """One rank's OS state and since when it has been seen in it without a break."""
+
+    state: Optional[str]
+    since: float
+    seen: float
+
+    @property
+    def held_s(self) -> float:
+        return self.seen - self.since
+
+
+def track_os_state(prev: Optional[OsSample], state: Optional[str], now: float, max_gap_s: float) -> OsSample:
+    """The rank's state sampled at ``now``, continuing ``prev`` if it is the same state and the
+    previous sample is recent: a state counts as held only if every sample in between saw it
+    (a supervisor that did not look for ``max_gap_s`` does not know what happened meanwhile)."""
+    if prev is not None and prev.state == state and now - prev.seen <= max_gap_s:
+        return OsSample(state, prev.since, now)
+    return OsSample(state, now, now)
+
+
+class BlameReason(StrEnum):
+    """Why a rank of a hung group is the one to blame, strongest first."""
+
+    OS_STALL = "os_stall"  # stopped, zombie or in disk-sleep for ft.os_stall_s without a break
+    OS_STATE = "os_state"  # stopped or traced right now (not yet for os_stall_s)
+    SILENT = "silent"  # its liveness thread is frozen (stopped, or the GIL held) while peers beat
+    PHASE = "phase"  # past its phase's budget, still beating (stuck computing, or waiting)
+
+
+_BLAME_ORDER = list(BlameReason)
+
+
 @dataclass(frozen=True)
 class RankView:
     """What the supervisor knows of one live rank at a tick."""
@@ -143,6 +189,8 @@ class RankView:
     phase: Optional[str] = None  # its last reported Phase
     phase_s: float = 0.0  # how long it has been in that phase
     os_state: Optional[str] = None
+    os_state_s: float = 0.0  # how long os_state has been seen without a break (OsSample.held_s)
+    finished: bool = False  # it reported train_done: it is on its way out
 
 
 @dataclass(frozen=True)
@@ -152,17 +200,25 @@ class HangLimits:
     Args:
         hang_timeout_s: a rank that reports nothing at all (its liveness thread cannot run:
             stopped, or the GIL held) for this long is hung; so is one computing this long.
+            With ``ft.hang_timeout_s=auto`` the supervisor passes the learned value
+            (:func:`auto_hang_timeout`).
         startup_timeout_s: the same for a rank that has not stepped yet (imports, model build).
         save_timeout_s: the rank-side save watchdog's bound; a save gets this plus a margin.
         sync_budget_s: TorchFT's own bound on a quorum plus a collective and a commit
             (quorum_timeout + 2 x timeout): a rank waiting in TorchFT for a slow peer is not
             hung before TorchFT itself gives up.
+        os_stall_s: ``ft.os_stall_s``: a rank stopped, a zombie, or in disk-sleep (outside
+            its I/O phases) this long without a break is hung at once.
+        suspect_silence_s: once its group is hung, a rank silent this long (a few missed
+            liveness beats) is blamed before peers that still beat: they wait for it.
     """
 
     hang_timeout_s: float
     startup_timeout_s: float
     save_timeout_s: float
     sync_budget_s: float
+    os_stall_s: float = 0.5
+    suspect_silence_s: float = 0.75
 
     def silent_limit(self, r: RankView) -> float:
         return self.hang_timeout_s if r.started else self.startup_timeout_s
@@ -181,6 +237,30 @@ class HangLimits:
     def overdue(self, r: RankView) -> bool:
         return r.silent_s > self.silent_limit(r) or r.phase_s > self.phase_budget(r.phase)
 
+    def os_stalled(self, r: RankView) -> bool:
+        """Stopped, zombie or in disk-sleep for ``os_stall_s`` without a break. Ranks pass
+        through disk-sleep on every file write, so only a held state counts, and not in the
+        phases whose work is I/O (startup, save: their own budgets apply)."""
+        if r.os_state not in OS_STALL_STATES or r.os_state_s < self.os_stall_s:
+            return False
+        if r.os_state == OsState.ZOMBIE.value and r.finished:
+            # Its main thread has exited and the other threads are still going down (a
+            # multi-threaded exit, a core dump): the exit status is coming, not a hang.
+            return False
+        return not (r.os_state == OsState.DISK_SLEEP.value and r.phase in IO_PHASES)
+
+    def blame(self, r: RankView) -> Optional[BlameReason]:
+        """Why ``r`` would be blamed if its group is hung (None: nothing points at it)."""
+        if self.os_stalled(r):
+            return BlameReason.OS_STALL
+        if r.os_state in SELF_EXPLAINED:
+            return BlameReason.OS_STATE
+        if r.silent_s >= self.suspect_silence_s:
+            return BlameReason.SILENT
+        if self.overdue(r):
+            return BlameReason.PHASE
+        return None
+
 
 @dataclass(frozen=True)
 class Hang:
@@ -191,27 +271,116 @@ class Hang:
     self_explained: bool
     phase: Optional[str]
     phase_s: float
+    reason: Optional[str] = None  # BlameReason
+    # Every live rank's OS state at the verdict (rank -> psutil state), sampled once.
+    rank_states: dict = field(default_factory=dict)
+    os_state_s: float = 0.0
 
 
 def find_hang(ranks: Sequence[RankView], limits: HangLimits) -> Optional[Hang]:
-    """The rank to blame when some rank of a group is past its limit, else None.
+    """The rank to blame when some rank of a group is hung, else None.
 
-    One stuck rank soon stalls its group peers too (they wait in its collectives, inside
-    their own budgets): blame a rank whose OS state explains it, then one past its limit
-    by silence (its liveness thread is frozen too), then the one longest in its phase.
+    A group is hung when a rank is OS-stalled (hung at once) or past its limit (silence,
+    phase budget). One stuck rank soon stalls its group peers too (they wait in its
+    collectives, inside their own budgets, or even past them): so blame, among all ranks,
+    one whose OS state explains it, then one whose liveness thread is frozen (silent while
+    its peers beat: SIGSTOP, or sleeping with the GIL held, which from outside looks like
+    the peers' state), then the one longest in its phase.
     """
-    overdue = [r for r in ranks if limits.overdue(r)]
-    if not overdue:
+    if not any(limits.os_stalled(r) or limits.overdue(r) for r in ranks):
         return None
-    culprit = min(overdue, key=lambda r: (r.os_state not in SELF_EXPLAINED, r.silent_s <= limits.silent_limit(r), -r.phase_s))
+    blamed = [(r, b) for r in ranks if (b := limits.blame(r)) is not None]
+    culprit, reason = min(blamed, key=lambda rb: (_BLAME_ORDER.index(rb[1]), -rb[0].silent_s, -rb[0].phase_s))
     return Hang(
         rank=culprit.rank,
         silent_s=round(culprit.silent_s, 2),
         os_state=culprit.os_state,
-        self_explained=culprit.os_state in SELF_EXPLAINED,
+        self_explained=reason in (BlameReason.OS_STALL, BlameReason.OS_STATE),
         phase=culprit.phase,
         phase_s=round(culprit.phase_s, 2),
+        reason=reason.value,
+        rank_states={r.rank: r.os_state for r in ranks},
+        os_state_s=round(culprit.os_state_s, 2),
     )
+
+
+# ---------------------------------------------------------------- ft.hang_timeout_s=auto
+AUTO = "auto"
+
+
+def hang_timeout_setting(value: Any) -> Optional[float]:
+    """``ft.hang_timeout_s``: None for ``auto``, else the fixed number of seconds.
+
+    Raises:
+        ValueError: neither ``auto`` nor a positive number.
+    """
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"ft.hang_timeout_s={value!r}: use auto or a number of seconds") from None
+    if not seconds > 0:
+        raise ValueError(f"ft.hang_timeout_s={value!r}: must be > 0 (or auto)")
+    return seconds
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (0-100) of ``values``, linear between order statistics (numpy's default)."""
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def auto_hang_timeout(compute_s: Sequence[float], min_s: float, factor: float, fallback_s: float) -> float:
+    """The learned hang timeout: max(``min_s``, ``factor`` x p99 of the recent compute times).
+
+    Args:
+        compute_s: recent seconds of a step's own work (forward, backward, optimizer:
+            the step time less its quorum and cross-group sync, which have their own
+            budget), across ranks; the supervisor keeps the last :data:`AUTO_WINDOW`.
+        min_s: ``ft.hang_min_s``: the floor, above a few missed liveness beats.
+        factor: ``ft.hang_step_factor`` (k).
+        fallback_s: the timeout before :data:`AUTO_MIN_SAMPLES` steps were seen.
+    """
+    if len(compute_s) < AUTO_MIN_SAMPLES:
+        return max(min_s, fallback_s)
+    return max(min_s, factor * percentile(compute_s, 99))
+
+
+# Step times the auto timeout learns from (job-wide, every rank's; a step record each) and
+# how many it needs before it trusts them.
+AUTO_WINDOW = 200
+AUTO_MIN_SAMPLES = 4
+
+
+class StepTimeLearner:
+    """Recent compute seconds per step, for :func:`auto_hang_timeout`.
+
+    A rank attempt's first step is left out (it carries lazy initialisation and the first
+    quorum), and so are sync seconds: a survivor's step that waited ~1 s for the Lighthouse
+    to drop a failed group says nothing about how long computing takes.
+    """
+
+    def __init__(self, window: int = AUTO_WINDOW) -> None:
+        self.samples: deque = deque(maxlen=window)
+        self._seen: set = set()
+
+    def observe(self, rec: dict) -> None:
+        """Take one step record (``step_time_s``, ``quorum_s``, ``xgroup_s``, group/rank/attempt)."""
+        key = (rec.get("group"), rec.get("rank"), rec.get("attempt"))
+        if key not in self._seen:
+            self._seen.add(key)
+            return
+        total = rec.get("step_time_s")
+        if total is None:
+            return
+        self.samples.append(max(0.0, float(total) - float(rec.get("quorum_s") or 0.0) - float(rec.get("xgroup_s") or 0.0)))
+
+    def p99(self) -> Optional[float]:
+        return percentile(list(self.samples), 99) if self.samples else None
 
 
 def is_job_stall(hung: dict[int, Hang], stepping: Sequence[int]) -> bool:

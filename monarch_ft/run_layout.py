@@ -151,6 +151,10 @@ class RunLayout:
     def stacks_dir(self) -> str:
         return self._p("stacks")
 
+    def stacks_capture(self, tag: str, when: float) -> str:
+        """One capture's folder of stacks (a file per rank, ``g<G>r<R>.txt``): ``stacks/<tag>-<ms>/``."""
+        return self._p("stacks", f"{tag}-{int(when * 1000)}")
+
     def scratch(self, group: int, rank: Optional[int] = None) -> str:
         """A group's host-local files (scratch space); a node fault deletes them."""
         base = self._p("scratch", f"group_{group}")

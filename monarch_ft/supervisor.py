@@ -41,11 +41,16 @@ from monarch_ft.recovery import (
     Hang,
     HangLimits,
     JobStateLost,
+    OsSample,
     RankView,
+    StepTimeLearner,
     StateSource,
+    auto_hang_timeout,
     decide_state_source,
     find_hang,
+    hang_timeout_setting,
     is_job_stall,
+    track_os_state,
 )
 from monarch_ft.run_layout import RunLayout, atomic_write, atomic_write_json
 from monarch_ft.stacks import capture_stacks
@@ -79,6 +84,8 @@ class RankState:
     phase: Optional[str] = None
     phase_since: float = 0.0
     phase_seen: float = 0.0
+    # Its OS state, sampled every tick, and since when it has held (recovery.track_os_state).
+    os_sample: Optional[OsSample] = None
 
 
 @dataclass
@@ -157,6 +164,9 @@ class Supervisor:
         # Recent committed state hashes: step -> {(group, rank): hash} (see consistent_at).
         self.step_hashes: dict[int, dict[tuple[int, int], str]] = {}
         self._stall: Optional[dict] = None
+        # ft.hang_timeout_s: a fixed number, or None for auto (learned from the step times).
+        self._hang_timeout_fixed = hang_timeout_setting(cfg.ft.hang_timeout_s)
+        self.step_times = StepTimeLearner()
         self._fatal: Optional[str] = None
         self._last_tick = 0.0
         self._stall_grace_until = 0.0
@@ -282,6 +292,7 @@ class Supervisor:
                 if kind == "step":
                     rs.last_progress, rs.last_step = now, rec["step"]
                     rs.first_step_seen = True
+                    self.step_times.observe(rec)
                     if self.first_step_time is None:
                         self.first_step_time = now
                     self._metrics.write(json.dumps(rec) + "\n")
@@ -397,27 +408,43 @@ class Supervisor:
         live = [rs for rs in g.ranks if rs.exited is None]
         started = all(r.first_step_seen or r.train_done for r in g.ranks)
 
-        def views(with_state: bool) -> list[RankView]:
-            return [
-                RankView(
-                    rank=rs.proc.launch.rank,
-                    silent_s=self._watched(rs.last_progress, now),
-                    started=started,
-                    phase=rs.phase,
-                    phase_s=self._watched(rs.phase_seen, now) if rs.phase else 0.0,
-                    os_state=process_status(rs.proc.pid) if with_state else None,
-                )
-                for rs in live
-            ]
+        # Every tick: a state held for ft.os_stall_s needs every sample in between to see it.
+        for rs in live:
+            rs.os_sample = track_os_state(rs.os_sample, process_status(rs.proc.pid), now, self.cfg.ft.os_stall_s)
+        views = [
+            RankView(
+                rank=rs.proc.launch.rank,
+                silent_s=self._watched(rs.last_progress, now),
+                started=started,
+                phase=rs.phase,
+                phase_s=self._watched(rs.phase_seen, now) if rs.phase else 0.0,
+                os_state=rs.os_sample.state,
+                os_state_s=rs.os_sample.held_s,
+                finished=rs.train_done,
+            )
+            for rs in live
+        ]
+        return find_hang(views, self._hang_limits)
 
-        if find_hang(views(False), self._hang_limits) is None:
-            return None
-        return find_hang(views(True), self._hang_limits)  # psutil only when someone is silent
+    @property
+    def hang_timeout_s(self) -> float:
+        """The hang timeout now: ``ft.hang_timeout_s`` if a number, else the learned one
+        (max(ft.hang_min_s, ft.hang_step_factor x p99 of recent compute seconds per step))."""
+        if self._hang_timeout_fixed is not None:
+            return self._hang_timeout_fixed
+        ft = self.cfg.ft
+        return auto_hang_timeout(list(self.step_times.samples), ft.hang_min_s, ft.hang_step_factor, fallback_s=15.0)
 
     @property
     def _hang_limits(self) -> HangLimits:
         ft = self.cfg.ft
-        return HangLimits(ft.hang_timeout_s, ft.startup_timeout_s, self.cfg.checkpoint.save_timeout_s, ft.quorum_timeout_s + 2 * ft.timeout_s)
+        return HangLimits(
+            self.hang_timeout_s,
+            ft.startup_timeout_s,
+            self.cfg.checkpoint.save_timeout_s,
+            ft.quorum_timeout_s + 2 * ft.timeout_s,
+            os_stall_s=ft.os_stall_s,
+        )
 
     def _judge_hangs(self, hangs: dict[int, Hang], now: float) -> None:
         """Act on this tick's hang verdicts, all groups together.
@@ -437,7 +464,7 @@ class Supervisor:
             # second): the rest get one more hang timeout before they count as hung alone.
             self.events.emit(EventKind.JOB_STALL_CLEARED, lasted_s=round(now - self._stall["since"], 2))
             self._stall = None
-            self._stall_grace_until = now + self.cfg.ft.hang_timeout_s
+            self._stall_grace_until = now + self.hang_timeout_s
         if now < self._stall_grace_until:
             hangs = {i: h for i, h in hangs.items() if h.self_explained}
         if not hangs:
@@ -460,26 +487,39 @@ class Supervisor:
         explained = {i: h for i, h in hangs.items() if h.self_explained}
         for i, h in sorted((explained or hangs).items()):
             g = self.groups[i]
-            states = {rs.proc.launch.rank: process_status(rs.proc.pid) for rs in g.ranks if rs.exited is None}
+            t0 = time.time()
+            # The hung rank's and its group peers' stacks, before the group is killed.
             stacks = self._capture_stacks([g], f"hang-g{i}")
             self._fail_group(
                 g,
                 now,
+                time=now,  # the verdict's tick: the stacks were captured after it
                 reason="hung",
                 rank=h.rank,
+                blame=h.reason,
                 silent_s=h.silent_s,
                 process_status=h.os_state,
-                rank_status=states,
+                process_status_s=h.os_state_s,
+                rank_status={str(r): st for r, st in h.rank_states.items()},
                 phase=h.phase,
                 phase_s=h.phase_s,
+                hang_timeout_s=round(self.hang_timeout_s, 3),
                 stacks=stacks,
+                stacks_s=round(time.time() - t0, 3),
             )
 
+    def capture_stacks(self, groups: Optional[list[int]] = None, tag: str = "on-demand") -> dict[str, str]:
+        """Every live rank's Python stacks (of ``groups``, default all), written under the run's
+        ``stacks/`` folder now; label (``g0r1``) -> file. What hangs and stalls call, and what
+        a hook or an operator may call at any time."""
+        chosen = [g for g in self.groups if groups is None or g.index in groups]
+        return self._capture_stacks(chosen, tag)
+
     def _capture_stacks(self, groups: list[GroupState], tag: str) -> dict[str, str]:
-        """Every live rank's Python stacks (py-spy), into stacks/<tag>-<n>/; label -> file."""
+        """Every live rank's Python stacks (py-spy), into stacks/<tag>-<ms>/; label -> file."""
         pids = {f"g{g.index}r{rs.proc.launch.rank}": rs.proc.pid for g in groups for rs in g.ranks if rs.exited is None and rs.proc.pid}
-        folder = os.path.join(self.layout.stacks_dir, f"{tag}-{int(time.time() * 1000)}")
-        return capture_stacks(pids, folder)
+        logs = {f"g{g.index}r{rs.proc.launch.rank}": self.layout.log(g.index, rs.proc.launch.rank, g.attempt) for g in groups for rs in g.ranks}
+        return capture_stacks(pids, self.layout.stacks_capture(tag, time.time()), logs=logs)
 
     def _fail_group(self, g: GroupState, now: float, **why: Any) -> None:
         self.events.emit(EventKind.GROUP_FAILED, group=g.index, attempt=g.attempt, **why)

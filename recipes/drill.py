@@ -41,16 +41,29 @@ def main(cfg: DictConfig) -> None:
         print(f"[chaos] report: {paths.get('report.md', paths)}")
     except ImportError as e:
         print(f"[chaos] report not written: {e}", file=sys.stderr)
+    from chaos.outcome import fix_line
+
     ok = drill_ok(drill) and (baseline is None or drill_ok(baseline))
     for f in drill["faults"]:
+        kind = f["kind"] + (f":{f['mode']}" if f.get("mode") else "")
+        if f.get("injected") is False:
+            print(f"[chaos] fault {f['id']} {kind}: not injected ({f['not_injected']['reason']}): {f['not_injected']['detail']}")
+            continue
+        mttr = "n/a" if f["mttr_s"] is None else f"{f['mttr_s']}s"
+        blamed = f" blamed=g{f['target']}r{f['blamed_rank']} ({f.get('blame')})" if f.get("blamed_rank") is not None else ""
+        why = f.get("not_recovered")
         print(
-            f"[chaos] fault {f['id']} {f['kind']} -> group {f['target']}: mttr={f['mttr_s']}s recovered={f['recovered']} "
-            f"weights_consistent={f['weights_consistent']} job_steps_lost={f.get('job_steps_lost', 0)}"
+            f"[chaos] fault {f['id']} {kind} -> group {f['target']}: mttr={mttr} recovered={f['recovered']} path={f.get('recovery_path')} "
+            f"weights_consistent={f['weights_consistent']} job_steps_lost={f.get('job_steps_lost', 0)}{blamed}"
+            + (f" not recovered ({why['reason']}): {why['detail']}; {why['fix']}" if why else "")
         )
     print(
         f"[chaos] steps_never_go_back={drill['steps_never_go_back']} steps_lost={drill['steps_lost']} "
         f"step_regressions={len(drill['step_regressions'])} exit_code={drill['exit_code']}"
     )
+    missing = fix_line(drill["faults"])
+    if missing:
+        print(f"monarch_ft: error: {missing}", file=sys.stderr)
     sys.exit(0 if ok else 1)
 
 

@@ -1,21 +1,31 @@
-"""MTTR benchmark: a Hydra multirun sweep over fault kinds x recovery modes.
+"""MTTR benchmark: one run sweeps recovery modes x fault kinds, with repeats, into one report.
 
-    python recipes/mttr_bench.py -m bench.kind=process_kill,hang,node,collective ft.recovery=live,full_restart
-    python recipes/mttr_bench.py -m bench.kind=process_kill ft.mode=hsdp,localsgd,diloco ft.sync_every=10
+    python recipes/mttr_bench.py hydra.run.dir=outputs/sweep
+    python recipes/mttr_bench.py 'bench.modes=[live,full_restart]' 'bench.kinds=[process_kill,hang:gil]' bench.repeats=1
+    python recipes/mttr_bench.py -m ft.mode=hsdp,diloco ft.sync_every=10 'bench.kinds=[process_kill]' 'bench.modes=[live]'
 
-Each job runs one drill (``bench.repeats`` faults of ``bench.kind``) in its own
-directory; after every job the aggregate report over all drills found in the sweep
-directory is rewritten, so when the sweep ends ``<sweep>/report.md``, ``mttr.png``
-and ``summary.json`` compare every kind, ours against full restart.
+Modes (``bench.modes``, see MODES): ``live_standby`` (live recovery with a warm standby group,
+``ft.standby_groups=1``), ``live`` (no standby, ``ft.standby_groups=0``), ``full_restart``
+(the baseline). A build whose config has no ``ft.standby_groups`` skips ``live_standby``
+with a printed line and runs the rest. Kinds (``bench.kinds``): a fault kind, with its mode
+after a colon (``hang:gil``, ``collective:hang``). Each (mode, kind) is one drill of
+``bench.repeats`` faults in ``<run>/<n>-<mode>-<kind>/``; after each drill the aggregate
+(``<run>/report.md``, ``mttr.png``, ``summary.json``: every mode side by side, MTTR p50/p95,
+the survivors' longest stall, and each mode over full restart) is rewritten, so a sweep
+stopped early still leaves its report. Under a Hydra multirun (``-m``) each job runs its own
+sweep and the aggregate covers every drill under the sweep directory.
 """
 
 from __future__ import annotations
 
+import copy
 import glob
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
+from typing import List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -24,17 +34,32 @@ from hydra.core.config_store import ConfigStore  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from chaos.config import ChaosConfig, DrillConfig, FaultConfig  # noqa: E402
+from chaos.config import FAULT_KINDS, FAULT_MODES, ChaosConfig, DrillConfig, FaultConfig  # noqa: E402
 from monarch_ft.cli import CONFIG_DIR  # noqa: E402
 from monarch_ft.config import ConfigError  # noqa: E402
+
+# A sweep mode: ft.recovery and the warm standby groups it runs with (None: not set).
+MODES = {
+    "live_standby": ("live", 1),
+    "live": ("live", 0),
+    "full_restart": ("full_restart", 0),
+}
 
 
 @dataclass
 class BenchConfig:
-    kind: str = "process_kill"
+    # Recovery modes to sweep, in this order (keys of MODES).
+    modes: List[str] = field(default_factory=lambda: ["live_standby", "live", "full_restart"])
+    # Fault kinds, a mode after a colon: hang is a SIGSTOP hang, hang:gil a rank sleeping with the GIL held.
+    kinds: List[str] = field(default_factory=lambda: ["process_kill", "node", "hang", "hang:gil", "collective:hang"])
+    # Faults per (mode, kind) drill.
     repeats: int = 2
+    # The first fault at this committed step, the next ones every_steps later (each after
+    # the previous one recovered).
     first_step: int = 10
     every_steps: int = 15
+    # collective:hang: how long the rank stalls before the allreduce (above ft.timeout_s).
+    collective_hang_s: float = 8.0
 
 
 @dataclass
@@ -45,34 +70,96 @@ class MTTRBenchConfig(DrillConfig):
 ConfigStore.instance().store(name="mttr_bench_schema", node=MTTRBenchConfig)
 
 
+def parse_kind(text: str) -> tuple[str, Optional[str]]:
+    """``hang:gil`` -> ("hang", "gil"); a kind without a colon has its default mode."""
+    kind, _, mode = text.partition(":")
+    if kind not in FAULT_KINDS:
+        raise ConfigError(f"bench.kinds: {text!r}: choose among {', '.join(FAULT_KINDS)} (a mode after a colon, e.g. hang:gil)")
+    if mode and mode not in FAULT_MODES.get(kind, ()):
+        raise ConfigError(f"bench.kinds: {text!r}: {kind} has modes {', '.join(FAULT_MODES.get(kind, ())) or '(none)'}")
+    return kind, mode or None
+
+
+def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], list[str]]:
+    """The sweep's drills (mode name, kind text, the drill's config) and the modes skipped, with why.
+
+    Raises:
+        ConfigError: an unknown mode or kind, or a drill its config refuses (before anything runs).
+    """
+    from chaos.config import validate_chaos
+    from monarch_ft.config import validate
+
+    b = job.bench
+    if b.repeats < 1:
+        raise ConfigError(f"bench.repeats={b.repeats}: must be >= 1")
+    drills, skipped = [], []
+    for mode in b.modes:
+        if mode not in MODES:
+            raise ConfigError(f"bench.modes: {mode!r}: choose among {', '.join(MODES)}")
+        recovery, standby = MODES[mode]
+        if standby and not hasattr(job.ft, "standby_groups"):
+            skipped.append(f"{mode}: this build's config has no ft.standby_groups (warm standby groups are not merged yet)")
+            continue
+        for text in b.kinds:
+            kind, fault_mode = parse_kind(text)
+            cfg = copy.deepcopy(job)
+            cfg.ft.recovery = recovery
+            if hasattr(cfg.ft, "standby_groups"):
+                cfg.ft.standby_groups = standby
+            faults = [
+                FaultConfig(kind=kind, mode=fault_mode, at_step=b.first_step + i * b.every_steps, duration_s=b.collective_hang_s)
+                for i in range(b.repeats)
+            ]
+            cfg.chaos = ChaosConfig(faults=faults, seed=job.chaos.seed, recovery_timeout_s=job.chaos.recovery_timeout_s, tail_steps=job.chaos.tail_steps)
+            validate(cfg)
+            validate_chaos(cfg, faults)
+            drills.append((mode, text, cfg))
+    return drills, skipped
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+
+
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="mttr_bench")
 def main(cfg: DictConfig) -> None:
     from chaos.drill import drill_ok, run_drill
     from chaos.report import write_aggregate_report
 
     job: MTTRBenchConfig = OmegaConf.to_object(cfg)
-    b = job.bench
-    job.chaos = ChaosConfig(
-        faults=[FaultConfig(kind=b.kind, at_step=b.first_step + i * b.every_steps) for i in range(b.repeats)],
-        seed=job.chaos.seed,
-        recovery_timeout_s=job.chaos.recovery_timeout_s,
-    )
     hc = HydraConfig.get()
     out = hc.runtime.output_dir
+    multirun = hc.mode.name == "MULTIRUN"
     try:
-        drill = run_drill(job, out)
+        drills, skipped = plan(job)
     except ConfigError as e:
         print(f"monarch_ft: error: {e}", file=sys.stderr)
-        sys.exit(2)  # a config error is the same for every job: stop the sweep
-    multirun = hc.mode.name == "MULTIRUN"
-    sweep_dir = hc.sweep.dir if multirun else out
-    drills = [json.load(open(p)) for p in sorted(glob.glob(os.path.join(sweep_dir, "**", "drill.json"), recursive=True))]
-    paths = write_aggregate_report(sweep_dir, drills)
-    print(f"[mttr_bench] {b.kind}/{job.ft.recovery}/{job.ft.mode}: " + ", ".join(f"mttr={f['mttr_s']}" for f in drill["faults"]))
-    print(f"[mttr_bench] aggregate over {len(drills)} drills: {paths['report']}")
-    ok = drill_ok(drill)
-    if not ok:
-        print(f"[mttr_bench] {b.kind}/{job.ft.recovery}: a fault did not recover cleanly, see {out}/drill.json", file=sys.stderr)
+        sys.exit(2)  # the same for every job of a multirun: stop the sweep
+    for line in skipped:
+        print(f"[mttr_bench] skipping mode {line}", flush=True)
+    report_dir = hc.sweep.dir if multirun else out
+    print(f"[mttr_bench] {len(drills)} drills ({job.bench.repeats} faults each): modes {', '.join(sorted({m for m, _, _ in drills}, key=list(MODES).index))}; "
+          f"kinds {', '.join(job.bench.kinds)}; report in {report_dir}", flush=True)
+    started, ok = time.time(), True
+    for n, (mode, kind, cfg) in enumerate(drills, start=1):
+        t0 = time.time()
+        print(f"[mttr_bench] {n}/{len(drills)} {mode} {kind}: running", flush=True)
+        drill_dir = os.path.join(out, f"{n:02d}-{mode}-{kind.replace(':', '-')}")
+        drill = run_drill(cfg, drill_dir)
+        ok = ok and drill_ok(drill)
+        drill_paths = sorted(glob.glob(os.path.join(report_dir, "**", "drill.json"), recursive=True))
+        paths = write_aggregate_report(report_dir, [json.load(open(p)) for p in drill_paths])
+        mttrs = ", ".join(
+            f"{f['mttr_s']}s" if f.get("injected", True) else f"not injected ({f['not_injected']['reason']})" for f in drill["faults"]
+        )
+        elapsed = time.time() - started
+        left = elapsed / n * (len(drills) - n)
+        print(f"[mttr_bench] {n}/{len(drills)} {mode} {kind}: mttr {mttrs}; recovered {sum(bool(f.get('recovered')) for f in drill['faults'])}/"
+              f"{len(drill['faults'])} in {_clock(time.time() - t0)} (elapsed {_clock(elapsed)}, about {_clock(left)} left)", flush=True)
+        if not drill_ok(drill):
+            print(f"[mttr_bench] {mode} {kind}: a fault did not recover cleanly, see {drill_dir}/drill.json", file=sys.stderr, flush=True)
+    if drills:
+        print(f"[mttr_bench] aggregate over the sweep: {paths['report']}", flush=True)
     # sys.exit inside a multirun job would end the whole sweep: only a single run exits.
     if not multirun:
         sys.exit(0 if ok else 1)

@@ -43,6 +43,7 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
         ("training.device=tpu", "training.device='tpu': choose one of auto, cpu, cuda"),
         ("ft.cross_group_backend=mpi", "ft.cross_group_backend='mpi': choose one of auto, nccl, gloo"),
         ("training.device=cpu ft.cross_group_backend=nccl", "ft.cross_group_backend=nccl needs CUDA"),
+        ("ft.hang_timeout_s=soon", "ft.hang_timeout_s='soon': use auto or a number of seconds"),
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -11,6 +12,7 @@ from monarch_ft.components.checkpoint import SaveWatchdog, save_due
 from monarch_ft.components.ft import CommitFloor
 from monarch_ft.launcher.base import RankExit, describe_exit
 from monarch_ft.recovery import (
+    BlameReason,
     CommitLedger,
     Hang,
     HangLimits,
@@ -18,9 +20,14 @@ from monarch_ft.recovery import (
     Phase,
     RankView,
     StateSource,
+    StepTimeLearner,
+    auto_hang_timeout,
     decide_state_source,
     find_hang,
+    hang_timeout_setting,
     is_job_stall,
+    percentile,
+    track_os_state,
 )
 from monarch_ft.run_layout import RunLayout, atomic_write, read_json
 
@@ -182,3 +189,68 @@ def test_drill_check_reads_quorums_not_record_times():
     assert steps_never_go_back(late)
     assert not steps_never_go_back([commit(0, 0, 2509, 40, 1.0), commit(1, 1, 0, 41, 2.0)])
     assert not steps_never_go_back([commit(0, 0, 12, 3, 1.0), commit(0, 0, 12, 3, 2.0)])  # one attempt twice
+
+
+# ---------------------------------------------------------------- hangs in about a second
+def _stall_view(rank, state, held, phase=Phase.COMPUTE, silent=0.2):
+    return RankView(rank=rank, silent_s=silent, started=True, phase=phase.value, phase_s=0.3, os_state=state, os_state_s=held)
+
+
+def test_a_state_held_without_a_break_is_an_os_stall_at_once():
+    # SIGSTOP: 0.5 s stopped is hung long before any timeout (6 s here); the peer is not blamed.
+    hang = find_hang([_stall_view(0, "sleeping", 5.0), _stall_view(1, "stopped", 0.6)], LIMITS)
+    assert hang.rank == 1 and hang.reason == BlameReason.OS_STALL and hang.self_explained
+    assert hang.rank_states == {0: "sleeping", 1: "stopped"}  # carried, not sampled again
+    assert find_hang([_stall_view(1, "stopped", 0.3)], LIMITS) is None  # not yet held long enough
+    assert find_hang([_stall_view(1, "zombie", 0.6)], LIMITS).reason == BlameReason.OS_STALL
+    finishing = dataclasses.replace(_stall_view(1, "zombie", 0.6), finished=True)  # exiting after train_done
+    assert find_hang([finishing], LIMITS) is None
+
+
+def test_disk_sleep_counts_only_held_and_outside_io_phases():
+    assert find_hang([_stall_view(0, "disk-sleep", 0.1)], LIMITS) is None  # one write: one sample
+    assert find_hang([_stall_view(0, "disk-sleep", 0.6)], LIMITS).reason == BlameReason.OS_STALL
+    assert find_hang([_stall_view(0, "disk-sleep", 5.0, phase=Phase.SAVE)], LIMITS) is None  # the save's budget
+    assert find_hang([_stall_view(0, "disk-sleep", 5.0, phase=Phase.STARTUP)], LIMITS) is None  # cold imports
+    assert find_hang([_stall_view(0, "tracing-stop", 5.0)], LIMITS) is None  # py-spy's own ptrace stop
+
+
+def test_os_state_track_needs_every_sample_in_between():
+    s = track_os_state(None, "disk-sleep", 10.0, max_gap_s=0.5)
+    s = track_os_state(s, "disk-sleep", 10.3, max_gap_s=0.5)
+    assert s.held_s == pytest.approx(0.3)
+    assert track_os_state(s, "sleeping", 10.35, 0.5).held_s == 0  # left it: starts over
+    assert track_os_state(s, "disk-sleep", 11.5, 0.5).held_s == 0  # not watched in between: unknown
+
+
+def test_a_rank_sleeping_with_the_gil_is_blamed_not_its_peers_or_their_state():
+    # The gil rank's OS state ("sleeping") is its peers'; only its silence tells. The peer
+    # went past its compute budget first (it entered compute before the gil rank froze).
+    peer = RankView(rank=0, silent_s=0.1, started=True, phase="compute", phase_s=6.2, os_state="sleeping", os_state_s=6)
+    gil = RankView(rank=1, silent_s=5.8, started=True, phase="compute", phase_s=6.1, os_state="sleeping", os_state_s=6)
+    hang = find_hang([peer, gil], LIMITS)
+    assert hang.rank == 1 and hang.reason == BlameReason.SILENT and not hang.self_explained
+    # A survivor of another group waiting in TorchFT for the hung group is not hung at all.
+    survivor = RankView(rank=0, silent_s=0.1, started=True, phase="sync", phase_s=20, os_state="sleeping", os_state_s=20)
+    assert find_hang([survivor, dataclasses.replace(survivor, rank=1)], LIMITS) is None
+
+
+def test_auto_hang_timeout_learns_k_times_p99_above_the_floor():
+    assert hang_timeout_setting("auto") is None and hang_timeout_setting("20") == 20.0 and hang_timeout_setting(6) == 6.0
+    with pytest.raises(ValueError, match="auto or a number"):
+        hang_timeout_setting("soon")
+    assert auto_hang_timeout([0.1] * 50, min_s=3.0, factor=10, fallback_s=15) == 3.0  # the floor
+    assert auto_hang_timeout([0.5] * 99 + [0.9], min_s=3.0, factor=10, fallback_s=15) == pytest.approx(10 * percentile([0.5] * 99 + [0.9], 99))
+    assert auto_hang_timeout([0.1], min_s=3.0, factor=10, fallback_s=15) == 15  # too few steps seen
+
+
+def test_step_time_learner_skips_first_steps_and_sync_waits():
+    learn = StepTimeLearner(window=3)
+    rec = {"group": 0, "rank": 0, "attempt": 0}
+    learn.observe({**rec, "step_time_s": 9.0})  # the attempt's first step: lazy init, first quorum
+    assert not learn.samples
+    learn.observe({**rec, "step_time_s": 1.3, "quorum_s": 1.0, "xgroup_s": 0.1})  # a survivor's wait for the Lighthouse
+    assert learn.samples[-1] == pytest.approx(0.2)
+    for t in (0.3, 0.4, 0.5):
+        learn.observe({**rec, "step_time_s": t})
+    assert list(learn.samples) == [0.3, 0.4, 0.5]  # the window keeps the recent ones

@@ -11,11 +11,20 @@ it at its next cross-group allreduce:
 
 Either way TorchFT must discard the step (should_commit is False) and reconfigure
 the process group on the next quorum, with no process restarted.
+
+One process fault also needs the rank's help: a ``hang`` with ``mode: gil``. On
+:data:`GIL_HANG_SIGNAL` the rank sleeps in a C call that keeps the GIL (``ctypes.PyDLL``
+does not release it), so no Python thread of it runs again: not its liveness thread,
+not TorchFT's Python threads. Its OS state stays "sleeping", like its peers' blocked in a
+collective with it; only its silence tells the hang detector which rank is stuck.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
+import threading
 import time
 from typing import Callable
 
@@ -44,11 +53,39 @@ def _take(path: str):
     return request
 
 
+# The signal a rank answers by sleeping with the GIL held (chaos ``hang`` ``mode: gil``).
+GIL_HANG_SIGNAL = signal.SIGUSR2
+
+
+def sleep_holding_the_gil(seconds: float) -> None:
+    """libc's sleep through ctypes.PyDLL, which keeps the GIL for the call: the whole
+    interpreter stops (py-spy and faulthandler still show this frame)."""
+    ctypes.PyDLL(None).sleep(int(seconds))
+
+
 class FaultAgent:
-    def __init__(self, layout: RunLayout, group: int, rank: int, report: Callable[..., None]) -> None:
+    """The rank's side of the faults that need it (a collective fault, a slow save, a GIL hang).
+
+    Args:
+        layout: the run's paths (request files).
+        group, rank: whose requests to act on.
+        report: the rank reporter's ``event``.
+        gil_signal: answer :data:`GIL_HANG_SIGNAL`. Python installs signal handlers from the
+            main thread only: a rank trained in another thread (a Monarch actor's worker
+            thread) does not answer it, and drills refuse ``mode: gil`` there.
+    """
+
+    def __init__(self, layout: RunLayout, group: int, rank: int, report: Callable[..., None], gil_signal: bool = True) -> None:
         self.path = layout.collective_fault(group, rank)
         self.save_path = layout.slow_save(group, rank)
         self._report = report
+        if gil_signal and threading.current_thread() is threading.main_thread():
+            signal.signal(GIL_HANG_SIGNAL, self._gil_hang)
+
+    def _gil_hang(self, signum, frame) -> None:
+        # Nothing reported first: the handler may interrupt the main thread inside the
+        # reporter's lock, and the fault's time is the injector's anyway.
+        sleep_holding_the_gil(3600)
 
     def before_allreduce(self, manager) -> None:
         request = _take(self.path)

@@ -49,7 +49,7 @@ class RankReporter:
 
 
 class Liveness:
-    """What the rank's main thread is doing, reported by a thread of its own once a second.
+    """What the rank's main thread is doing, reported by a thread of its own 4 times a second.
 
     The main thread cannot say "still saving" or "still waiting for the quorum" while it
     is inside the save or the wait, so it only marks each phase as it enters it
@@ -57,12 +57,15 @@ class Liveness:
     nothing at all is frozen (stopped, or holding the GIL); one in a phase past that
     phase's budget is stuck in it (see monarch_ft.recovery.HangLimits).
 
+    Beats are frequent so that a frozen rank is told in about a second (the hang detector's
+    floor, ``ft.hang_min_s``, is a few missed beats); a beat is one short line.
+
     Args:
         reporter: the rank's report stream.
         interval_s: seconds between beats.
     """
 
-    def __init__(self, reporter: RankReporter, interval_s: float = 1.0) -> None:
+    def __init__(self, reporter: RankReporter, interval_s: float = 0.25) -> None:
         self._reporter = reporter
         self.interval_s = interval_s
         self.phase, self.since = "startup", time.time()
