@@ -32,6 +32,7 @@ from monarch_ft.components.checkpoint import align_latest_checkpoint, newest_com
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import JobConfig, validate
 from monarch_ft.control import JobControl
+from monarch_ft.data import prepare_data
 from monarch_ft.events import EventKind, EventLog, GroupStatus, JobStatus
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
 from monarch_ft.lighthouse import Lighthouse
@@ -117,6 +118,11 @@ class Supervisor:
         echo: bool = True,
     ) -> None:
         validate(cfg)
+        # The training data, before anything is created or launched: a data.path that cannot
+        # be trained on is a config error (one line, exit 2), not a failure of every rank.
+        self._data_t0 = time.time()
+        self._data = prepare_data(cfg.data, cfg.model.vocab_size, cfg.training.seq_len)
+        self._data_t1 = time.time()
         self.cfg = cfg
         self.layout = RunLayout(run_dir, cfg.checkpoint.folder)
         self.run_dir = self.layout.run_dir
@@ -205,12 +211,10 @@ class Supervisor:
 
     # ---------------------------------------------------------------- launch
     def _prepare_data(self) -> None:
-        from monarch_ft.data import prepare
-
-        t0 = time.time()
-        data = prepare(self.cfg.data.cache_dir, self.cfg.model.vocab_size, self.cfg.data.max_corpus_mb)
+        data = self._data  # prepared in __init__
         self._tokens_path = data.tokens_path
-        self.events.emit(EventKind.DATA_READY, tokens=data.num_tokens, vocab_size=data.vocab_size, seconds=round(time.time() - t0, 2))
+        self.events.emit(EventKind.DATA_READY, tokens=data.num_tokens, vocab_size=data.vocab_size, seconds=round(self._data_t1 - self._data_t0, 2),
+                         path=self.cfg.data.path)
 
     def _rank_env(self) -> dict[str, str]:
         env = dict(os.environ)
