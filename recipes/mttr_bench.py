@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import hydra  # noqa: E402
 from hydra.core.config_store import ConfigStore  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from chaos.config import ChaosConfig, DrillConfig, FaultConfig  # noqa: E402
-from monarch_ft.cli import CONFIG_DIR  # noqa: E402
+from monarch_ft.hydra_entry import hydra_main  # noqa: E402
 from monarch_ft.config import ConfigError  # noqa: E402
 
 
@@ -45,7 +44,7 @@ class MTTRBenchConfig(DrillConfig):
 ConfigStore.instance().store(name="mttr_bench_schema", node=MTTRBenchConfig)
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="mttr_bench")
+@hydra_main("mttr_bench")
 def main(cfg: DictConfig) -> None:
     from chaos.drill import drill_ok, run_drill
     from chaos.report import write_aggregate_report

@@ -62,15 +62,18 @@ def test_cuda_refused_where_there_is_no_gpu(tmp_path):
 @pytest.mark.parametrize(
     "override, expected",
     [
-        ("ft.no_such_key=1", "no_such_key"),
-        ("ft.replica_groups=two", "replica_groups"),
-        ("model=no_such_model", "no_such_model"),
+        ("ft.no_such_key=1", "ft.no_such_key=1: no such key (Key 'no_such_key' not in 'FTConfig'); ft has: replica_groups, ranks_per_group,"),
+        ("ft.replica_groups=two", "ft.replica_groups=two: Value 'two' of type 'str' could not be converted to Integer"),
+        ("model=no_such_model", "Could not find 'model/no_such_model' Available options in 'model': debugmodel, tiny"),
+        ("ft.replica_groups=[1", "no viable alternative at input '[1'"),
     ],
 )
-def test_schema_errors_come_from_hydra(tmp_path, override, expected):
+def test_schema_errors_are_one_line_before_hydra_starts(tmp_path, override, expected):
+    """What Hydra refuses to compose is one line and exit 2 too, before even the run directory exists."""
     code, out = _run(tmp_path, override)
-    assert code != 0 and expected in out, out
-    assert "Traceback" not in out
+    _assert_one_error_line(code, out, expected)
+    assert "Traceback" not in out and "HYDRA_FULL_ERROR" not in out
+    assert not (tmp_path / "run").exists()
 
 
 def test_lighthouse_port_in_use(tmp_path):
@@ -111,17 +114,34 @@ def test_wrong_model_or_launcher_option_fails_before_launch(tmp_path, overrides,
 @pytest.mark.parametrize(
     "overrides, expected",
     [
-        ("launcher.options.bogus=1", "Key 'bogus' not in 'Options'"),
-        ("launcher=slurm launcher.options.cpus_per_task=abc", "launcher.options.cpus_per_task"),
-        ("launcher=monarch launcher.options.slurm.nodez=2", "Key 'nodez' not in 'SlurmJobOptions'"),
+        ("launcher.options.nope=1", "launcher.options.nope=1: no such key (Key 'nope' not in 'Options'); launcher.options has: simulated_hosts"),
+        ("launcher=slurm launcher.options.cpus_per_task=abc", "launcher.options.cpus_per_task=abc: Value 'abc' of type 'str' could not be converted"),
+        ("launcher=monarch launcher.options.slurm.nodez=2", "slurm.nodez=2: no such key (Key 'nodez' not in 'SlurmJobOptions'); launcher.options.slurm has:"),
+        ("launcher=carrier_pigeon", "Could not find 'launcher/carrier_pigeon' Available options in 'launcher': local, local_hosts, monarch, slurm"),
     ],
 )
-def test_unknown_or_mistyped_launcher_option_fails_in_hydra(tmp_path, overrides, expected):
-    """Each launcher's options are a typed node of Hydra's launcher group: Hydra names the key."""
+def test_unknown_or_mistyped_launcher_option_is_one_line(tmp_path, overrides, expected):
+    """Each launcher's options are a typed node of Hydra's launcher group; what does not fit it is
+    refused like any config error: one line naming the key and what the section has, exit 2."""
     code, out = _run(tmp_path, *overrides.split())
-    assert code != 0 and expected in out, out
-    assert "Traceback" not in out
-    assert not (tmp_path / "run").exists(), "Hydra refuses before the job starts"
+    _assert_one_error_line(code, out, expected)
+    assert "Traceback" not in out and "HYDRA_FULL_ERROR" not in out
+    assert not (tmp_path / "run").exists(), "refused before the job starts"
+
+
+def test_drill_and_bench_recipes_refuse_schema_errors_the_same_way(tmp_path):
+    from conftest import DRILL, REPO
+
+    bench = REPO / "recipes" / "mttr_bench.py"
+    for argv, expected in [
+        ([str(DRILL), "chaos.nope=1"], "chaos.nope=1: no such key"),
+        # A multirun: every value of every sweep is checked before the first job starts.
+        ([str(bench), "-m", "bench.kind=process_kill", "ft.recovery=live,full_restart", "ft.max_restarts=1,x"], "ft.max_restarts=x: Value 'x'"),
+    ]:
+        res = subprocess.run([sys.executable, *argv, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}"],
+                             cwd=REPO, capture_output=True, text=True, timeout=60)
+        _assert_one_error_line(res.returncode, res.stdout + res.stderr, expected)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()
 
 
 def test_wrong_flavor_refused_by_the_drill_recipe(tmp_path):
