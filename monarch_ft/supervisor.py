@@ -47,6 +47,8 @@ from monarch_ft.recovery import (
     decide_state_source,
     find_hang,
     is_job_stall,
+    restart_backoff,
+    start_gate_opens,
 )
 from monarch_ft.run_layout import RunLayout, atomic_write, atomic_write_json
 from monarch_ft.stacks import capture_stacks
@@ -495,12 +497,12 @@ class Supervisor:
         self._schedule_restart(g, now)
 
     def _schedule_restart(self, g: GroupState, now: float, load_step: Optional[int] = None, start_gate: str = "") -> None:
-        if g.restarts >= self.cfg.ft.max_restarts:
+        backoff = restart_backoff(g.restarts, self.cfg.ft.max_restarts, self.cfg.ft.restart_backoff_s, self.cfg.ft.restart_backoff_max_s)
+        if backoff is None:
             g.status = GroupStatus.GIVEN_UP
             self.events.emit(EventKind.RESTART_BUDGET_EXHAUSTED, group=g.index, restarts=g.restarts, max_restarts=self.cfg.ft.max_restarts)
             return
         g.restarts += 1
-        backoff = min(self.cfg.ft.restart_backoff_s * 2 ** (g.restarts - 1), self.cfg.ft.restart_backoff_max_s)
         g.status, g.next_launch, g.load_step, g.start_gate = GroupStatus.WAITING, now + backoff, load_step, start_gate
         self.events.emit(EventKind.RESTART_SCHEDULED, group=g.index, restart=g.restarts, backoff_s=round(backoff, 3))
 
@@ -624,7 +626,7 @@ class Supervisor:
             return
         waiting = [g for g in self.groups if g.start_gate == self._gate_path and g.status not in (GroupStatus.DONE, GroupStatus.GIVEN_UP)]
         ready = all(g.active and all(r.model_ready for r in g.ranks) for g in waiting)
-        if ready or now - self._gate_since > self.cfg.ft.startup_timeout_s / 2:
+        if start_gate_opens(ready, now - self._gate_since, self.cfg.ft.startup_timeout_s):
             open(self._gate_path, "w").close()
             self.events.emit(EventKind.TRAINING_STARTED, all_groups_ready=ready, full_restarts=self._full_restarts)
 
