@@ -11,9 +11,15 @@ from monarch_ft.data import TokenBatches, open_tokens, prepare_data
 VOCAB, SEQ = 2048, 16
 
 
-def _cfg(tmp_path, path) -> DataConfig:
-    # A small stdlib corpus for the tokenizer: trained in about a second, cached under tmp_path.
-    return DataConfig(path=str(path) if path is not None else None, cache_dir=str(tmp_path / "cache"), max_corpus_mb=0.3)
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One cache for the module: the tokenizer (on a small stdlib corpus) is trained once."""
+    return tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture
+def _cfg(cache):
+    return lambda tmp_path, path: DataConfig(path=str(path) if path is not None else None, cache_dir=str(cache), max_corpus_mb=0.1)
 
 
 @pytest.mark.parametrize(
@@ -25,7 +31,7 @@ def _cfg(tmp_path, path) -> DataConfig:
         ("tokens.u32", lambda p, ids: ids.astype("<u4").tofile(p)),
     ],
 )
-def test_token_files_are_read_as_they_are(tmp_path, name, write):
+def test_token_files_are_read_as_they_are(tmp_path, _cfg, name, write):
     ids = np.arange(1000) % VOCAB
     path = tmp_path / name
     write(path, ids)
@@ -40,7 +46,7 @@ def test_token_files_are_read_as_they_are(tmp_path, name, write):
     assert np.array_equal(batches.batch(3, 1, 0)[0].numpy(), inputs.numpy())
 
 
-def test_text_is_tokenised_with_the_project_tokenizer_and_cached(tmp_path):
+def test_text_is_tokenised_with_the_project_tokenizer_and_cached(tmp_path, _cfg):
     from tokenizers import Tokenizer
 
     text = "def greet(name):\n    return f'hello {name}'\n\n" * 40
@@ -91,7 +97,7 @@ def _write(path, content):
         ("garbage.npy", b"not numpy at all", "is not a readable .npy token file"),
     ],
 )
-def test_a_file_that_cannot_be_trained_on_is_one_config_error(tmp_path, name, content, expected):
+def test_a_file_that_cannot_be_trained_on_is_one_config_error(tmp_path, _cfg, name, content, expected):
     path = tmp_path / name
     if content is not None:
         _write(path, content)
@@ -101,6 +107,6 @@ def test_a_file_that_cannot_be_trained_on_is_one_config_error(tmp_path, name, co
     assert message.startswith(f"data.path={path}") and expected in message and "\n" not in message, message
 
 
-def test_a_directory_is_not_a_data_file(tmp_path):
+def test_a_directory_is_not_a_data_file(tmp_path, _cfg):
     with pytest.raises(ConfigError, match="is not a file"):
         prepare_data(_cfg(tmp_path, tmp_path), VOCAB, SEQ)
