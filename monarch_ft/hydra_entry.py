@@ -59,8 +59,7 @@ def composition_problem(config_name: str, overrides: list[str]) -> Optional[str]
             return compose(config_name=config_name, overrides=items)
 
     try:
-        attempt(overrides)
-        return None
+        return _appended_unknown_key(attempt(overrides), overrides)
     except (HydraException, OmegaConfBaseException) as e:
         cause = e.__cause__ if isinstance(e.__cause__, OmegaConfBaseException) else None
         key = getattr(cause, "full_key", None)
@@ -81,6 +80,31 @@ def composition_problem(config_name: str, overrides: list[str]) -> Optional[str]
         if isinstance(section, DictConfig):
             problem += f"; {parent or 'the config'} has: {', '.join(str(k) for k in section.keys()) or 'no keys'}"
         return problem
+
+
+def _appended_unknown_key(cfg, overrides: list[str]) -> Optional[str]:
+    """A ``+key=value`` that adds a key a structured config does not have (Hydra adds it, and
+    ``OmegaConf.to_object`` keeps it as a stray attribute nothing reads: a typo would be
+    silently ignored), as one line; None when every appended key is a field of its section."""
+    import dataclasses
+
+    from omegaconf import DictConfig, OmegaConf
+
+    for o in overrides:
+        if not o.startswith("+") or o.startswith("++") or "=" not in o:
+            continue
+        key = o[1:].split("=", 1)[0]
+        if key.startswith("hydra.") or "/" in key or os.path.isdir(os.path.join(CONFIG_DIR, key)):
+            continue  # Hydra's own settings, or a config group appended to the defaults list
+        parent, _, leaf = key.rpartition(".")
+        section = OmegaConf.select(cfg, parent) if parent else cfg
+        schema = OmegaConf.get_type(section) if isinstance(section, DictConfig) else None
+        if schema is None or not dataclasses.is_dataclass(schema):
+            continue  # a free-form section (a dict of options built in code): its owner checks it
+        fields = [f.name for f in dataclasses.fields(schema)]
+        if leaf not in fields:
+            return f"{o}: no such key (Key '{leaf}' not in '{schema.__name__}'); {parent or 'the config'} has: {', '.join(fields) or 'no keys'}"
+    return None
 
 
 def _check_lines(overrides: list[str], multirun: bool) -> list[list[str]]:

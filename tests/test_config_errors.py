@@ -66,6 +66,9 @@ def test_cuda_refused_where_there_is_no_gpu(tmp_path):
         ("ft.replica_groups=two", "ft.replica_groups=two: Value 'two' of type 'str' could not be converted to Integer"),
         ("model=no_such_model", "Could not find 'model/no_such_model' Available options in 'model': debugmodel, tiny"),
         ("ft.replica_groups=[1", "no viable alternative at input '[1'"),
+        # "+" adds a key even to a schema: one the schema lacks is refused, not silently carried.
+        ("+ft.nokey=3", "+ft.nokey=3: no such key (Key 'nokey' not in 'FTConfig'); ft has: replica_groups,"),
+        ("+nokey=3", "+nokey=3: no such key (Key 'nokey' not in 'JobConfig'); the config has: model, training, data, ft,"),
     ],
 )
 def test_schema_errors_are_one_line_before_hydra_starts(tmp_path, override, expected):
@@ -99,7 +102,7 @@ def test_validate_accepts_defaults():
         ("model.name=gpt5", "model.name='gpt5' is not a TorchTitan model with flavors: choose one of"),
         ("launcher=slurm launcher.options.poll_interval_s=0", "launcher.options.poll_interval_s=0.0: must be > 0"),
         ("launcher=monarch launcher.options.allocator=yarn", "launcher.options.allocator='yarn': choose one of local, slurm"),
-        ("+launcher.options.bogus=1", "launcher=local: unknown option(s) bogus: known are simulated_hosts"),
+        ("+launcher.options.bogus=1", "+launcher.options.bogus=1: no such key (Key 'bogus' not in 'Options'); launcher.options has: simulated_hosts"),
         ("launcher.name=slurm", "launcher.name=slurm with launcher=local's options: select the launcher with launcher=slurm"),
     ],
 )
