@@ -122,9 +122,9 @@ class Supervisor:
         validate(cfg)
         # The training data, before anything is created or launched: a data.path that cannot
         # be trained on is a config error (one line, exit 2), not a failure of every rank.
-        self._data_t0 = time.time()
+        started = time.time()
         self._data = prepare_data(cfg.data, cfg.model.vocab_size, cfg.training.seq_len)
-        self._data_t1 = time.time()
+        self._data_seconds = round(time.time() - started, 2)
         self.cfg = cfg
         self.layout = RunLayout(run_dir, cfg.checkpoint.folder)
         self.run_dir = self.layout.run_dir
@@ -215,8 +215,7 @@ class Supervisor:
     def _prepare_data(self) -> None:
         data = self._data  # prepared in __init__
         self._tokens_path = data.tokens_path
-        self.events.emit(EventKind.DATA_READY, tokens=data.num_tokens, vocab_size=data.vocab_size, seconds=round(self._data_t1 - self._data_t0, 2),
-                         path=self.cfg.data.path)
+        self.events.emit(EventKind.DATA_READY, tokens=data.num_tokens, vocab_size=data.vocab_size, seconds=self._data_seconds, path=self.cfg.data.path)
 
     def _rank_env(self) -> dict[str, str]:
         env = dict(os.environ)
