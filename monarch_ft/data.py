@@ -30,6 +30,7 @@ every group and on every restart.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -59,8 +60,12 @@ class PreparedData:
     num_tokens: int
 
 
-def _stdlib_files(max_bytes: int) -> list[Path]:
-    """A sorted, deterministic selection of stdlib sources (tests and site-packages left out)."""
+@functools.lru_cache(maxsize=4)
+def _stdlib_files(max_bytes: int) -> tuple[Path, ...]:
+    """A sorted, deterministic selection of stdlib sources (tests and site-packages left out).
+
+    Remembered per process: walking the stdlib takes most of a second, and a controller may
+    prepare the data more than once (a drill and its baseline, the text of data.path)."""
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = {"site-packages", "test", "tests", "idlelib", "lib2to3", "__pycache__", "turtledemo"}
     files, total = [], 0
@@ -72,7 +77,7 @@ def _stdlib_files(max_bytes: int) -> list[Path]:
             continue
         files.append(path)
         total += size
-    return files
+    return tuple(files)
 
 
 def default_cache_dir() -> Path:
