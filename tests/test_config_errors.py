@@ -43,6 +43,8 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
         ("training.device=tpu", "training.device='tpu': choose one of auto, cpu, cuda"),
         ("ft.cross_group_backend=mpi", "ft.cross_group_backend='mpi': choose one of auto, nccl, gloo"),
         ("training.device=cpu ft.cross_group_backend=nccl", "ft.cross_group_backend=nccl needs CUDA"),
+        # The training data is checked on the controller before anything starts (tests/test_data.py: every case).
+        ("data.path=/nonexistent/tokens.npy", "data.path=/nonexistent/tokens.npy: no such file"),
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):
