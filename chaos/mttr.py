@@ -57,6 +57,7 @@ def analyze_fault(
     before = [m for m in metrics if m["rank"] == 0 and m.get("committed") and m["time"] < t0]
     members_before = set((max(before, key=lambda m: m["time"]).get("participating_groups") or [])) if before else set(range(replica_groups))
     times: dict[str, Optional[float]] = dict.fromkeys(PHASES)
+    ack = None  # a collective fault: the rank's word that it acted on the request
 
     if restart:
         e = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
@@ -103,6 +104,10 @@ def analyze_fault(
         times["weights_recovered"] = times["replacement_up"]
 
     after = max((t for t in times.values() if t is not None), default=t0)
+    if not restart and not network:
+        # A collective fault takes effect when the rank acts on the request; one it never acted
+        # on never fired, and the group's later commits recover from nothing (as for the injector).
+        after = max(after, ack["time"]) if ack else float("inf")
     if network:
         # Not back before the link is: the fault lasts duration_s.
         restored = _first(ev, lambda e: e["event"] == "link_restored" and e["group"] == g)

@@ -53,8 +53,15 @@ class TrainingConfig:
 
 @dataclass
 class DataConfig:
-    # Text shipped with every Python install: the standard library's own sources.
+    """What the ranks train on (monarch_ft/data.py); prepared once by the controller."""
+
+    # Text shipped with every Python install: the standard library's own sources (used
+    # when ``path`` is unset; also what the tokenizer is trained on).
     corpus: str = "stdlib"
+    # A file of your own instead: text (.txt .md .rst .py; tokenised with the project's
+    # tokenizer, cached) or token ids (.npy 1-D integers; .bin/.u16 raw little-endian
+    # uint16; .u32 raw uint32), every id below model.vocab_size. Relative to the launch directory.
+    path: Optional[str] = None
     max_corpus_mb: float = 4.0
     # Where the trained tokenizer and token file are cached; None: <repo>/.cache/monarch_ft.
     cache_dir: Optional[str] = None
@@ -159,6 +166,19 @@ class CheckpointConfig:
 
 
 @dataclass
+class MetricsConfig:
+    """What the ranks record besides their report files (which the supervisor always reads)."""
+
+    # TensorBoard event files, one run per replica group (<run>/tensorboard/group_<g>, written by
+    # the group's rank 0): loss, lr, tokens/s, step time, quorum size, and a marker at every
+    # restart, heal, disk load, quorum change, failed commit and fault
+    # (monarch_ft/components/tensorboard.py). View: tensorboard --logdir <run>/tensorboard
+    tensorboard: bool = False
+    # Seconds between flushes of the event files: the curve a killed rank can lose (markers are flushed at once).
+    tensorboard_flush_s: float = 1.0
+
+
+@dataclass
 class LauncherConfig:
     """How ranks become processes: ``local`` (embedded default) or an engine (``monarch``, ``slurm``).
 
@@ -181,6 +201,7 @@ class JobConfig:
     ft: FTConfig = field(default_factory=FTConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
 
 
 TRANSPORTS = ("sharded", "http")
@@ -250,6 +271,7 @@ def validate(cfg: JobConfig) -> None:
     _require(tr.batch_size >= 1, f"training.batch_size={tr.batch_size}: must be >= 1")
     _require(tr.seq_len >= 8, f"training.seq_len={tr.seq_len}: must be >= 8")
     _require(tr.lr > 0, f"training.lr={tr.lr}: must be > 0")
+    _require(cfg.metrics.tensorboard_flush_s > 0, f"metrics.tensorboard_flush_s={cfg.metrics.tensorboard_flush_s}: must be > 0")
     _require(tr.threads_per_rank >= 1, f"training.threads_per_rank={tr.threads_per_rank}: must be >= 1")
     _require(
         ft.transport != "pg",

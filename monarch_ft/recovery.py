@@ -399,3 +399,34 @@ def is_job_stall(hung: dict[int, Hang], stepping: Sequence[int]) -> bool:
     if any(h.self_explained for h in hung.values()):
         return False
     return all(g in hung for g in stepping)
+
+
+def restart_backoff(restarts_done: int, max_restarts: int, backoff_s: float, backoff_max_s: float) -> Optional[float]:
+    """Seconds before a failed group's next launch, or None: its restart budget is spent (give up).
+
+    Doubling from ``backoff_s`` up to ``backoff_max_s``: a group that fails at once on
+    every launch (a broken host, a bug) neither spins nor waits long after a one-off fault.
+
+    Args:
+        restarts_done: times this group was already relaunched.
+        max_restarts: ``ft.max_restarts``.
+        backoff_s, backoff_max_s: ``ft.restart_backoff_s``, ``ft.restart_backoff_max_s``.
+    """
+    if restarts_done >= max_restarts:
+        return None
+    return min(backoff_s * 2**restarts_done, backoff_max_s)
+
+
+def start_gate_opens(all_ready: bool, waited_s: float, startup_timeout_s: float) -> bool:
+    """Whether a shared start gate (first launch, full restart) lets its groups train.
+
+    Once every group at it has built its model and loaded its state, so they start as one
+    quorum; or after half the startup timeout, so a group that cannot start does not hold
+    the others (it is left to its own startup timeout).
+
+    Args:
+        all_ready: every group waiting at the gate reported model_ready on every rank.
+        waited_s: seconds since the gate's generation began.
+        startup_timeout_s: ``ft.startup_timeout_s``.
+    """
+    return all_ready or waited_s > startup_timeout_s / 2

@@ -14,6 +14,7 @@ Layout of ``<run>/``::
     logs/g<G>r<R>.a<A>.log, lighthouse.log    process output
     control/                                  controller -> ranks (see the properties)
     stacks/                                   Python stacks captured on hangs and stalls
+    tensorboard/group_<G>/                    TensorBoard event files (metrics.tensorboard=true)
     scratch/group_<G>/rank_<R>/               host-local files (a node fault deletes them)
     <checkpoint.folder>/group_<G>/step-N/     TorchTitan DCP checkpoints
 """
@@ -159,6 +160,15 @@ class RunLayout:
         """A group's host-local files (scratch space); a node fault deletes them."""
         base = self._p("scratch", f"group_{group}")
         return base if rank is None else os.path.join(base, f"rank_{rank}")
+
+    @property
+    def tensorboard_dir(self) -> str:
+        """``tensorboard --logdir`` this: one run per replica group."""
+        return self._p("tensorboard")
+
+    def tensorboard(self, group: int) -> str:
+        """A group's TensorBoard run, written by its rank 0 (every attempt appends its own file)."""
+        return self._p("tensorboard", f"group_{group}")
 
     def checkpoint(self, group: int) -> str:
         return self._p(self.checkpoint_folder, f"group_{group}")

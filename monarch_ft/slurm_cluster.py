@@ -329,11 +329,15 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m monarch_ft.slurm_cluster WORKDIR", file=sys.stderr)
         return 2
+    # Ctrl-C or SIGTERM stop the cluster cleanly (its daemons with it); SIGINT is reset because a
+    # shell starts a background job with it ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, lambda *_: signal.default_int_handler(signal.SIGINT, None))
     with LocalSlurmCluster(argv[0]) as cluster:
         print(f"Slurm cluster up: node {cluster.node}, {cluster.cpus} CPUs")
         print(f"  export SLURM_CONF={cluster.conf}")
         print(f"  launcher=slurm launcher.options.slurm_conf={cluster.conf}")
-        print("Ctrl-C stops it.", flush=True)
+        print("Ctrl-C (or SIGTERM) stops it.", flush=True)
         try:
             while all(p.poll() is None for p in cluster.procs.values()):
                 time.sleep(1)

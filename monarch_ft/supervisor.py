@@ -32,6 +32,7 @@ from monarch_ft.components.checkpoint import align_latest_checkpoint, newest_com
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import JobConfig, validate
 from monarch_ft.control import JobControl
+from monarch_ft.data import prepare_data
 from monarch_ft.events import EventKind, EventLog, GroupStatus, JobStatus
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
 from monarch_ft.lighthouse import Lighthouse
@@ -51,6 +52,8 @@ from monarch_ft.recovery import (
     hang_timeout_setting,
     is_job_stall,
     track_os_state,
+    restart_backoff,
+    start_gate_opens,
 )
 from monarch_ft.run_layout import RunLayout, atomic_write, atomic_write_json
 from monarch_ft.stacks import capture_stacks
@@ -124,6 +127,11 @@ class Supervisor:
         echo: bool = True,
     ) -> None:
         validate(cfg)
+        # The training data, before anything is created or launched: a data.path that cannot
+        # be trained on is a config error (one line, exit 2), not a failure of every rank.
+        started = time.time()
+        self._data = prepare_data(cfg.data, cfg.model.vocab_size, cfg.training.seq_len)
+        self._data_seconds = round(time.time() - started, 2)
         self.cfg = cfg
         self.layout = RunLayout(run_dir, cfg.checkpoint.folder)
         self.run_dir = self.layout.run_dir
@@ -215,12 +223,9 @@ class Supervisor:
 
     # ---------------------------------------------------------------- launch
     def _prepare_data(self) -> None:
-        from monarch_ft.data import prepare
-
-        t0 = time.time()
-        data = prepare(self.cfg.data.cache_dir, self.cfg.model.vocab_size, self.cfg.data.max_corpus_mb)
+        data = self._data  # prepared in __init__
         self._tokens_path = data.tokens_path
-        self.events.emit(EventKind.DATA_READY, tokens=data.num_tokens, vocab_size=data.vocab_size, seconds=round(time.time() - t0, 2))
+        self.events.emit(EventKind.DATA_READY, tokens=data.num_tokens, vocab_size=data.vocab_size, seconds=self._data_seconds, path=self.cfg.data.path)
 
     def _rank_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -531,12 +536,12 @@ class Supervisor:
         self._schedule_restart(g, now)
 
     def _schedule_restart(self, g: GroupState, now: float, load_step: Optional[int] = None, start_gate: str = "") -> None:
-        if g.restarts >= self.cfg.ft.max_restarts:
+        backoff = restart_backoff(g.restarts, self.cfg.ft.max_restarts, self.cfg.ft.restart_backoff_s, self.cfg.ft.restart_backoff_max_s)
+        if backoff is None:
             g.status = GroupStatus.GIVEN_UP
             self.events.emit(EventKind.RESTART_BUDGET_EXHAUSTED, group=g.index, restarts=g.restarts, max_restarts=self.cfg.ft.max_restarts)
             return
         g.restarts += 1
-        backoff = min(self.cfg.ft.restart_backoff_s * 2 ** (g.restarts - 1), self.cfg.ft.restart_backoff_max_s)
         g.status, g.next_launch, g.load_step, g.start_gate = GroupStatus.WAITING, now + backoff, load_step, start_gate
         self.events.emit(EventKind.RESTART_SCHEDULED, group=g.index, restart=g.restarts, backoff_s=round(backoff, 3))
 
@@ -660,7 +665,7 @@ class Supervisor:
             return
         waiting = [g for g in self.groups if g.start_gate == self._gate_path and g.status not in (GroupStatus.DONE, GroupStatus.GIVEN_UP)]
         ready = all(g.active and all(r.model_ready for r in g.ranks) for g in waiting)
-        if ready or now - self._gate_since > self.cfg.ft.startup_timeout_s / 2:
+        if start_gate_opens(ready, now - self._gate_since, self.cfg.ft.startup_timeout_s):
             open(self._gate_path, "w").close()
             self.events.emit(EventKind.TRAINING_STARTED, all_groups_ready=ready, full_restarts=self._full_restarts)
 

@@ -36,7 +36,7 @@ from monarch_ft.components.checkpoint import SaveWatchdog, TrainState, build_che
 from monarch_ft.components.fault_agent import FaultAgent
 from monarch_ft.components.ft import CommitFloor, build_manager, load_in_place, to_local_tree
 from monarch_ft.components.sync import build_sync, checkpoint_interval, uses_async_quorum
-from monarch_ft.components.metrics import Liveness, RankReporter
+from monarch_ft.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.components.model import build_model
 from monarch_ft.config import JobConfig
 from monarch_ft.data import TokenBatches
@@ -132,7 +132,7 @@ def train(spec: RankSpec) -> None:
     tr = cfg.training
     torch.set_num_threads(tr.threads_per_rank)
     layout = RunLayout(spec.run_dir, cfg.checkpoint.folder)
-    reporter = RankReporter(spec.report_path, spec.group, spec.rank, spec.attempt)
+    reporter = RankReporter(spec.report_path, spec.group, spec.rank, spec.attempt, build_metric_sinks(cfg.metrics, layout, spec.group, spec.rank, spec.attempt))
     reporter.event("rank_started")
     liveness = Liveness(reporter)
     # Stacks on demand (the supervisor's fallback when py-spy cannot read this process).

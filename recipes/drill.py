@@ -11,17 +11,17 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import hydra  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from chaos.config import register_drill_configs  # noqa: E402
-from monarch_ft.cli import CONFIG_DIR, run_dir  # noqa: E402
+from monarch_ft.cli import run_dir  # noqa: E402
+from monarch_ft.hydra_entry import hydra_main  # noqa: E402
 from monarch_ft.config import ConfigError  # noqa: E402
 
 register_drill_configs()
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="drill")
+@hydra_main("drill")
 def main(cfg: DictConfig) -> None:
     from chaos.drill import drill_ok, run_with_baseline
 

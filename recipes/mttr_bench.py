@@ -29,13 +29,12 @@ from typing import List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import hydra  # noqa: E402
 from hydra.core.config_store import ConfigStore  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from chaos.config import FAULT_KINDS, FAULT_MODES, ChaosConfig, DrillConfig, FaultConfig  # noqa: E402
-from monarch_ft.cli import CONFIG_DIR  # noqa: E402
+from monarch_ft.hydra_entry import hydra_main  # noqa: E402
 from monarch_ft.config import ConfigError  # noqa: E402
 
 # A sweep mode: ft.recovery and the warm standby groups it runs with (None: not set).
@@ -121,7 +120,7 @@ def _clock(seconds: float) -> str:
     return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="mttr_bench")
+@hydra_main("mttr_bench")
 def main(cfg: DictConfig) -> None:
     from chaos.drill import drill_ok, run_drill
     from chaos.report import write_aggregate_report

@@ -12,13 +12,13 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import hydra  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
-from monarch_ft.cli import CONFIG_DIR, run_job  # noqa: E402
+from monarch_ft.cli import run_job  # noqa: E402
+from monarch_ft.hydra_entry import hydra_main  # noqa: E402
 
 
-@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="pretrain")
+@hydra_main("pretrain")
 def main(cfg: DictConfig) -> int:
     return run_job(cfg)
 

@@ -86,6 +86,18 @@ def read_jsonl(path: Path) -> list[dict]:
     return out
 
 
+def read_tensorboard_run(folder) -> tuple[dict[str, list[tuple[int, float]]], list[tuple[int, str]]]:
+    """A TensorBoard run read back the way TensorBoard reads it: {scalar tag: [(step, value)]},
+    and the fault markers' text lines [(step, text)]."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    scalars = {tag: [(e.step, e.value) for e in acc.Scalars(tag)] for tag in acc.Tags()["scalars"]}
+    texts = [(e.step, e.tensor_proto.string_val[0].decode()) for tag in acc.Tags()["tensors"] if tag.startswith("faults") for e in acc.Tensors(tag)]
+    return scalars, texts
+
+
 def wait_for(predicate, timeout: float, what: str, poll: float = 0.2):
     deadline = time.time() + timeout
     while time.time() < deadline:

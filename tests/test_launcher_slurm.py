@@ -61,6 +61,30 @@ def test_cluster_starts_and_leaves_nothing_running(tmp_path):
     assert not [p for p in daemons if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
 
 
+def test_cluster_runs_from_the_command_line_as_the_readme_says(tmp_path):
+    """``python -m monarch_ft.slurm_cluster WORKDIR``: prints the slurm.conf to use, serves jobs,
+    and SIGTERM (or Ctrl-C) stops it with its daemons."""
+    import subprocess
+
+    from conftest import REPO
+
+    log = tmp_path / "cluster.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "monarch_ft.slurm_cluster", str(tmp_path / "c")], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "stops it" in log.read_text(), 60, "the cluster to come up")
+        conf = tmp_path / "c" / "etc" / "slurm.conf"
+        assert f"launcher=slurm launcher.options.slurm_conf={conf}" in log.read_text()
+        env = {**os.environ, "SLURM_CONF": str(conf)}
+        assert "idle" in subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True, timeout=30).stdout
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not [p for p in psutil.process_iter(["cmdline"]) if any(str(tmp_path / "c") in a for a in (p.info["cmdline"] or []))]
+
+
 def _rank(tmp_path, rank: int, code: str, attempt: int = 0) -> RankLaunch:
     return RankLaunch(
         group=0,

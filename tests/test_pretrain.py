@@ -7,12 +7,13 @@ import os
 import signal
 import time
 
+import numpy as np
 import psutil
 import pytest
 
 from monarch_ft.supervisor import request_finish
 
-from conftest import FAST, finish_job, console, read_jsonl, run_job, start_job, wait_for
+from conftest import FAST, finish_job, console, read_jsonl, read_tensorboard_run, run_job, start_job, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +62,7 @@ def test_two_groups_two_ranks_train_to_identical_weights(run_dir):
 
 
 def test_sigkilled_rank_group_restarts_and_heals_from_peer(run_dir):
-    proc = start_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=100000")
+    proc = start_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=100000", "metrics.tensorboard=true")
     metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
     wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 120, "group 1 to step")
     victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
@@ -102,6 +103,21 @@ def test_sigkilled_rank_group_restarts_and_heals_from_peer(run_dir):
     assert summary["weights_consistent"] is True
     assert summary["groups"]["1"]["restarts"] == 1
 
+    # metrics.tensorboard: one run per group, read back as TensorBoard reads it. The survivor's
+    # curve is every step its rank 0 reported, with the group's departure and return marked;
+    # the relaunched group's run marks its restart (and why) and its heal where it rejoined.
+    s0, text0 = read_tensorboard_run(run_dir / "tensorboard" / "group_0")
+    reported = [m["step"] for m in metrics if m["group"] == 0 and m["rank"] == 0 and m["loss"] is not None]
+    assert [s for s, _ in s0["train/loss"]] == reported
+    assert len(s0["train/lr"]) == len(s0["ft/quorum_size"]) == len(reported)
+    changes = [t for _, t in text0 if "**quorum_change**" in t]
+    assert any("(left [1])" in t for t in changes) and any("(joined [1])" in t for t in changes), text0
+    s1, text1 = read_tensorboard_run(run_dir / "tensorboard" / "group_1")
+    back_at = min(e["step"] for e in healed)
+    assert s1["faults/restart"] == [(back_at, 1.0)] and (back_at, 1.0) in s1["faults/heal"]
+    assert any(t.startswith(f"step {back_at}: **restart** attempt 1: group_failed reason=exit rank=1") and "SIGKILL" in t for _, t in text1), text1
+    assert {s for s, _ in s1["train/loss"]} >= {m["step"] for m in metrics if m["group"] == 1 and m["rank"] == 0 and m["attempt"] == 1}
+
 
 def test_sigterm_to_supervisor_stops_everything(run_dir):
     proc = start_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000")
@@ -121,7 +137,10 @@ def test_sigterm_to_supervisor_stops_everything(run_dir):
 
 
 def test_resume_from_disk_checkpoint(run_dir):
-    common = [*FAST, "ft.replica_groups=1", "ft.ranks_per_group=2", "checkpoint.interval=3"]
+    # Trained on a pre-tokenised file of the user's (data.path, a .npy of int32 ids) rather than the stdlib corpus.
+    tokens = run_dir.parent / "tokens.npy"
+    np.save(tokens, np.random.default_rng(0).integers(0, 2048, 20_000).astype(np.int32))
+    common = [*FAST, "ft.replica_groups=1", "ft.ranks_per_group=2", "checkpoint.interval=3", f"data.path={tokens}"]
     assert run_job(run_dir, *common, "training.steps=6") == 0, console(run_dir)[-3000:]
     assert (run_dir / "checkpoint" / "group_0" / "step-6").is_dir()
     first = read_jsonl(run_dir / "metrics.jsonl")
@@ -129,6 +148,11 @@ def test_resume_from_disk_checkpoint(run_dir):
     resumed = read_jsonl(run_dir / "metrics.jsonl")[len(first):]
     assert min(m["step"] for m in resumed) == 6 and max(m["step"] for m in resumed) == 8
     assert any(e["event"] == "checkpoint_loaded" and e["step"] == 6 for e in read_jsonl(run_dir / "events.jsonl"))
+    ready = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "data_ready"]
+    assert [(e["path"], e["tokens"]) for e in ready] == [(str(tokens), 20_000)] * 2
+    # The ranks read the file itself (read as the stdlib cache's raw uint16, its int32 ids and
+    # header would index past the embedding and fail every step).
+    assert json.loads((run_dir / "ranks" / "g0r1.a0.spec.json").read_text())["tokens_path"] == str(tokens)
 
 
 @pytest.mark.parametrize("transport", ["http"])

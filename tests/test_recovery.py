@@ -254,3 +254,16 @@ def test_step_time_learner_skips_first_steps_and_sync_waits():
     for t in (0.3, 0.4, 0.5):
         learn.observe({**rec, "step_time_s": t})
     assert list(learn.samples) == [0.3, 0.4, 0.5]  # the window keeps the recent ones
+def test_restart_backoff_doubles_to_its_cap_then_the_budget_gives_up():
+    from monarch_ft.recovery import restart_backoff
+
+    assert [restart_backoff(n, 5, 0.5, 3.0) for n in range(6)] == [0.5, 1.0, 2.0, 3.0, 3.0, None]
+    assert restart_backoff(0, 0, 0.5, 8.0) is None, "ft.max_restarts=0: a failed group is never relaunched"
+
+
+def test_start_gate_waits_for_every_group_or_half_the_startup_timeout():
+    from monarch_ft.recovery import start_gate_opens
+
+    assert start_gate_opens(True, 0.0, 120.0)
+    assert not start_gate_opens(False, 59.0, 120.0)
+    assert start_gate_opens(False, 61.0, 120.0), "a group that cannot start does not hold the others"

@@ -526,7 +526,7 @@ def test_rdma_discovery_without_pyverbs_says_so(monkeypatch):
     assert not found.available and found.reason.startswith("pyverbs not importable"), found.reason
 
 
-def _mooncake_or_skip():
+def _need_mooncake():
     try:
         from monarch_ft.transport.mooncake import import_engine
 
@@ -582,7 +582,7 @@ def _mooncake_round_trip(backend):
 
 @pytest.mark.slow
 def test_mooncake_tcp_round_trip():
-    _mooncake_or_skip()
+    _need_mooncake()
     _mooncake_round_trip("mooncake-tcp")
 
 
@@ -592,7 +592,7 @@ def test_mooncake_rdma_round_trip():
     if not found.available:
         print(f"skipping rdma: {found.reason}")
         pytest.skip(f"no RDMA NIC: {found.reason}")
-    _mooncake_or_skip()
+    _need_mooncake()
     _mooncake_round_trip("mooncake-rdma")
 
 

@@ -10,24 +10,52 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Protocol, Sequence
+
+
+class MetricSink(Protocol):
+    """Another consumer of a rank's records (e.g. TensorBoard files); the report file is always written.
+
+    Called under the reporter's lock, from whichever thread reports; an exception turns the
+    sink off (it must never stop training), with one line on stderr."""
+
+    def record(self, record: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class RankReporter:
-    def __init__(self, path: str, group: int, rank: int, attempt: int) -> None:
+    """Appends a rank's records to its report file, and hands each to the ``sinks``.
+
+    Args:
+        path: the rank attempt's report file (RunLayout.report).
+        group, rank, attempt: stamped on every record.
+        sinks: further consumers of every record (see :func:`build_metric_sinks`).
+    """
+
+    def __init__(self, path: str, group: int, rank: int, attempt: int, sinks: Sequence[MetricSink] = ()) -> None:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         self._f = open(path, "a", buffering=1)
         self.base = {"group": group, "rank": rank, "attempt": attempt, "pid": os.getpid()}
         # TorchFT's threads (checkpoint transport) and watchdog timers report too.
         self._lock = threading.Lock()
+        self._sinks = list(sinks)
 
     def _write(self, record: dict[str, Any]) -> None:
-        line = json.dumps({**self.base, **record, "time": record.get("time", time.time())}) + "\n"
+        record = {**self.base, **record, "time": record.get("time", time.time())}
+        line = json.dumps(record) + "\n"
         with self._lock:
             if not self._f.closed:
                 self._f.write(line)
+                for sink in list(self._sinks):
+                    try:
+                        sink.record(record)
+                    except Exception as e:  # a metrics sink must never stop training
+                        self._sinks.remove(sink)
+                        print(f"monarch_ft: metrics sink {type(sink).__name__} turned off: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
 
     def step(self, **fields: Any) -> None:
         self._write({"type": "step", **fields})
@@ -46,6 +74,28 @@ class RankReporter:
     def close(self) -> None:
         with self._lock:
             self._f.close()
+            sinks, self._sinks = self._sinks, []
+        for sink in sinks:
+            try:
+                sink.close()
+            except Exception:
+                pass
+
+
+def build_metric_sinks(cfg, layout, group: int, rank: int, attempt: int) -> list[MetricSink]:
+    """The sinks ``metrics.*`` asks for on this rank: TensorBoard files from each group's rank 0.
+
+    Args:
+        cfg: the job's ``MetricsConfig``.
+        layout: the run's RunLayout (where the files go).
+        group, rank, attempt: this rank.
+    """
+    sinks: list[MetricSink] = []
+    if cfg.tensorboard and rank == 0:
+        from monarch_ft.components.tensorboard import TensorBoardSink
+
+        sinks.append(TensorBoardSink(layout, group, attempt, flush_s=cfg.tensorboard_flush_s))
+    return sinks
 
 
 class Liveness:
