@@ -70,6 +70,10 @@ class RankSpec:
     # (Supervisor._open_start_gate) or the group's own launch gate, whose JSON content says
     # where its state comes from (Supervisor._open_launch_gates).
     start_gate: str = ""
+    # A warm standby (monarch_ft.standby): its number, and the promotion file it waits for
+    # after building everything identity-free; "" / -1 for a rank of a replica group.
+    promotion_path: str = ""
+    standby: int = -1
 
 
 def state_hash(tree: Any) -> str:
@@ -157,7 +161,10 @@ class Trainer:
         self.liveness = Liveness(self.reporter)
         # Stacks on demand (the supervisor's fallback when py-spy cannot read this process).
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+        self._decision: Optional[dict] = None
         self._build_local()
+        if spec.promotion_path:
+            self._await_promotion()
         self._bind()
 
     # ------------------------------------------------------------ construction
@@ -228,6 +235,26 @@ class Trainer:
         self.cross = build_cross_group(
             cfg.ft, lighthouse_addr=spec.lighthouse_addr, report=lambda *a, **k: self.reporter.event(*a, **k), backend=self.xgroup_backend
         )
+
+    def _await_promotion(self) -> None:
+        """A warm standby: report ready, wait (no CPU to speak of) for the promotion file,
+        then become the group it names: its report files, attempt and the supervisor's
+        decision on where its state comes from (monarch_ft.standby)."""
+        from monarch_ft.standby import promoted_spec, renice_threads, wait_for_promotion
+
+        self.liveness.enter(Phase.STANDBY)
+        self.reporter.event("standby_ready", standby=self.spec.standby)
+        waited = time.time()
+        promotion = wait_for_promotion(self.spec.promotion_path)
+        self.liveness.enter(Phase.STARTUP)
+        self.spec = promoted_spec(self.spec, promotion)
+        self.reporter.event("standby_promoted_rank", group=promotion.group, attempt=promotion.attempt, waited_s=round(time.time() - waited, 3))
+        self.reporter.retarget(self.spec.report_path, self.spec.group, self.spec.attempt)
+        renice_error = renice_threads(0)
+        self.reporter.event(
+            "rank_started", standby=promotion.standby, promotion_latency_s=round(time.time() - promotion.promoted_at, 3), renice_error=renice_error
+        )
+        self._decision = promotion.decision
 
     def _bind(self) -> None:
         """Everything that makes this rank a member of replica group ``spec.group``."""
@@ -341,6 +368,9 @@ class Trainer:
         (the peers alive at its launch may be gone): a live peer heals it in the quorum; with
         none left, the newest checkpoint (aligned into this group's folder by the supervisor)."""
         spec = self.spec
+        if self._decision is not None:  # a promoted standby: decided at its promotion
+            self.apply_state_decision(self._decision)
+            return
         self.liveness.enter(Phase.GATE)
         while spec.start_gate and not os.path.exists(spec.start_gate):
             self.reporter.heartbeat(step=self.manager.current_step(), waiting="start")

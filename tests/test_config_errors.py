@@ -43,6 +43,8 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
         ("training.device=tpu", "training.device='tpu': choose one of auto, cpu, cuda"),
         ("ft.cross_group_backend=mpi", "ft.cross_group_backend='mpi': choose one of auto, nccl, gloo"),
         ("training.device=cpu ft.cross_group_backend=nccl", "ft.cross_group_backend=nccl needs CUDA"),
+        ("ft.standby_groups=-1", "ft.standby_groups=-1: must be >= 0"),
+        ("launcher=monarch ft.standby_groups=1", "warm standby groups are implemented for launcher=local and local_hosts only so far"),
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):

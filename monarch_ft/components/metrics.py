@@ -23,6 +23,16 @@ class RankReporter:
         # TorchFT's threads (checkpoint transport) and watchdog timers report too.
         self._lock = threading.Lock()
 
+    def retarget(self, path: str, group: int, attempt: int) -> None:
+        """Report to ``path`` as ``group``/``attempt`` from now on (a promoted warm standby
+        takes the failed group's report files; its liveness thread keeps reporting)."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        new = open(path, "a", buffering=1)
+        with self._lock:
+            old, self._f = self._f, new
+            self.base = {**self.base, "group": group, "attempt": attempt}
+        old.close()
+
     def _write(self, record: dict[str, Any]) -> None:
         line = json.dumps({**self.base, **record, "time": record.get("time", time.time())}) + "\n"
         with self._lock:
