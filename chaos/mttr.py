@@ -160,6 +160,9 @@ def analyze_fault(
         if (x["group"] == g and x["attempt"] == fault["attempt"] and x["tail"]) or t0 <= x["time"] <= window_end
     ]
     recovered_from = _first(healed, lambda e: True)
+    # How the replacement came up (events.RecoveryPath: standby, warm_fork, cold_start); None
+    # when the group recovered in place (no relaunch).
+    path = _first(ev, lambda e: e["event"] == "recovery_path" and e["group"] == g and e["attempt"] == new_attempt)
     # Committed steps the job itself gave up while this fault lasted (a rollback to a
     # checkpoint because no group held its state): zero is the point of live recovery.
     rollbacks = [e for e in ev if e["event"] == "job_rollback"]
@@ -179,6 +182,7 @@ def analyze_fault(
         "recovery_bytes": sum(e.get("bytes", 0) for e in healed) or None,
         "recovery_seconds": max((e.get("seconds", 0) for e in healed), default=None),
         "recovered_from_group": recovered_from.get("src_group") if recovered_from else None,
+        "recovery_path": path["path"] if path else None,
     }
 
 

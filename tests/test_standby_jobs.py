@@ -95,6 +95,7 @@ def test_node_fault_on_simulated_hosts_recovers_through_a_standby_on_its_own_hos
     )
     (fault,) = drill["faults"]
     assert fault["recovered"] and fault["weights_consistent"] is True, fault
+    assert fault["recovery_path"] == "standby", fault  # drill.json names the path
     (path,) = _events(run_dir, "recovery_path", group=1)
     assert path["path"] == "standby", path
     summary = json.loads((run_dir / "summary.json").read_text())
