@@ -229,7 +229,6 @@ class Supervisor:
         return env
 
     def _launch(self, g: GroupState, now: float) -> None:
-
         g.attempt += 1
         if g.attempt > 0 and not g.start_gate:
             # A live relaunch: whether it heals from a peer or loads the disk checkpoint is
