@@ -157,7 +157,7 @@ check_env() {
 check_train() {
     local err
     err="$(run 2_train "$PY" recipes/pretrain.py "${DEVICE[@]}" "${MODEL[@]}" \
-        ft.replica_groups=1 ft.ranks_per_group=1 training.steps=$TRAIN_STEPS "hydra.run.dir=$LOG/2_train")"
+        ft.replica_groups=1 ft.ranks_per_group=1 ft.standby_groups=0 training.steps=$TRAIN_STEPS "hydra.run.dir=$LOG/2_train")"
     [ -z "$err" ] || { record 2 train "$err"; return; }
     record 2 train "$(verdict 2_train train "$LOG/2_train" --device "$MODE" --steps $TRAIN_STEPS)"
 }
