@@ -343,7 +343,7 @@ class Supervisor:
         g.load_step, g.start_gate, g.gate_decided = None, "", True
         self.events.emit(EventKind.RESTART_SCHEDULED, group=g.index, restart=g.restarts, backoff_s=0.0, path=RecoveryPath.STANDBY)
         self.events.emit(EventKind.RECOVERY_PATH, group=g.index, attempt=g.attempt, path=RecoveryPath.STANDBY, standby=sb.number)
-        self.events.emit(EventKind.STANDBY_PROMOTED, standby=sb.number, group=g.index, attempt=g.attempt, waited_s=round(now - (sb.ready_at or now), 3))
+        self.events.emit(EventKind.STANDBY_PROMOTED, standby=sb.number, group=g.index, attempt=g.attempt, ready_for_s=round(now - (sb.ready_at or now), 3))
         self.events.emit(EventKind.GROUP_LAUNCHED, group=g.index, attempt=g.attempt, launcher=self.launcher.name, standby=sb.number)
         self.events.emit(
             EventKind.STATE_SOURCE, group=g.index, attempt=g.attempt, source=decision.source.value, step=decision.step, job_step=self.job_step
