@@ -255,7 +255,7 @@ def _recording(pg_class: type) -> type:
 
     The Manager reconfigures its process group once per new Lighthouse quorum with the
     quorum id (torchft's ProcessGroup.configure signature); keeping it here gives the step
-    record its ``quorum_id`` without reading the Manager's private ``_quorum_id``."""
+    record its ``quorum_id`` without reading the Manager's private attributes."""
 
     class Recording(pg_class):
         quorum_id: int = -1
