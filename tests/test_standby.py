@@ -178,3 +178,27 @@ def test_pool_builds_promotes_and_never_promotes_a_dead_standby():
     assert len(launched) == 4
     summary = pool.summary(14.0)
     assert summary["lost"] == 2 and summary["promoted"] == 1 and summary["seconds_without_ready_standby"] > 0
+
+
+def test_drill_names_the_recovery_path_of_each_fault():
+    """chaos.mttr reads the recovery_path event of the relaunch the fault caused."""
+    from chaos.mttr import analyze_fault
+
+    def step(group, attempt, s, t, members):
+        return {"group": group, "rank": 0, "attempt": attempt, "step": s, "time": t, "committed": True, "participating_groups": members, "state_hash": f"h{s}"}
+
+    events = [
+        {"event": "group_failed", "group": 1, "attempt": 0, "time": 1.1},
+        {"event": "recovery_path", "group": 1, "attempt": 1, "path": "standby", "time": 1.15},
+        {"event": "group_launched", "group": 1, "attempt": 1, "time": 1.15},
+        {"event": "model_ready", "group": 1, "rank": 0, "attempt": 1, "time": 1.3},
+        {"event": "weights_recovered", "group": 1, "rank": 0, "attempt": 1, "time": 1.5, "bytes": 10, "seconds": 0.01, "src_group": 0},
+    ]
+    metrics = [step(0, 0, 9, 0.9, [0, 1]), step(1, 0, 9, 0.9, [0, 1]), step(0, 0, 10, 1.4, [0]), step(0, 0, 11, 2.0, [0, 1]), step(1, 1, 11, 2.0, [0, 1])]
+    fault = {"id": 0, "kind": "process_kill", "target": 1, "rank": 0, "at_step": 9, "injected_at": 1.0, "step": 9, "attempt": 0}
+    out = analyze_fault(fault, events, metrics, False, 2, 1)
+    assert out["recovery_path"] == "standby" and out["recovered"] and out["mttr_s"] == pytest.approx(1.0), out
+    assert out["phases"]["replacement_up"] == pytest.approx(0.3)
+    # Healed in place (no relaunch): no path.
+    collective = analyze_fault({**fault, "kind": "collective"}, events[:1], metrics, False, 2, 1)
+    assert collective["recovery_path"] is None
