@@ -1,20 +1,22 @@
-"""Warm standby groups in real jobs: real processes, signals, a real Lighthouse.
+"""Warm standby groups in a real job: real processes, signals, a real Lighthouse, simulated hosts.
 
-One job covers three things in a row: a standby killed while waiting is rebuilt and never
-promoted; a killed group is replaced by the (rebuilt) standby, back in quorum with
-bit-identical weights; a second fault right after, while the next standby is still being
-built, takes the cold path. A second job does a node fault on simulated hosts.
+One job (launcher=local_hosts: a network namespace per group and per standby) covers, in a
+row: a standby killed while waiting is rebuilt and never promoted; a node fault (every rank
+of a group killed, its scratch and checkpoint files deleted) is recovered by the rebuilt
+standby, which lives on a host of its own, back in quorum with bit-identical weights; a
+second fault right after, while the next standby is still being built, takes the cold path.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 
 import pytest
 
-from conftest import FAST, console, finish_job, read_jsonl, run_drill_job, start_job, wait_for
+from conftest import FAST, console, finish_job, read_jsonl, start_job, wait_for
 from monarch_ft.supervisor import request_finish
 
 pytestmark = pytest.mark.slow
@@ -29,9 +31,12 @@ def _pid(run_dir, group, rank, attempt):
     return e["pid"]
 
 
-def test_standby_replaces_a_killed_group_a_dead_standby_is_rebuilt_and_a_second_fault_goes_cold(run_dir):
+def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_fault_goes_cold(run_dir):
+    from test_simulated_hosts import _need_netns
+
+    _need_netns()
     proc = start_job(
-        run_dir, *FAST, "ft.standby_groups=1", "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=100000",
+        run_dir, *FAST, "ft.standby_groups=1", "launcher=local_hosts", "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=100000",
         "training.state_hash_every=1", "ft.restart_backoff_s=0.2",
     )
     try:
@@ -43,8 +48,12 @@ def test_standby_replaces_a_killed_group_a_dead_standby_is_rebuilt_and_a_second_
         os.kill(launched0["pids"][1], signal.SIGKILL)
         wait_for(lambda: _events(run_dir, "standby_lost", standby=0), 30, "standby 0 lost")
         wait_for(lambda: _events(run_dir, "standby_ready", standby=1), 240, "standby 1 ready")
-        # 2. A killed group: the rebuilt standby takes its place.
-        os.kill(_pid(run_dir, 1, 0, 0), signal.SIGKILL)
+        # 2. A node fault on group 1 (its ranks and its host's files): the rebuilt standby,
+        #    on a host of its own, takes its place.
+        for r in (0, 1):
+            os.kill(_pid(run_dir, 1, r, 0), signal.SIGKILL)
+        for d in ("scratch/group_1", "checkpoint/group_1"):
+            shutil.rmtree(run_dir / d, ignore_errors=True)
         (promoted,) = wait_for(lambda: _events(run_dir, "standby_promoted", group=1), 30, "a promotion")
         assert promoted["standby"] == 1 and promoted["attempt"] == 1
         wait_for(lambda: _events(run_dir, "group_stepping", group=1, attempt=1), 60, "group 1 stepping again")
@@ -73,6 +82,11 @@ def test_standby_replaces_a_killed_group_a_dead_standby_is_rebuilt_and_a_second_
     assert {e["rank"]: e["pid"] for e in _events(run_dir, "weights_recovered", group=1, attempt=1)} == {
         r: pid for r, pid in enumerate(_events(run_dir, "standby_launched", standby=1)[0]["pids"])
     }
+    # The standbys ran on hosts of their own (slots 2, 3, 4); the promoted ranks, now group 1,
+    # advertised their host's address (slot 3) to their peers.
+    hosts = summary["hosts"]
+    assert {"2", "3"} <= set(hosts) and hosts["3"]["address"] not in (hosts["0"]["address"], hosts["1"]["address"])
+    assert hosts["3"]["address"] in (run_dir / "logs" / "sb1r0.log").read_text(errors="replace")
     # Bit-identical weights: every rank of both groups hashed the same state at every step
     # both committed after the promoted group was back.
     metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m.get("state_hash")]
@@ -83,28 +97,3 @@ def test_standby_replaces_a_killed_group_a_dead_standby_is_rebuilt_and_a_second_
             by_step.setdefault((m["step"], m["rank"]), {})[m["group"]] = m["state_hash"]
     shared = [h for h in by_step.values() if len(h) == 2]
     assert shared and all(h[0] == h[1] for h in shared), shared[:3]
-
-
-def test_node_fault_on_simulated_hosts_recovers_through_a_standby_on_its_own_host(run_dir):
-    from test_simulated_hosts import _need_netns
-
-    _need_netns()
-    drill = run_drill_job(
-        run_dir, "launcher=local_hosts", "ft.standby_groups=1", "chaos.faults=[{kind: node, at_step: 10, target: 1}]", "chaos.tail_steps=5",
-        timeout=300,
-    )
-    (fault,) = drill["faults"]
-    assert fault["recovered"] and fault["weights_consistent"] is True, fault
-    assert fault["recovery_path"] == "standby", fault  # drill.json names the path
-    (path,) = _events(run_dir, "recovery_path", group=1)
-    assert path["path"] == "standby", path
-    summary = json.loads((run_dir / "summary.json").read_text())
-    hosts = summary["hosts"]
-    # The standby ran on a host of its own (slot 2), which the node fault did not touch;
-    # its ranks, now group 1, advertised that host's address to their peers.
-    (launched,) = _events(run_dir, "standby_launched", standby=0)
-    assert launched["slot"] == 2 and "2" in hosts and hosts["2"]["address"] not in (hosts["0"]["address"], hosts["1"]["address"])
-    recovered = _events(run_dir, "weights_recovered", group=1, attempt=1)
-    assert recovered and summary["weights_consistent"] is True
-    log = (run_dir / "logs" / "sb0r0.log").read_text(errors="replace")
-    assert hosts["2"]["address"] in log, log[-2000:]
