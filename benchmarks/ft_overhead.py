@@ -123,7 +123,9 @@ def run_ours(args, spec: dict, overrides: list[str], out: str) -> dict:
         f"model.flavor={m['flavor']}", *(f"model.{k}={v}" for k, v in m.items() if k != "flavor"),
         f"training.seq_len={spec['seq_len']}", f"training.batch_size={spec['batch_size']}", f"training.steps={spec['steps']}",
         f"training.lr={spec['lr']}", f"training.warmup_steps={spec['warmup_steps']}", f"training.seed={spec['seed']}",
-        "checkpoint.enable=false", *overrides, f"hydra.run.dir={out}",
+        # No warm standby: its one-time build in the background is not a per-step cost, and
+        # on a small machine it would share the cores with the steps being timed.
+        "checkpoint.enable=false", "ft.standby_groups=0", *overrides, f"hydra.run.dir={out}",
     ]
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
     if res.returncode != 0:

@@ -60,6 +60,10 @@ class FaultConfig:
     # slow_link: added latency (tc netem) and/or a rate limit ("1mbit"; netem or tbf).
     delay_ms: float = 0.0
     rate: Optional[str] = None
+    # With warm standby groups (ft.standby_groups > 0): fire only once every standby is
+    # ready, so the fault measures the standby path; false fires on schedule (e.g. a second
+    # fault while the standby is still being rebuilt takes the cold path).
+    wait_standby: bool = True
 
 
 @dataclass

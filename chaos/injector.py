@@ -38,6 +38,8 @@ class ChaosInjector:
         self.blocked: dict[int, dict] = {}
 
     def _due(self, job: JobControl, fault: FaultConfig, now: float) -> bool:
+        if fault.wait_standby and job.standby_pending():
+            return False
         if fault.at_step is not None:
             return max((r["step"] for r in job.last_commit.values()), default=-1) >= fault.at_step
         return job.first_step_time is not None and now - job.first_step_time >= fault.at_s

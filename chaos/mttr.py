@@ -166,6 +166,9 @@ def analyze_fault(
         if (x["group"] == g and x["attempt"] == fault["attempt"] and x["tail"]) or t0 <= x["time"] <= window_end
     ]
     recovered_from = _first(healed, lambda e: True)
+    # How the replacement came up (events.RecoveryPath): the relaunch's own event; else the
+    # first one after the fault, or cold_start for a relaunch without one (outcome.recovery_path).
+    path = _first(ev, lambda e: e["event"] == "recovery_path" and e["group"] == g and e["attempt"] == new_attempt)
     # Committed steps the job itself gave up while this fault lasted (a rollback to a
     # checkpoint because no group held its state): zero is the point of live recovery.
     rollbacks = [e for e in ev if e["event"] == "job_rollback"]
@@ -177,7 +180,7 @@ def analyze_fault(
         "injected": True,
         "injected_step": fault["step"],
         # How the group came back (monarch_ft.events.RecoveryPath; None: no relaunch, in place).
-        "recovery_path": recovery_path(ev, g, t0, until, was_relaunched),
+        "recovery_path": path["path"] if path else recovery_path(ev, g, t0, until, was_relaunched),
         # A hang verdict: which rank was blamed and why, and the stacks captured then.
         "blamed_rank": failed.get("rank") if failed and failed.get("reason") == "hung" else None,
         "blame": failed.get("blame") if failed else None,

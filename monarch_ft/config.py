@@ -128,6 +128,13 @@ class FTConfig:
     # full_restart: stop every group and resume all from the last disk checkpoint
     # (what plain torchrun/TorchElastic does): the baseline drills compare against.
     recovery: str = "live"
+    # Warm standby groups (monarch_ft/standby.py): groups of ranks_per_group ranks, built
+    # (model sharded, optimizer state, data, transport) and waiting without joining the
+    # quorum, one of which takes a failed group's place instead of a cold restart. None:
+    # 1 with launcher=local/local_hosts, 0 with slurm/monarch (where a standby holds a
+    # real allocation, so it is the user's choice; standbys are not implemented there yet).
+    # ft.recovery=full_restart uses none.
+    standby_groups: Optional[int] = None
     restart_backoff_s: float = 0.5
     restart_backoff_max_s: float = 8.0
     # How groups synchronise (monarch_ft/components/sync.py):
@@ -319,6 +326,9 @@ def validate(cfg: JobConfig) -> None:
         )
         _require(ft.outer_lr > 0, f"ft.outer_lr={ft.outer_lr}: must be > 0")
         _require(0 <= ft.outer_momentum < 1, f"ft.outer_momentum={ft.outer_momentum}: must be in [0, 1)")
+    from monarch_ft.standby import check_standby_config
+
+    check_standby_config(cfg)
     _require(ft.max_restarts >= 0, f"ft.max_restarts={ft.max_restarts}: must be >= 0")
     from monarch_ft.recovery import hang_timeout_setting
 

@@ -54,6 +54,11 @@ class JobControl:
     def first_step_time(self) -> Optional[float]:
         return self._sup.first_step_time
 
+    def standby_pending(self) -> bool:
+        """Fewer warm standby groups ready than configured (one is being built or rebuilt)."""
+        pool = self._sup.standby
+        return len(pool.ready()) < pool.wanted
+
     def attempt(self, group: int) -> int:
         return self._sup.groups[group].attempt
 

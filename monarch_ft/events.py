@@ -66,6 +66,11 @@ class EventKind(StrEnum):
     JOB_STALL_ESCALATED = "job_stall_escalated"
     # How a failed group came back (RecoveryPath): one per relaunch, before its ranks start.
     RECOVERY_PATH = "recovery_path"
+    # Warm standby groups (monarch_ft.standby), written by the supervisor.
+    STANDBY_LAUNCHED = "standby_launched"
+    STANDBY_READY = "standby_ready"  # every rank built and waiting for a promotion
+    STANDBY_PROMOTED = "standby_promoted"  # it took a failed group's identity
+    STANDBY_LOST = "standby_lost"  # it died (or was stopped) while waiting; rebuilt, never promoted
     # Written by the ranks (their report files), relayed by the supervisor.
     RANK_STARTED = "rank_started"
     MODEL_READY = "model_ready"
@@ -98,6 +103,15 @@ class GroupStatus(StrEnum):
     WAITING = "waiting_restart"  # failed, its relaunch scheduled
     DONE = "done"  # every rank exited 0
     GIVEN_UP = "given_up"  # its restart budget is spent
+
+
+class StandbyStatus(StrEnum):
+    """A warm standby group's state in the supervisor's pool (monarch_ft.standby)."""
+
+    BUILDING = "building"  # launched, building its model
+    READY = "ready"  # built, waiting for a promotion file
+    PROMOTED = "promoted"  # now a replica group (its ranks belong to that group)
+    LOST = "lost"  # died or stopped while waiting; stopped and replaced
 
 
 class RecoveryPath(StrEnum):

@@ -138,6 +138,7 @@ class Phase(StrEnum):
     SYNC = "sync"  # TorchFT: quorum, cross-group allreduce, should_commit (bounded by its timeouts)
     SAVE = "save"  # a checkpoint save (bounded by its own watchdog)
     HOLD = "hold"  # finished, serving quorums while another group has work
+    STANDBY = "standby"  # a warm standby waiting for its promotion (never a replica group's phase)
 
 
 # Phases whose work is disk I/O (imports and model files, checkpoint writes): a long

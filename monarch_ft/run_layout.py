@@ -103,6 +103,21 @@ class RunLayout:
     def spec(self, group: int, rank: int, attempt: int) -> str:
         return self._p("ranks", f"{self.tag(group, rank, attempt)}.spec.json")
 
+    @staticmethod
+    def standby_tag(standby: int, rank: int) -> str:
+        """A warm standby's files are named by its number (one per standby ever launched)."""
+        return f"sb{standby}r{rank}"
+
+    def standby_report(self, standby: int, rank: int) -> str:
+        """Where a standby rank reports until its promotion (then it writes the group's report)."""
+        return self._p("ranks", f"{self.standby_tag(standby, rank)}.jsonl")
+
+    def standby_spec(self, standby: int, rank: int) -> str:
+        return self._p("ranks", f"{self.standby_tag(standby, rank)}.spec.json")
+
+    def standby_log(self, standby: int, rank: int) -> str:
+        return self._p("logs", f"{self.standby_tag(standby, rank)}.log")
+
     def log(self, group: int, rank: int, attempt: int) -> str:
         return self._p("logs", f"{self.tag(group, rank, attempt)}.log")
 
@@ -138,6 +153,11 @@ class RunLayout:
         """One relaunched group's gate; its content is the controller's decision on where the
         group's state comes from (see Supervisor._open_launch_gates)."""
         return self._p("control", f"launch.g{group}.a{attempt}")
+
+    def promotion(self, standby: int) -> str:
+        """A warm standby's promotion: the identity its ranks take and where the group's state
+        comes from (monarch_ft.standby.Promotion), written once, whole, by the supervisor."""
+        return self._p("control", f"promote.sb{standby}.json")
 
     def collective_fault(self, group: int, rank: int) -> str:
         """A one-shot collective fault request (components.fault_agent)."""

@@ -33,7 +33,7 @@ from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import JobConfig, validate
 from monarch_ft.control import JobControl
 from monarch_ft.data import prepare_data
-from monarch_ft.events import EventKind, EventLog, GroupStatus, JobStatus
+from monarch_ft.events import EventKind, EventLog, GroupStatus, JobStatus, RecoveryPath
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
 from monarch_ft.lighthouse import Lighthouse
 from monarch_ft.net import free_port
@@ -57,6 +57,7 @@ from monarch_ft.recovery import (
 )
 from monarch_ft.run_layout import RunLayout, atomic_write, atomic_write_json
 from monarch_ft.stacks import capture_stacks
+from monarch_ft.standby import STANDBY_NICENESS, StandbyPool, build_promotion, resolve_standby_groups
 
 log = logging.getLogger("monarch_ft.supervisor")
 
@@ -184,6 +185,13 @@ class Supervisor:
         self._started = 0.0
         self._last_progress_print = 0.0
         self.status = JobStatus.RUNNING
+        # Warm standby groups (monarch_ft.standby); each on a host/device slot after the groups'.
+        self.standby = StandbyPool(
+            resolve_standby_groups(cfg.ft.standby_groups, cfg.launcher.name, cfg.ft.recovery),
+            cfg.ft.replica_groups,
+            self.events.emit,
+            self._launch_standby,
+        )
 
     # ---------------------------------------------------------------- console
     def _echo(self, e: dict) -> None:
@@ -236,8 +244,6 @@ class Supervisor:
         return env
 
     def _launch(self, g: GroupState, now: float) -> None:
-        from omegaconf import OmegaConf
-
         g.attempt += 1
         if g.attempt > 0 and not g.start_gate:
             # A live relaunch: whether it heals from a peer or loads the disk checkpoint is
@@ -247,28 +253,17 @@ class Supervisor:
         g.gate_decided = False
         store_host = self.launcher.group_host(g.index)
         store_port = free_port(store_host)
-        # Ranks get the JobConfig part only (recipes may extend the config, e.g. drills).
-        config = {f.name: OmegaConf.to_container(OmegaConf.structured(getattr(self.cfg, f.name))) for f in dataclasses.fields(JobConfig)}
+        if g.attempt > 0:
+            self.events.emit(EventKind.RECOVERY_PATH, group=g.index, attempt=g.attempt, path=RecoveryPath.COLD_START)
         launches = []
         for r in range(self.cfg.ft.ranks_per_group):
-            spec = {
-                "config": config,
-                "group": g.index,
-                "rank": r,
-                "world_size": self.cfg.ft.ranks_per_group,
-                "attempt": g.attempt,
-                "store_host": store_host,
-                "store_port": store_port,
-                "lighthouse_addr": self.lighthouse.address,
-                "advertise_host": store_host,
-                "run_dir": self.run_dir,
-                "report_path": self.layout.report(g.index, r, g.attempt),
-                "hold_path": self.layout.hold,
-                "tokens_path": self._tokens_path,
-                "load_step": g.load_step,
-                "start_gate": g.start_gate,
-                "scratch_dir": self.layout.scratch(g.index, r),
-            }
+            spec = self._rank_spec(g.index, r, g.attempt, store_host, store_port)
+            spec.update(
+                report_path=self.layout.report(g.index, r, g.attempt),
+                load_step=g.load_step,
+                start_gate=g.start_gate,
+                scratch_dir=self.layout.scratch(g.index, r),
+            )
             spec_path = self.layout.spec(g.index, r, g.attempt)
             atomic_write_json(spec_path, spec)
             launches.append(
@@ -288,6 +283,91 @@ class Supervisor:
         self.events.emit(EventKind.GROUP_LAUNCHED, group=g.index, attempt=g.attempt, launcher=self.launcher.name)
         for p in procs:
             self.events.emit(EventKind.RANK_LAUNCHED, group=g.index, rank=p.launch.rank, attempt=g.attempt, pid=p.pid, host=p.launch.host)
+
+    def _rank_spec(self, group: int, rank: int, attempt: int, store_host: str, store_port: int) -> dict:
+        """The part of a rank's spec (trainer.RankSpec) that a group's rank and a standby's share."""
+        from omegaconf import OmegaConf
+
+        # Ranks get the JobConfig part only (recipes may extend the config, e.g. drills).
+        config = {f.name: OmegaConf.to_container(OmegaConf.structured(getattr(self.cfg, f.name))) for f in dataclasses.fields(JobConfig)}
+        return {
+            "config": config,
+            "group": group,
+            "rank": rank,
+            "world_size": self.cfg.ft.ranks_per_group,
+            "attempt": attempt,
+            "store_host": store_host,
+            "store_port": store_port,
+            "lighthouse_addr": self.lighthouse.address,
+            "advertise_host": store_host,
+            "run_dir": self.run_dir,
+            "report_path": "",
+            "hold_path": self.layout.hold,
+            "tokens_path": self._tokens_path,
+        }
+
+    # ---------------------------------------------------------------- standby groups
+    def _launch_standby(self, number: int, slot: int, now: float) -> list[RankState]:
+        """Start standby ``number`` on ``slot`` (its own host and device slot), niced below the
+        training ranks; its ranks build everything identity-free and wait (monarch_ft.standby)."""
+        store_host = self.launcher.group_host(slot)
+        store_port = free_port(store_host)
+        launches = []
+        for r in range(self.cfg.ft.ranks_per_group):
+            spec = self._rank_spec(slot, r, 0, store_host, store_port)
+            spec.update(report_path=self.layout.standby_report(number, r), promotion_path=self.layout.promotion(number), standby=number)
+            spec_path = self.layout.standby_spec(number, r)
+            atomic_write_json(spec_path, spec)
+            launches.append(
+                RankLaunch(
+                    group=slot,
+                    rank=r,
+                    attempt=0,
+                    argv=["nice", "-n", str(STANDBY_NICENESS), sys.executable, "-m", "monarch_ft.worker", spec_path],
+                    env=self._rank_env(),
+                    log_path=self.layout.standby_log(number, r),
+                    cwd=self.run_dir,
+                )
+            )
+        procs = self.launcher.launch_group(launches)
+        return [RankState(p, ReportTail(self.layout.standby_report(number, p.launch.rank)), last_progress=now) for p in procs]
+
+    def _promote_standby(self, g: GroupState, now: float) -> bool:
+        """Put a ready standby in failed group ``g``'s place (live recovery); False when none
+        is ready or ``g``'s restart budget is spent (the caller then takes the cold path)."""
+        if g.restarts >= self.cfg.ft.max_restarts:
+            return False
+        sb = self.standby.take(now, process_status)
+        if sb is None:
+            return False
+        try:
+            decision = self._resume_point("no_live_peer", tuple(self._live_peers(g)), g.index)
+        except JobStateLost as e:
+            self.standby.standbys.append(sb)  # stopped with the job
+            self._lose_job(str(e))
+            return True
+        g.restarts += 1
+        g.attempt += 1
+        self.launcher.adopt(g.index, sb.slot)
+        promotion = build_promotion(
+            self.layout, sb.number, g.index, g.attempt, len(sb.ranks), {"source": decision.source.value, "step": decision.step}, now
+        )
+        atomic_write_json(self.layout.promotion(sb.number), dataclasses.asdict(promotion))
+        g.ranks = [RankState(rs.proc, ReportTail(self.layout.report(g.index, rs.proc.launch.rank, g.attempt)), last_progress=now) for rs in sb.ranks]
+        g.status, g.launched_at, g.train_done = GroupStatus.STARTING, now, False
+        g.load_step, g.start_gate, g.gate_decided = None, "", True
+        self.events.emit(EventKind.RESTART_SCHEDULED, group=g.index, restart=g.restarts, backoff_s=0.0, path=RecoveryPath.STANDBY)
+        self.events.emit(EventKind.RECOVERY_PATH, group=g.index, attempt=g.attempt, path=RecoveryPath.STANDBY, standby=sb.number)
+        self.events.emit(EventKind.STANDBY_PROMOTED, standby=sb.number, group=g.index, attempt=g.attempt, ready_for_s=round(now - (sb.ready_at or now), 3))
+        self.events.emit(EventKind.GROUP_LAUNCHED, group=g.index, attempt=g.attempt, launcher=self.launcher.name, standby=sb.number)
+        self.events.emit(
+            EventKind.STATE_SOURCE, group=g.index, attempt=g.attempt, source=decision.source.value, step=decision.step, job_step=self.job_step
+        )
+        return True
+
+    def _tick_standbys(self, now: float) -> None:
+        finishing = all(g.train_done or g.status in (GroupStatus.DONE, GroupStatus.GIVEN_UP) for g in self.groups)
+        self.standby.tick(now, self.first_step_time is not None, finishing)
 
     # ---------------------------------------------------------------- watch
     def _consume_reports(self, g: GroupState, now: float) -> None:
@@ -533,6 +613,8 @@ class Supervisor:
         if self.cfg.ft.recovery == "full_restart":
             self._full_restart(g, now)
             return
+        if self._promote_standby(g, now):
+            return
         self._schedule_restart(g, now)
 
     def _schedule_restart(self, g: GroupState, now: float, load_step: Optional[int] = None, start_gate: str = "") -> None:
@@ -747,6 +829,7 @@ class Supervisor:
             for g in self.groups:
                 if g.status == GroupStatus.WAITING and now >= g.next_launch:
                     self._launch(g, now)
+            self._tick_standbys(now)
             hangs: dict[int, Hang] = {}
             for g in self.groups:
                 if g.active:
@@ -771,6 +854,7 @@ class Supervisor:
             time.sleep(0.05)
 
     def _shutdown(self) -> None:
+        self.standby.stop()
         for g in self.groups:
             if g.ranks and any(r.exited is None for r in g.ranks):
                 self._stop_ranks(g, graceful=True)
@@ -840,6 +924,8 @@ class Supervisor:
             "rollbacks": self.rollbacks,
             "step_regressions": self.regressions,
             "full_restarts": self._full_restarts,
+            # Warm standby groups: launched, promoted, lost, and time with none ready.
+            "standby": self.standby.summary(time.time()),
             "groups": groups,
             "config": dataclasses.asdict(self.cfg) if dataclasses.is_dataclass(self.cfg) else None,
         }

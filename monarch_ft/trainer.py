@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from monarch_ft.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, save_due
 from monarch_ft.components.fault_agent import FaultAgent
-from monarch_ft.components.ft import CommitFloor, build_manager, load_in_place, to_local_tree
+from monarch_ft.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
 from monarch_ft.components.sync import build_sync, checkpoint_interval, uses_async_quorum
 from monarch_ft.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.components.model import build_model
@@ -70,6 +70,10 @@ class RankSpec:
     # (Supervisor._open_start_gate) or the group's own launch gate, whose JSON content says
     # where its state comes from (Supervisor._open_launch_gates).
     start_gate: str = ""
+    # A warm standby (monarch_ft.standby): its number, and the promotion file it waits for
+    # after building everything identity-free; "" / -1 for a rank of a replica group.
+    promotion_path: str = ""
+    standby: int = -1
 
 
 def state_hash(tree: Any) -> str:
@@ -127,295 +131,393 @@ def _config(spec: RankSpec) -> JobConfig:
     return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(JobConfig), spec.config))
 
 
-def train(spec: RankSpec) -> None:
-    cfg = _config(spec)
-    tr = cfg.training
-    torch.set_num_threads(tr.threads_per_rank)
-    layout = RunLayout(spec.run_dir, cfg.checkpoint.folder)
-    reporter = RankReporter(spec.report_path, spec.group, spec.rank, spec.attempt, build_metric_sinks(cfg.metrics, layout, spec.group, spec.rank, spec.attempt))
-    reporter.event("rank_started")
-    liveness = Liveness(reporter)
-    # Stacks on demand (the supervisor's fallback when py-spy cannot read this process).
-    faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-    if spec.scratch_dir:
-        # Host-local scratch: what a node fault takes away with the host.
-        os.makedirs(spec.scratch_dir, exist_ok=True)
-        with open(os.path.join(spec.scratch_dir, "rank.json"), "w") as f:
-            f.write(f'{{"pid": {os.getpid()}, "attempt": {spec.attempt}}}\n')
+class Trainer:
+    """One rank of one replica group, in the shape of TorchTitan's ``Trainer``: the
+    components are built in ``__init__``, :meth:`train` runs :meth:`train_step` until the
+    job's last step and :meth:`hold_step` while finished groups keep the job open,
+    :meth:`state_dict`/:meth:`load_state_dict` are what a healing peer moves (through
+    TorchFT), and :meth:`close` releases everything.
 
-    use_cuda = device_type(tr.device) == "cuda"
-    if tr.device == "cuda" and not use_cuda:
-        raise RuntimeError(f"training.device=cuda but torch sees no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda})")
-    xgroup_backend = cross_group_backend(cfg.ft.cross_group_backend, "cuda" if use_cuda else "cpu")
-    device = torch.device("cpu")
-    nccl_hostid = None
-    if use_cuda:
-        device = torch.device("cuda", cuda_index(spec.group, spec.rank, spec.world_size, torch.cuda.device_count()))
-        torch.cuda.set_device(device)
-        if cfg.ft.nccl_hostid_per_group:
-            # Before the first NCCL communicator of this process: NCCL reads it then.
-            nccl_hostid = set_nccl_hostid(spec.group)
+    Construction is two parts, so a warm standby (monarch_ft.standby) can do the first
+    long before it knows which group it will be:
 
-    # The group's own store: rank 0 hosts it (a fresh port per launch attempt), the
-    # in-group process group and the TorchFT Manager are its clients.
-    store = dist.TCPStore(
-        spec.store_host,
-        spec.store_port,
-        world_size=spec.world_size,
-        is_master=spec.rank == 0,
-        timeout=timedelta(seconds=cfg.ft.connect_timeout_s * 3),
-        wait_for_workers=False,
-    )
-    dist.init_process_group(
-        "nccl" if use_cuda else "gloo",
-        store=dist.PrefixStore("group", store),
-        rank=spec.rank,
-        world_size=spec.world_size,
-        timeout=timedelta(seconds=cfg.ft.timeout_s * 3),
-        # Binds the rank's GPU to its NCCL group (eager init on that device).
-        **({"device_id": device} if use_cuda else {}),
-    )
-    mesh = None
-    if spec.world_size > 1:
-        from torch.distributed.device_mesh import init_device_mesh
+    - :meth:`_build_local`, identity-free: device, the group's own store and in-group
+      process group, the model built and sharded, optimizer state materialised, LR
+      schedule, data opened, and the cross-group process group and checkpoint transport
+      (neither talks to the Lighthouse);
+    - :meth:`_bind`, identity-bound: the TorchFT Manager (it heartbeats the Lighthouse from
+      construction on), the sync strategy, checkpointer, fault agent, scratch files.
 
-        mesh = init_device_mesh(device.type, (spec.world_size,), mesh_dim_names=("fsdp",))
+    Args:
+        spec: the rank's spec (the supervisor's JSON).
+    """
 
-    from torch.distributed.checkpoint.state_dict import _init_optim_state
-    from torchtitan.components.lr_scheduler import build_lr_schedulers
-    from torchtitan.components.optimizer import OptimizersContainer
-    from torchtitan.config.job_config import LRScheduler
+    def __init__(self, spec: RankSpec) -> None:
+        self.spec = spec
+        self.cfg = _config(spec)
+        self.layout = RunLayout(spec.run_dir, self.cfg.checkpoint.folder)
+        # A waiting standby has no group yet: its sinks (TensorBoard) come with its promotion.
+        sinks = [] if spec.promotion_path else build_metric_sinks(self.cfg.metrics, self.layout, spec.group, spec.rank, spec.attempt)
+        self.reporter = RankReporter(spec.report_path, spec.group, spec.rank, spec.attempt, sinks)
+        self.reporter.event("rank_started")
+        self.liveness = Liveness(self.reporter)
+        # Stacks on demand (the supervisor's fallback when py-spy cannot read this process).
+        faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
+        self._decision: Optional[dict] = None
+        self._build_local()
+        if spec.promotion_path:
+            self._await_promotion()
+        self._bind()
 
-    model = build_model(cfg.model, tr.seq_len, mesh, device, tr.seed)
-    optimizers = OptimizersContainer(
-        [model],
-        torch.optim.AdamW,
-        {"lr": tr.lr, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": tr.weight_decay, "foreach": True},
-    )
-    optimizer = optimizers.optimizers[0]
-    # Materialise the optimizer state now (a zero-lr step, as torch's own state-dict
-    # loader does) so a healing group can receive into it in place.
-    _init_optim_state(optimizer)
-    lr_schedulers = build_lr_schedulers(optimizers, LRScheduler(warmup_steps=tr.warmup_steps), tr.steps)
+    # ------------------------------------------------------------ construction
+    def _build_local(self) -> None:
+        """Everything that does not depend on which replica group this rank serves."""
+        spec, cfg, tr = self.spec, self.cfg, self.cfg.training
+        torch.set_num_threads(tr.threads_per_rank)
+        self.use_cuda = use_cuda = device_type(tr.device) == "cuda"
+        if tr.device == "cuda" and not use_cuda:
+            raise RuntimeError(f"training.device=cuda but torch sees no CUDA device (torch {torch.__version__}, CUDA {torch.version.cuda})")
+        self.xgroup_backend = cross_group_backend(cfg.ft.cross_group_backend, "cuda" if use_cuda else "cpu")
+        self.device = device = torch.device("cpu")
+        self.nccl_hostid = None
+        if use_cuda:
+            self.device = device = torch.device("cuda", cuda_index(spec.group, spec.rank, spec.world_size, torch.cuda.device_count()))
+            torch.cuda.set_device(device)
+            if cfg.ft.nccl_hostid_per_group:
+                # Before the first NCCL communicator of this process: NCCL reads it then.
+                self.nccl_hostid = set_nccl_hostid(spec.group)
 
-    # Captured once: FSDP2 keeps these sharded parameter objects for the whole run.
-    # model.state_dict() must not be called from the Manager's quorum thread while the
-    # main thread runs forward (FSDP2 swaps registered params around forward/backward).
-    params = dict(model.named_parameters())
+        # The group's own store: rank 0 hosts it (a fresh port per launch attempt), the
+        # in-group process group and the TorchFT Manager are its clients.
+        self.store = dist.TCPStore(
+            spec.store_host,
+            spec.store_port,
+            world_size=spec.world_size,
+            is_master=spec.rank == 0,
+            timeout=timedelta(seconds=cfg.ft.connect_timeout_s * 3),
+            wait_for_workers=False,
+        )
+        dist.init_process_group(
+            "nccl" if use_cuda else "gloo",
+            store=dist.PrefixStore("group", self.store),
+            rank=spec.rank,
+            world_size=spec.world_size,
+            timeout=timedelta(seconds=cfg.ft.timeout_s * 3),
+            # Binds the rank's GPU to its NCCL group (eager init on that device).
+            **({"device_id": device} if use_cuda else {}),
+        )
+        mesh = None
+        if spec.world_size > 1:
+            from torch.distributed.device_mesh import init_device_mesh
 
-    def ft_state_dict() -> dict:
+            mesh = init_device_mesh(device.type, (spec.world_size,), mesh_dim_names=("fsdp",))
+
+        from torch.distributed.checkpoint.state_dict import _init_optim_state
+        from torchtitan.components.lr_scheduler import build_lr_schedulers
+        from torchtitan.components.optimizer import OptimizersContainer
+        from torchtitan.config.job_config import LRScheduler
+
+        self.model = build_model(cfg.model, tr.seq_len, mesh, device, tr.seed)
+        self.optimizers = OptimizersContainer(
+            [self.model],
+            torch.optim.AdamW,
+            {"lr": tr.lr, "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": tr.weight_decay, "foreach": True},
+        )
+        self.optimizer = self.optimizers.optimizers[0]
+        # Materialise the optimizer state now (a zero-lr step, as torch's own state-dict
+        # loader does) so a healing group can receive into it in place.
+        _init_optim_state(self.optimizer)
+        self.lr_schedulers = build_lr_schedulers(self.optimizers, LRScheduler(warmup_steps=tr.warmup_steps), tr.steps)
+        # Captured once: FSDP2 keeps these sharded parameter objects for the whole run.
+        # model.state_dict() must not be called from the Manager's quorum thread while the
+        # main thread runs forward (FSDP2 swaps registered params around forward/backward).
+        self.params = dict(self.model.named_parameters())
+        self.batches = TokenBatches(spec.tokens_path, tr.batch_size, tr.seq_len, tr.seed)
+        # Reports go through self.reporter at call time: a promoted standby re-points it.
+        self.cross = build_cross_group(
+            cfg.ft, lighthouse_addr=spec.lighthouse_addr, report=lambda *a, **k: self.reporter.event(*a, **k), backend=self.xgroup_backend
+        )
+
+    def _await_promotion(self) -> None:
+        """A warm standby: report ready, wait (no CPU to speak of) for the promotion file,
+        then become the group it names: its report files, attempt and the supervisor's
+        decision on where its state comes from (monarch_ft.standby)."""
+        from monarch_ft.standby import promoted_spec, renice_threads, wait_for_promotion
+
+        self.liveness.enter(Phase.STANDBY)
+        self.reporter.event("standby_ready", standby=self.spec.standby)
+        waited = time.time()
+        promotion = wait_for_promotion(self.spec.promotion_path)
+        self.liveness.enter(Phase.STARTUP)
+        self.spec = promoted_spec(self.spec, promotion)
+        self.reporter.event("standby_promoted_rank", group=promotion.group, attempt=promotion.attempt, waited_s=round(time.time() - waited, 3))
+        self.reporter.retarget(
+            self.spec.report_path,
+            self.spec.group,
+            self.spec.attempt,
+            build_metric_sinks(self.cfg.metrics, self.layout, self.spec.group, self.spec.rank, self.spec.attempt),
+        )
+        renice_error = renice_threads(0)
+        self.reporter.event(
+            "rank_started", standby=promotion.standby, promotion_latency_s=round(time.time() - promotion.promoted_at, 3), renice_error=renice_error
+        )
+        self._decision = promotion.decision
+
+    def _bind(self) -> None:
+        """Everything that makes this rank a member of replica group ``spec.group``."""
+        spec, cfg, tr = self.spec, self.cfg, self.cfg.training
+        if spec.scratch_dir:
+            # Host-local scratch: what a node fault takes away with the host.
+            os.makedirs(spec.scratch_dir, exist_ok=True)
+            with open(os.path.join(spec.scratch_dir, "rank.json"), "w") as f:
+                f.write(f'{{"pid": {os.getpid()}, "attempt": {spec.attempt}}}\n')
+        self.ft: FTParts = build_manager(
+            cfg.ft,
+            self.cross,
+            group=spec.group,
+            rank=spec.rank,
+            world_size=spec.world_size,
+            store_addr=spec.store_host,
+            store_port=spec.store_port,
+            lighthouse_addr=spec.lighthouse_addr,
+            hostname=spec.advertise_host,
+            state_dict=self.state_dict,
+            load_state_dict=self.load_state_dict,
+            use_async_quorum=uses_async_quorum(cfg.ft),
+        )
+        self.manager = self.ft.manager
+        self.floor = CommitFloor(self.layout.commit_floor)
+        # ft.mode: how groups synchronise (monarch_ft/components/sync.py).
+        self.sync = build_sync(
+            cfg.ft, self.manager, self.model, self.optimizer, self.lr_schedulers, self.params, spec.group, self.floor, self._refuse_commit
+        )
+        # localsgd/diloco write checkpoints at sync points only.
+        self.ckpt_cfg = dataclasses.replace(cfg.checkpoint, interval=checkpoint_interval(cfg.ft, cfg.checkpoint.interval))
+        self.train_state = TrainState()
+        self.checkpointer = build_checkpointer(
+            self.ckpt_cfg,
+            spec.run_dir,
+            spec.group,
+            self.model,
+            self.optimizers,
+            self.lr_schedulers,
+            {"train_state": self.train_state, "ft_manager": self.manager},
+            tr.seed,
+        )
+        self.loaded_step: Optional[int] = None
+        if cfg.checkpoint.enable and spec.load_step is not None:
+            self.load_checkpoint(spec.load_step)
+        self.fault_agent = FaultAgent(self.layout, spec.group, spec.rank, self.reporter.event)
+        self.save_watchdog = SaveWatchdog(
+            cfg.checkpoint.save_timeout_s,
+            self.reporter.event,
+            os.path.join(self.layout.stacks_dir, f"save-timeout-{self.layout.tag(spec.group, spec.rank, spec.attempt)}.txt"),
+        )
+        self.stop_at = StopAt(self.layout.stop_at_step, tr.steps)
+        self.tokens_per_step = tr.batch_size * tr.seq_len
+        self.announced_done = False
+        self.last_heartbeat = 0.0
+        self.reporter.event(
+            "model_ready",
+            step=self.manager.current_step(),
+            params=sum(p.numel() for p in self.model.parameters()),
+            transport_metadata=self.ft.checkpoint_metadata(),
+            device=str(self.device),
+            device_name=torch.cuda.get_device_name(self.device) if self.use_cuda else None,
+            group_backend=dist.get_backend(),
+            cross_group_backend=self.xgroup_backend,
+            nccl_version=".".join(map(str, torch.cuda.nccl.version())) if self.use_cuda else None,
+            nccl_hostid=self.nccl_hostid,
+        )
+
+    # ------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """What a healing peer receives (this rank's shard only); called from the Manager's
+        quorum thread, so it reads the parameter objects captured once, never the module."""
         return {
-            "model": {name: p.to_local() if hasattr(p, "to_local") else p for name, p in params.items()},
-            "optim": {name: to_local_tree(optimizer.state[p]) for name, p in params.items()},
-            "lr_scheduler": lr_schedulers.state_dict(),
+            "model": {name: p.to_local() if hasattr(p, "to_local") else p for name, p in self.params.items()},
+            "optim": {name: to_local_tree(self.optimizer.state[p]) for name, p in self.params.items()},
+            "lr_scheduler": self.lr_schedulers.state_dict(),
         }
 
-    def ft_load_state_dict(state: dict) -> None:
-        live = ft_state_dict()
+    def load_state_dict(self, state: dict) -> None:
+        """Take a peer's state in place: the FSDP parameters and optimizer tensors stay the
+        very objects the loop holds."""
+        live = self.state_dict()
         load_in_place(live["model"], state["model"], "model")
         load_in_place(live["optim"], state["optim"], "optim")
-        lr_schedulers.load_state_dict(state["lr_scheduler"])
-        apply_scheduler_lr(lr_schedulers)
+        self.lr_schedulers.load_state_dict(state["lr_scheduler"])
+        apply_scheduler_lr(self.lr_schedulers)
 
-    manager = build_manager(
-        cfg.ft,
-        group=spec.group,
-        rank=spec.rank,
-        world_size=spec.world_size,
-        store_addr=spec.store_host,
-        store_port=spec.store_port,
-        lighthouse_addr=spec.lighthouse_addr,
-        hostname=spec.advertise_host,
-        state_dict=ft_state_dict,
-        load_state_dict=ft_load_state_dict,
-        report=reporter.event,
-        backend=xgroup_backend,
-        use_async_quorum=uses_async_quorum(cfg.ft),
-    )
-    floor = CommitFloor(layout.commit_floor)
+    def load_checkpoint(self, step: int) -> None:
+        loaded = self.checkpointer.load(step=step)
+        apply_scheduler_lr(self.lr_schedulers)
+        self.loaded_step = self.manager.current_step() if loaded else None
+        if loaded:
+            self.sync.after_checkpoint_load()
+        self.reporter.event("checkpoint_loaded" if loaded else "checkpoint_missing", step=self.manager.current_step())
 
-    def refuse_commit(step: int, job_step: int) -> None:
+    def _refuse_commit(self, step: int, job_step: int) -> None:
         # Never commit below the job's step (see CommitFloor): vote against this commit, and
         # give up once it is clear that nobody in the quorum can heal this group.
-        reporter.event("commit_refused", step=step, job_step=job_step, refusals=floor.refusals)
-        if floor.refusals >= floor.MAX_REFUSALS:
-            reporter.close()
+        self.reporter.event("commit_refused", step=step, job_step=job_step, refusals=self.floor.refusals)
+        if self.floor.refusals >= self.floor.MAX_REFUSALS:
+            self.reporter.close()
             os._exit(int(RankExit.COMMIT_BELOW_FLOOR))
-        manager.report_error(RuntimeError(f"step {step} is below the job's committed step {job_step}"))
+        self.manager.report_error(RuntimeError(f"step {step} is below the job's committed step {job_step}"))
 
-    # ft.mode: how groups synchronise (monarch_ft/components/sync.py).
-    sync = build_sync(cfg.ft, manager, model, optimizer, lr_schedulers, params, spec.group, floor, refuse_commit)
-    # localsgd/diloco write checkpoints at sync points only.
-    ckpt_cfg = dataclasses.replace(cfg.checkpoint, interval=checkpoint_interval(cfg.ft, cfg.checkpoint.interval))
-    train_state = TrainState()
-    checkpointer = build_checkpointer(
-        ckpt_cfg,
-        spec.run_dir,
-        spec.group,
-        model,
-        optimizers,
-        lr_schedulers,
-        {"train_state": train_state, "ft_manager": manager},
-        tr.seed,
-    )
-    loaded_step: Optional[int] = None
+    # ------------------------------------------------------------ loop
+    def wait_start(self) -> None:
+        """The job's first launch (and each full restart) starts training together: a group
+        ready early would otherwise train alone and make the others heal from it.
 
-    def load_checkpoint(step: int) -> None:
-        nonlocal loaded_step
-        loaded = checkpointer.load(step=step)
-        apply_scheduler_lr(lr_schedulers)
-        loaded_step = manager.current_step() if loaded else None
-        if loaded:
-            sync.after_checkpoint_load()
-        reporter.event("checkpoint_loaded" if loaded else "checkpoint_missing", step=manager.current_step())
+        A relaunched group's gate says where its state comes from, decided when it is ready
+        (the peers alive at its launch may be gone): a live peer heals it in the quorum; with
+        none left, the newest checkpoint (aligned into this group's folder by the supervisor)."""
+        spec = self.spec
+        if self._decision is not None:  # a promoted standby: decided at its promotion
+            self.apply_state_decision(self._decision)
+            return
+        self.liveness.enter(Phase.GATE)
+        while spec.start_gate and not os.path.exists(spec.start_gate):
+            self.reporter.heartbeat(step=self.manager.current_step(), waiting="start")
+            time.sleep(0.05)
+        self.apply_state_decision(read_json(spec.start_gate, {}) if spec.start_gate else {})
 
-    if cfg.checkpoint.enable and spec.load_step is not None:
-        load_checkpoint(spec.load_step)
+    def apply_state_decision(self, decision: dict) -> None:
+        """The supervisor's decision on where this group's state comes from (recovery.StateSource)."""
+        if decision.get("source") == StateSource.DISK.value and self.loaded_step != decision["step"]:
+            self.load_checkpoint(int(decision["step"]))
+        # localsgd/diloco: heal at the peers' next sync point before training anything.
+        self.sync.join_pending = self.sync.semi_sync and decision.get("source") == StateSource.PEER.value
 
-    batches = TokenBatches(spec.tokens_path, tr.batch_size, tr.seq_len, tr.seed)
-    fault_agent = FaultAgent(layout, spec.group, spec.rank, reporter.event)
-    save_watchdog = SaveWatchdog(
-        cfg.checkpoint.save_timeout_s,
-        reporter.event,
-        os.path.join(layout.stacks_dir, f"save-timeout-{layout.tag(spec.group, spec.rank, spec.attempt)}.txt"),
-    )
-    reporter.event(
-        "model_ready",
-        step=manager.current_step(),
-        params=sum(p.numel() for p in model.parameters()),
-        transport_metadata=manager.checkpoint_metadata(),
-        device=str(device),
-        device_name=torch.cuda.get_device_name(device) if use_cuda else None,
-        group_backend=dist.get_backend(),
-        cross_group_backend=xgroup_backend,
-        nccl_version=".".join(map(str, torch.cuda.nccl.version())) if use_cuda else None,
-        nccl_hostid=nccl_hostid,
-    )
-
-    # The job's first launch (and each full restart) starts training together: a group
-    # ready early would otherwise train alone and make the others heal from it.
-    liveness.enter(Phase.GATE)
-    while spec.start_gate and not os.path.exists(spec.start_gate):
-        reporter.heartbeat(step=manager.current_step(), waiting="start")
-        time.sleep(0.05)
-    # A relaunched group's gate says where its state comes from, decided when it is ready
-    # (the peers alive at its launch may be gone): a live peer heals it in the quorum; with
-    # none left, the newest checkpoint (aligned into this group's folder by the supervisor).
-    decision = read_json(spec.start_gate, {}) if spec.start_gate else {}
-    if decision.get("source") == StateSource.DISK.value and loaded_step != decision["step"]:
-        load_checkpoint(int(decision["step"]))
-    # localsgd/diloco: heal at the peers' next sync point before training anything.
-    sync.join_pending = sync.semi_sync and decision.get("source") == StateSource.PEER.value
-
-    tokens_per_step = tr.batch_size * tr.seq_len
-
-    def forward_backward(batch) -> torch.Tensor:
+    def _forward_backward(self, batch) -> torch.Tensor:
         inputs, labels = batch
-        logits = model(inputs.to(device))
-        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.to(device).flatten())
+        logits = self.model(inputs.to(self.device))
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.to(self.device).flatten())
         loss.backward()
         return loss
 
-    announced_done = False
-    last_heartbeat = 0.0
-    stop_at = StopAt(layout.stop_at_step, tr.steps)
-    while True:
-        step = sync.position()
-        last = sync.align_stop(stop_at.steps())
+    def hold_step(self, step: int) -> bool:
+        """Past the last step: keep serving quorums while the supervisor holds the job open
+        (another group is being restarted). False once the hold is lifted (the loop ends)."""
+        self.liveness.enter(Phase.HOLD)
+        if not self.announced_done:
+            self.reporter.event("train_done", step=step)
+            self.announced_done = True
+        if not os.path.exists(self.spec.hold_path):
+            return False
+        if time.time() - self.last_heartbeat > 1.0:
+            self.reporter.heartbeat(step=step)
+            self.last_heartbeat = time.time()
+        time.sleep(0.1)
+        return True
+
+    def train_step(self, step: int, last: int) -> None:
+        """One step: quorum, forward/backward (or zero grads when holding), cross-group
+        sync, commit vote, optimizer step; then the step record and a checkpoint when due."""
+        spec, tr, manager = self.spec, self.cfg.training, self.manager
         training = step < last
-        if not training:
-            liveness.enter(Phase.HOLD)
-            if not announced_done:
-                reporter.event("train_done", step=step)
-                announced_done = True
-            if not os.path.exists(spec.hold_path):
-                break
-            if time.time() - last_heartbeat > 1.0:
-                reporter.heartbeat(step=step)
-                last_heartbeat = time.time()
-            time.sleep(0.1)
         start = time.time()
         healed, batch_index, synced = False, step, True
-        if sync.semi_sync:
-            res = sync.step(
+        if self.sync.semi_sync:
+            res = self.sync.step(
                 training,
                 last,
-                lambda pos: forward_backward(batches.batch(pos, spec.group, spec.rank)),
-                lambda: torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0, foreach=True),
-                lambda: fault_agent.before_allreduce(manager),
-                lambda phase: liveness.enter(phase, fresh=True),
+                lambda pos: self._forward_backward(self.batches.batch(pos, spec.group, spec.rank)),
+                lambda: torch.nn.utils.clip_grad_norm_(list(self.params.values()), 1.0, foreach=True),
+                lambda: self.fault_agent.before_allreduce(self.ft),
+                lambda phase: self.liveness.enter(phase, fresh=True),
             )
             apply_update = res is not None
             if res is not None:
                 step, committed, loss, members = res.step, res.committed, res.loss, res.members
                 healed, batch_index, synced = res.healed, res.batch, res.synced
         else:
-            liveness.enter(Phase.SYNC)  # waits for the previous step's quorum, if still running
+            self.liveness.enter(Phase.SYNC)  # waits for the previous step's quorum, if still running
             manager.start_quorum()
-            liveness.enter(Phase.COMPUTE)
-            optimizers.zero_grad()
+            self.liveness.enter(Phase.COMPUTE)
+            self.optimizers.zero_grad()
             loss = None
             if training:
-                loss = forward_backward(batches.batch(step, spec.group, spec.rank))
-            fault_agent.before_allreduce(manager)
-            liveness.enter(Phase.SYNC)
-            members = sync.sync_grads()
+                loss = self._forward_backward(self.batches.batch(step, spec.group, spec.rank))
+            self.fault_agent.before_allreduce(self.ft)
+            self.liveness.enter(Phase.SYNC)
+            members = self.sync.sync_grads()
             # After the quorum a healed group's step is the peers' step; decide on that.
             step = batch_index = manager.current_step()
             apply_update = step < last
             if apply_update:
-                allowed, job_step = floor.allows(step)
+                allowed, job_step = self.floor.allows(step)
                 if not allowed:
-                    refuse_commit(step, job_step)
-                torch.nn.utils.clip_grad_norm_(list(params.values()), 1.0, foreach=True)
+                    self._refuse_commit(step, job_step)
+                torch.nn.utils.clip_grad_norm_(list(self.params.values()), 1.0, foreach=True)
             committed = manager.should_commit()
-            liveness.enter(Phase.COMPUTE)
+            self.liveness.enter(Phase.COMPUTE)
             if committed and apply_update:
-                optimizers.step()
-                lr_schedulers.step()
+                self.optimizers.step()
+                self.lr_schedulers.step()
         if not apply_update:
-            continue
+            return
         elapsed = time.time() - start
         extra = {}
-        if committed and sync.hash_due(tr.state_hash_every):
-            extra["state_hash"] = state_hash(sync.consistent_state(ft_state_dict()))
-        reporter.step(
+        if committed and self.sync.hash_due(tr.state_hash_every):
+            extra["state_hash"] = state_hash(self.sync.consistent_state(self.state_dict()))
+        self.reporter.step(
             step=step,
             committed=committed,
             loss=float(loss.item()) if loss is not None else None,
-            tokens_per_s=tokens_per_step / elapsed if elapsed > 0 else None,
+            tokens_per_s=self.tokens_per_step / elapsed if elapsed > 0 else None,
             step_time_s=elapsed,
             quorum_size=manager.num_participants(),
-            quorum_id=manager.quorum_id,
+            quorum_id=self.ft.quorum_id,
             participating_groups=members,
-            lr=float(optimizer.param_groups[0]["lr"]),
+            lr=float(self.optimizer.param_groups[0]["lr"]),
             # The batch trained (None: none, e.g. a group that healed into a sync), whether a
             # cross-group sync ran on this step, and whether its state came from a peer.
             batch=batch_index,
             sync=synced,
             healed=healed,
-            mode=sync.mode,
-            **sync.take_timings(),
+            mode=self.sync.mode,
+            **self.sync.take_timings(),
             **extra,
         )
         if committed:
-            train_state.step = sync.steps_done()
-            last_step = train_state.step == last
-            if cfg.checkpoint.enable and save_due(train_state.step, ckpt_cfg.interval, last_step):
-                liveness.enter(Phase.SAVE)
-                with save_watchdog.guard(train_state.step):
-                    fault_agent.during_save()
-                    checkpointer.save(train_state.step, last_step=last_step)
+            self.train_state.step = self.sync.steps_done()
+            last_step = self.train_state.step == last
+            if self.cfg.checkpoint.enable and save_due(self.train_state.step, self.ckpt_cfg.interval, last_step):
+                self.liveness.enter(Phase.SAVE)
+                with self.save_watchdog.guard(self.train_state.step):
+                    self.fault_agent.during_save()
+                    self.checkpointer.save(self.train_state.step, last_step=last_step)
 
-    final = sync.consistent_state(ft_state_dict())
-    reporter.event(
-        "rank_finished",
-        step=sync.steps_done(),
-        steps_trained=min(sync.steps_done(), sync.align_stop(stop_at.steps())),
-        state_hash=state_hash(final),
-    )
-    liveness.close()
-    reporter.close()
-    manager.shutdown(wait=False)
-    checkpointer.close()
-    dist.destroy_process_group()
+    def train(self) -> None:
+        """Step until the job's last step, then hold while the supervisor keeps the job open."""
+        self.wait_start()
+        while True:
+            step = self.sync.position()
+            last = self.sync.align_stop(self.stop_at.steps())
+            if step >= last and not self.hold_step(step):
+                break
+            self.train_step(step, last)
+        final = self.sync.consistent_state(self.state_dict())
+        self.reporter.event(
+            "rank_finished",
+            step=self.sync.steps_done(),
+            steps_trained=min(self.sync.steps_done(), self.sync.align_stop(self.stop_at.steps())),
+            state_hash=state_hash(final),
+        )
+
+    def close(self) -> None:
+        self.liveness.close()
+        self.reporter.close()
+        self.manager.shutdown(wait=False)
+        self.checkpointer.close()
+        dist.destroy_process_group()
+
+
+def train(spec: RankSpec) -> None:
+    """Run one rank to the end of the job (monarch_ft.worker's entry point)."""
+    trainer = Trainer(spec)
+    trainer.train()
+    trainer.close()

@@ -141,7 +141,7 @@ drill() { # drill NAME FAULTS [OVERRIDES...]: two groups of one rank, the faults
     local name="$1" faults="$2"
     shift 2
     run "$name" "$PY" recipes/drill.py "${DEVICE[@]}" "${MODEL[@]}" "${XARGS[@]}" \
-        ft.replica_groups=2 ft.ranks_per_group=1 chaos.tail_steps=5 "chaos.faults=$faults" "$@" "hydra.run.dir=$LOG/$name"
+        ft.replica_groups=2 ft.ranks_per_group=1 ft.standby_groups=0 chaos.tail_steps=5 "chaos.faults=$faults" "$@" "hydra.run.dir=$LOG/$name"
 }
 
 say "gpu_check: mode=$MODE gpus=$GPUS torch=$TORCH_VERSION cuda=$TORCH_CUDA cross_group=$XGROUP ${XARGS[*]} logs=$LOG"
@@ -157,7 +157,7 @@ check_env() {
 check_train() {
     local err
     err="$(run 2_train "$PY" recipes/pretrain.py "${DEVICE[@]}" "${MODEL[@]}" \
-        ft.replica_groups=1 ft.ranks_per_group=1 training.steps=$TRAIN_STEPS "hydra.run.dir=$LOG/2_train")"
+        ft.replica_groups=1 ft.ranks_per_group=1 ft.standby_groups=0 training.steps=$TRAIN_STEPS "hydra.run.dir=$LOG/2_train")"
     [ -z "$err" ] || { record 2 train "$err"; return; }
     record 2 train "$(verdict 2_train train "$LOG/2_train" --device "$MODE" --steps $TRAIN_STEPS)"
 }

@@ -24,6 +24,9 @@ FAST = [
     "training.batch_size=2",
     "training.lr=5e-3",
     "ft.hang_timeout_s=20",
+    # No warm standby (it would build a model on the shared cores in every job test);
+    # the standby tests set ft.standby_groups themselves.
+    "ft.standby_groups=0",
 ]
 
 
@@ -52,7 +55,10 @@ def run_job(run_dir: Path, *overrides: str, timeout: float = 240, recipe: Path =
 
 
 def run_drill_job(run_dir: Path, *overrides: str, timeout: float = 300) -> dict:
-    """Run recipes/drill.py to a clean exit and return its drill.json."""
+    """Run recipes/drill.py to a clean exit and return its drill.json (with no warm standby
+    unless the test sets ft.standby_groups: faults then wait for none to be built)."""
+    if not any(o.startswith("ft.standby_groups=") for o in overrides):
+        overrides = ("ft.standby_groups=0", *overrides)
     code = run_job(run_dir, *overrides, timeout=timeout, recipe=DRILL)
     assert code == 0, console(run_dir)[-4000:]
     return json.loads((run_dir / "drill.json").read_text())

@@ -53,17 +53,16 @@ def test_cpu_dry_run_runs_every_check(tmp_path):
     assert re.search(r"50 steps on cpu; .*loss [\d.]+ -> [\d.]+", checks[2][1]), checks[2]
     assert "healed from group 0" in checks[3][1] and "weights bit-identical" in checks[3][1], checks[3]
     assert "abort through gloo: step discarded, no restart" in checks[4][1] and "group 1 replaced" in checks[4][1], checks[4]
-    # Not in this build: reported, counted neither way.
-    assert checks[5][1] == "skip: standby groups not in this build", checks[5]
+    assert checks[5][1].startswith("ok (") and "replaced by a standby" in checks[5][1], checks[5]
     # The overhead benchmark's smoke size (the suite's only run of it): its table and closing line.
     assert re.match(r"ok \(overhead_hsdp=[\d.]+ .*overhead_diloco=[\d.]+ .*loss_ratio_diloco=[\d.]+", checks[6][1]), checks[6]
     table = (logs / "6_ft_overhead.console.log").read_text()
     for label in ("no-FT", "hsdp", "localsgd", "diloco"):
         assert f"| {label}" in table, table[-2000:]
-    assert lines[-1] == "gpu_checks passed=5 failed=0", out
+    assert lines[-1] == "gpu_checks passed=6 failed=0", out
     # The logs stay: each job's run directory and console, and this output.
     assert (logs / "gpu_check.txt").read_text() == out
-    for name in ("2_train", "3_process_kill", "4_collective"):
+    for name in ("2_train", "3_process_kill", "4_collective", "5_standby"):
         assert (logs / f"{name}.console.log").stat().st_size > 0, name
     assert (logs / "3_process_kill" / "drill.json").exists() and (logs / "2_train" / "metrics.jsonl").exists()
 

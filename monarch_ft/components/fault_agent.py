@@ -87,14 +87,15 @@ class FaultAgent:
         # reporter's lock, and the fault's time is the injector's anyway.
         sleep_holding_the_gil(3600)
 
-    def before_allreduce(self, manager) -> None:
+    def before_allreduce(self, ft) -> None:
+        """``ft``: the rank's FTParts (its step, and the cross-group process group to abort)."""
         request = _take(self.path)
         if request is None:
             return
         mode = request["mode"]
-        self._report("collective_fault_injected", mode=mode, step=manager.current_step(), requested_at=request["requested_at"])
+        self._report("collective_fault_injected", mode=mode, step=ft.current_step(), requested_at=request["requested_at"])
         if mode == "abort":
-            manager.abort_process_group()
+            ft.abort_process_group()
         elif mode == "hang":
             time.sleep(float(request["duration_s"]))
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Dict, Iterator, List, Optional
 
@@ -191,7 +192,9 @@ def build_transport(cfg: FTConfig, timeout: timedelta, lighthouse_addr: str, rep
 
 
 class MonarchManager(Manager):
-    """torchft's Manager with three small additions the sync strategies need.
+    """torchft's Manager with three small additions the sync strategies need (what the
+    trainer needs of its process group and transport is kept by :class:`FTParts` instead,
+    so nothing reads torchft's private attributes).
 
     * ``before_commit``: called at the top of every ``should_commit``, after the quorum and
       the sync's collectives. In localsgd/diloco torchft's own optimizer hooks call
@@ -223,22 +226,6 @@ class MonarchManager(Manager):
             if self._timing_depth == 0:
                 self.seconds[key] += time.perf_counter() - start
 
-    # What the trainer and the fault agent need of the Manager, in one place: torchft 0.2.0
-    # keeps these in private attributes, so only this subclass reads them.
-    @property
-    def quorum_id(self) -> int:
-        """The Lighthouse quorum this rank last configured for (the step record's quorum_id)."""
-        return self._quorum_id
-
-    def checkpoint_metadata(self) -> str:
-        """Where peers fetch this rank's state from (its checkpoint transport's address)."""
-        return self._checkpoint_transport.metadata()
-
-    def abort_process_group(self) -> None:
-        """Abort the cross-group process group (gloo here, NCCL's communicator abort on CUDA):
-        the in-flight collective fails on every participant and the step is discarded."""
-        self._pg.abort()
-
     def take_seconds(self) -> Dict[str, float]:
         """The time accrued since the last call, then reset."""
         out, self.seconds = self.seconds, {"quorum": 0.0, "commit": 0.0}
@@ -263,8 +250,84 @@ class MonarchManager(Manager):
         super().load_state_dict(state_dict)
 
 
+def _recording(pg_class: type) -> type:
+    """``pg_class`` whose ``configure`` remembers the quorum it was configured for.
+
+    The Manager reconfigures its process group once per new Lighthouse quorum with the
+    quorum id (torchft's ProcessGroup.configure signature); keeping it here gives the step
+    record its ``quorum_id`` without reading the Manager's private attributes."""
+
+    class Recording(pg_class):
+        quorum_id: int = -1
+
+        def configure(self, store_addr: str, replica_id: str, rank: int, world_size: int, quorum_id: Optional[int] = None, *args: Any, **kwargs: Any) -> None:
+            super().configure(store_addr, replica_id, rank, world_size, quorum_id, *args, **kwargs)
+            if quorum_id is not None:
+                self.quorum_id = quorum_id
+
+    Recording.__name__ = Recording.__qualname__ = f"Recording{pg_class.__name__}"
+    return Recording
+
+
+@dataclass
+class CrossGroup:
+    """What a rank needs across groups before it knows which group it is: the cross-group
+    process group (unconfigured until the first quorum) and the checkpoint transport
+    (bound and serving). Neither talks to the Lighthouse, so a warm standby builds them
+    ahead of its promotion (monarch_ft.standby).
+
+    Args:
+        process_group: torchft's ProcessGroupGloo/NCCL, recording its quorum id.
+        transport: the RecordingTransport peers heal from.
+    """
+
+    process_group: Any
+    transport: "RecordingTransport"
+
+
+def build_cross_group(cfg: FTConfig, *, lighthouse_addr: str, report: Callable[..., None], backend: str) -> CrossGroup:
+    """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/devices.py)."""
+    from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
+
+    timeout = timedelta(seconds=cfg.timeout_s)
+    pg = _recording(ProcessGroupNCCL if backend == "nccl" else ProcessGroupGloo)(timeout=timeout)
+    transport = RecordingTransport(build_transport(cfg, timeout, lighthouse_addr, report), report)
+    return CrossGroup(pg, transport)
+
+
+@dataclass
+class FTParts:
+    """What the trainer and the fault agent use of TorchFT, through public seams only.
+
+    Args:
+        manager: the rank's MonarchManager (quorum, allreduce, commit, heal).
+        cross: the process group and transport the Manager was built on, kept by us.
+    """
+
+    manager: MonarchManager
+    cross: CrossGroup
+
+    @property
+    def quorum_id(self) -> int:
+        """The Lighthouse quorum this rank last configured for (the step record's quorum_id)."""
+        return self.cross.process_group.quorum_id
+
+    def checkpoint_metadata(self) -> str:
+        """Where peers fetch this rank's state from (its checkpoint transport's address)."""
+        return self.cross.transport.metadata()
+
+    def abort_process_group(self) -> None:
+        """Abort the cross-group process group (gloo here, NCCL's communicator abort on CUDA):
+        the in-flight collective fails on every participant and the step is discarded."""
+        self.cross.process_group.abort()
+
+    def current_step(self) -> int:
+        return self.manager.current_step()
+
+
 def build_manager(
     cfg: FTConfig,
+    cross: CrossGroup,
     *,
     group: int,
     rank: int,
@@ -275,21 +338,19 @@ def build_manager(
     hostname: str,
     state_dict: Callable[[], Dict[str, Any]],
     load_state_dict: Callable[[Dict[str, Any]], None],
-    report: Callable[..., None],
-    backend: str,
     use_async_quorum: bool = True,
-) -> MonarchManager:
-    """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/devices.py).
+) -> FTParts:
+    """The Manager of replica ``group_<group>`` over ``cross`` (see :func:`build_cross_group`).
+
+    The Manager heartbeats the Lighthouse from construction on, so it is built only once
+    the rank knows its group (a standby builds it on promotion, never before: a
+    heartbeating replica that never asks for a quorum holds every quorum up).
 
     ``use_async_quorum``: hsdp overlaps the next quorum with compute (True); torchft's DiLoCo
     refuses an async quorum, and localsgd uses the same synchronous one (see sync.py)."""
-    from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
-
     timeout = timedelta(seconds=cfg.timeout_s)
-    pg = ProcessGroupNCCL(timeout=timeout) if backend == "nccl" else ProcessGroupGloo(timeout=timeout)
-    transport = RecordingTransport(build_transport(cfg, timeout, lighthouse_addr, report), report)
-    return MonarchManager(
-        pg=pg,
+    manager = MonarchManager(
+        pg=cross.process_group,
         load_state_dict=load_state_dict,
         state_dict=state_dict,
         min_replica_size=cfg.min_replica_size,
@@ -304,10 +365,11 @@ def build_manager(
         lighthouse_addr=lighthouse_addr,
         replica_id=f"group_{group}",
         hostname=hostname,
-        checkpoint_transport=transport,
+        checkpoint_transport=cross.transport,
         # Every group initialises from the same seed, so step 0 needs no weight sync.
         init_sync=False,
     )
+    return FTParts(manager, cross)
 
 
 class GradSync:

@@ -44,6 +44,20 @@ class RankReporter:
         self._lock = threading.Lock()
         self._sinks = list(sinks)
 
+    def retarget(self, path: str, group: int, attempt: int, sinks: Sequence[MetricSink] = ()) -> None:
+        """Report to ``path`` as ``group``/``attempt`` from now on (a promoted warm standby
+        takes the failed group's report files; its liveness thread keeps reporting), and to
+        ``sinks`` (the group's, e.g. its TensorBoard run) instead of any earlier ones."""
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        new = open(path, "a", buffering=1)
+        with self._lock:
+            old, self._f = self._f, new
+            self.base = {**self.base, "group": group, "attempt": attempt}
+            dropped, self._sinks = self._sinks, list(sinks)
+        old.close()
+        for sink in dropped:
+            sink.close()
+
     def _write(self, record: dict[str, Any]) -> None:
         record = {**self.base, **record, "time": record.get("time", time.time())}
         line = json.dumps(record) + "\n"

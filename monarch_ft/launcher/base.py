@@ -112,6 +112,10 @@ class Launcher(ABC):
         """Address the ranks of ``group`` bind and advertise (their TCPStore, Manager, transport)."""
         return "127.0.0.1"
 
+    def adopt(self, group: int, slot: int) -> None:
+        """A promoted warm standby, launched on host/device ``slot``, now serves ``group``:
+        from now on the group's host (its address, a network fault on it) is that slot's."""
+
     def control_host(self) -> str:
         """Address on which supervisor-side services (the Lighthouse) must listen to be reachable."""
         return "127.0.0.1"

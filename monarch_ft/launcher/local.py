@@ -83,6 +83,9 @@ class LocalLauncher(Launcher):
         self._timers: dict[int, threading.Timer] = {}
         self._faults: dict[int, dict] = {}
         self._fault_lock = threading.Lock()
+        # group -> the host slot its ranks run on, for a group a promoted standby (placed on a
+        # host of its own) now serves; other groups run on host slot == group.
+        self._placement: dict[int, int] = {}
         if simulated_hosts:
             from monarch_ft.hosts import SimulatedHosts
 
@@ -99,10 +102,16 @@ class LocalLauncher(Launcher):
         return {Capability.PARTITION, Capability.SLOW_LINK} if self.hosts is not None else set()
 
     # ------------------------------------------------------------------ layout
+    def adopt(self, group: int, slot: int) -> None:
+        self._placement[group] = slot
+
+    def _slot(self, group: int) -> int:
+        return self._placement.get(group, group)
+
     def group_host(self, group: int) -> str:
         if self.hosts is None:
             return super().group_host(group)
-        return self.hosts.host(group).address
+        return self.hosts.host(self._slot(group)).address
 
     def control_host(self) -> str:
         if self.hosts is None:
@@ -122,7 +131,7 @@ class LocalLauncher(Launcher):
     def _argv_env(self, r: RankLaunch) -> tuple[list[str], dict[str, str], Callable[[], None]]:
         if self.hosts is None:
             return r.argv, r.env, die_with_parent
-        h = self.hosts.host(r.group)
+        h = self.hosts.host(self._slot(r.group))
         r.host = h.netns
         env = dict(r.env)
         # ShardedTransport's advertised host (when build_transport passes none).
@@ -180,23 +189,24 @@ class LocalLauncher(Launcher):
         timer.daemon = True
         self._timers[group] = timer
         timer.start()
-        return {"netns": self.hosts.hosts[group].netns, "veth": self.hosts.hosts[group].veth, "duration_s": seconds, **details}
+        h = self.hosts.hosts[self._slot(group)]
+        return {"netns": h.netns, "veth": h.veth, "duration_s": seconds, **details}
 
     def partition(self, group: int, seconds: float, on_restore: Optional[Callable[[dict], None]] = None) -> dict:
         """Cut ``group``'s host off the network (its veth down) for ``seconds``, then restore it."""
-        hosts = self._need_hosts("a partition fault")
-        hosts.host(group)
-        hosts.set_link(group, up=False)
-        return self._start_fault(group, "partition", seconds, lambda: hosts.set_link(group, up=True), on_restore, {"action": "link down"})
+        hosts, slot = self._need_hosts("a partition fault"), self._slot(group)
+        hosts.host(slot)
+        hosts.set_link(slot, up=False)
+        return self._start_fault(group, "partition", seconds, lambda: hosts.set_link(slot, up=True), on_restore, {"action": "link down"})
 
     def slow_link(
         self, group: int, delay_ms: float = 0.0, rate: Optional[str] = None, seconds: float = 10.0, on_restore: Optional[Callable[[dict], None]] = None
     ) -> dict:
         """Add latency (netem) and/or a rate limit (netem or tbf) to ``group``'s link for ``seconds``."""
-        hosts = self._need_hosts("a slow_link fault")
-        hosts.host(group)
-        shaped = hosts.shape(group, delay_ms, rate)
-        return self._start_fault(group, "slow_link", seconds, lambda: hosts.unshape(group), on_restore, {"delay_ms": delay_ms, "rate": rate, **shaped})
+        hosts, slot = self._need_hosts("a slow_link fault"), self._slot(group)
+        hosts.host(slot)
+        shaped = hosts.shape(slot, delay_ms, rate)
+        return self._start_fault(group, "slow_link", seconds, lambda: hosts.unshape(slot), on_restore, {"delay_ms": delay_ms, "rate": rate, **shaped})
 
     def restore_link(self, group: int) -> Optional[dict]:
         """Undo ``group``'s network fault now (also what the timer does); None if there is none."""
