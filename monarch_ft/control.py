@@ -97,6 +97,19 @@ class JobControl:
         rs.proc.send_signal(sig)
         return {"pid": pid, "signal": signal.Signals(sig).name}
 
+    def kill_lighthouse(self) -> dict:
+        """SIGKILL the Lighthouse server (the supervisor restarts it on the same address)."""
+        pid = self._sup.lighthouse.pid
+        if pid is None:
+            raise RuntimeError("the job has no Lighthouse of its own to kill (ft.lighthouse_addr names an external one)")
+        os.kill(pid, signal.SIGKILL)
+        return {"pid": pid, "signal": "SIGKILL", "address": self._sup.lighthouse.address}
+
+    @property
+    def run_layout(self):
+        """The run directory's paths (monarch_ft.run_layout.RunLayout)."""
+        return self._sup.layout
+
     def kill_host(self, group: int) -> dict:
         """The group's whole host goes: every rank SIGKILLed, its local files deleted
         (scratch space and the group's checkpoint folder)."""

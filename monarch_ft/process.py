@@ -10,8 +10,9 @@ _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
-    """``preexec_fn``: the kernel SIGKILLs the child when the process that started it dies,
-    so a SIGKILLed supervisor leaves no rank or Lighthouse behind."""
+    """``preexec_fn``: the kernel SIGKILLs the child when the process that started it dies.
+    For helpers' own children (the Lighthouse guard's server, a Slurm task's rank); the
+    ranks and the Lighthouse outlive the supervisor (monarch_ft.controller)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:

@@ -129,6 +129,21 @@ class Launcher(ABC):
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
         """Start every rank of one replica group (all or none)."""
 
+    def adoption_problem(self) -> Optional[str]:
+        """Why this launcher cannot take over the ranks a previous controller launched
+        (``controller.attach=true``), as one line naming the way out; None where it can."""
+        return f"launcher={self.name} cannot take over a running job (controller.attach=true): its ranks cannot be re-adopted"
+
+    def adopt(self, launch: RankLaunch, identity, report_path: str) -> RankProcess:
+        """A rank a previous controller launched, to watch from now on (controller.attach).
+
+        Args:
+            launch: the rank's recorded launch.
+            identity: its ``monarch_ft.controller.ProcessIdentity`` (pid and start time).
+            report_path: its report file (an adopted rank's exit status is read from it).
+        """
+        raise NotImplementedError(self.adoption_problem())
+
     def close(self) -> None:
         """Release whatever the launcher holds (allocations, connections)."""
 

@@ -20,7 +20,6 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from monarch_ft.process import die_with_parent
 from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess
 
 _CLONE_NEWUTS = 0x04000000
@@ -36,12 +35,11 @@ class Options(LauncherOptions):
 
 
 def _on_host(hostname: str) -> Callable[[], None]:
-    """preexec for a rank on a simulated host: die with the supervisor, and take the
-    host's name (its own UTS namespace: the machine's hostname is left alone)."""
+    """preexec for a rank on a simulated host: take the host's name (its own UTS
+    namespace: the machine's hostname is left alone)."""
     name = hostname.encode()
 
     def preexec() -> None:
-        die_with_parent()
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         if libc.unshare(_CLONE_NEWUTS) == 0:
             libc.sethostname(name, len(name))
@@ -119,9 +117,9 @@ class LocalLauncher(Launcher):
         }
 
     # ------------------------------------------------------------------ launch
-    def _argv_env(self, r: RankLaunch) -> tuple[list[str], dict[str, str], Callable[[], None]]:
+    def _argv_env(self, r: RankLaunch) -> tuple[list[str], dict[str, str], Optional[Callable[[], None]]]:
         if self.hosts is None:
-            return r.argv, r.env, die_with_parent
+            return r.argv, r.env, None
         h = self.hosts.host(r.group)
         r.host = h.netns
         env = dict(r.env)
@@ -144,7 +142,9 @@ class LocalLauncher(Launcher):
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
                         # Own session: a Ctrl-C in the terminal reaches the supervisor only,
-                        # which then stops the ranks itself.
+                        # which then stops the ranks itself. Not tied to the supervisor's
+                        # life (no PR_SET_PDEATHSIG): a new controller takes them over
+                        # (monarch_ft.controller), or their lease ends them.
                         start_new_session=True,
                         preexec_fn=preexec,
                     )
@@ -154,6 +154,20 @@ class LocalLauncher(Launcher):
                 p.kill()
             raise
         return started
+
+    def adoption_problem(self) -> Optional[str]:
+        if self.hosts is not None:
+            return (
+                "launcher=local_hosts cannot take over a running job yet: its simulated hosts (network namespaces) belong to the "
+                "controller that made them; use launcher=local to detach and attach"
+            )
+        return None
+
+    def adopt(self, launch: RankLaunch, identity, report_path: str) -> RankProcess:
+        """Re-adopt a rank by pid and start time (monarch_ft.controller.AdoptedProcess)."""
+        from monarch_ft.controller import AdoptedProcess
+
+        return AdoptedProcess(launch, identity, report_path)
 
     # ------------------------------------------------------------------ network faults
     def _need_hosts(self, what: str):
