@@ -34,6 +34,8 @@ import fcntl
 import json
 import os
 import signal
+import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -231,6 +233,8 @@ class Controller:
         self._last_beat = 0.0
         self._last_saved = ""
         self._stop_seen = False
+        self._beat_stop = threading.Event()
+        self._beat_thread: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> None:
@@ -270,8 +274,24 @@ class Controller:
             atomic_write(self.layout.controller_heartbeat, json.dumps({"pid": os.getpid(), "time": now}))
             self._last_beat = now
 
+    def start_heartbeat(self) -> None:
+        """Refresh the heartbeat from a thread of its own: the watch loop blocks for seconds
+        at times (starting the Lighthouse, preparing data, stopping a group), and the lease
+        is about the controller being gone, not busy. It stops with the process (SIGKILL,
+        SIGSTOP) or at :meth:`close`."""
+        self.heartbeat(time.time(), force=True)
+
+        def beat() -> None:
+            while not self._beat_stop.wait(self.cfg.heartbeat_s):
+                try:
+                    self.heartbeat(time.time(), force=True)
+                except OSError:
+                    pass
+
+        self._beat_thread = threading.Thread(target=beat, name="controller-heartbeat", daemon=True)
+        self._beat_thread.start()
+
     def tick(self, now: float) -> None:
-        self.heartbeat(now)
         if not self._stop_seen and os.path.exists(self.layout.stop_request):
             self._stop_seen = True
             self.sup.request_stop("stop_command")
@@ -279,6 +299,7 @@ class Controller:
 
     def close(self, finished: bool) -> None:
         """At the end: a finished job marks its state so, a detached one leaves it for the next controller."""
+        self._beat_stop.set()
         if finished:
             self.save(finished=True)
         else:
@@ -307,7 +328,7 @@ class Controller:
             "run_dir": sup.run_dir,
             "started": sup._started,
             "tokens_path": sup._tokens_path,
-            "lighthouse": {"address": lh.address, **lh.identity()},
+            "lighthouse": {"address": lh.address, "epoch": sup.lighthouse_epoch, **lh.identity()},
             "launcher": sup.launcher.describe(),
             "job_step": sup.ledger.job_step,
             "ledger": {str(q): s for q, s in sup.ledger._newest.items()},
@@ -398,6 +419,7 @@ class Controller:
             if g.status == GroupStatus.WAITING:
                 g.next_launch = now
         lh = state.get("lighthouse", {})
+        sup.lighthouse_epoch = int(lh.get("epoch", 0))
         lighthouse = sup.lighthouse.adopt(lh.get("address", ""), lh.get("guard_pid"), lh.get("guard_start"), lh.get("server_pid"), lh.get("server_start"))
         sup.events.emit(
             EventKind.CONTROLLER_ATTACHED,
@@ -408,7 +430,7 @@ class Controller:
             lighthouse=lighthouse,
             job_step=sup.ledger.job_step,
         )
-        self.heartbeat(now, force=True)
+        self.start_heartbeat()
         if not lighthouse["alive"]:
             sup._restart_lighthouse(now)
         for g, ranks in failed:

@@ -28,6 +28,20 @@ def lighthouse_binary() -> str:
     raise RuntimeError("torchft_lighthouse not found: install torchft (pip install torchft==0.2.0) in this environment")
 
 
+def lighthouse_argv() -> tuple[list[str], dict[str, str]]:
+    """The command (and environment) that runs torchft's Lighthouse server: its extension
+    alone where it can be found (monarch_ft/_lighthouse_server.py: starts in well under a
+    second, not the 10-30 s of importing torch), else torchft's own script."""
+    import glob
+    import importlib.util
+
+    spec = importlib.util.find_spec("torchft")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        for so in sorted(glob.glob(os.path.join(folder, "_torchft*.so"))):
+            return [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "_lighthouse_server.py")], {"MONARCH_FT_TORCHFT_SO": so}
+    return [lighthouse_binary()], {}
+
+
 class Lighthouse:
     """The job's Lighthouse: started (through :mod:`monarch_ft.lighthouse_guard`), watched,
     restarted on the same address when it dies, and taken over by a new controller.
@@ -70,8 +84,9 @@ class Lighthouse:
         if cfg.lighthouse_port and not restart and port_in_use(host, port):
             raise ConfigError(f"ft.lighthouse_port={port} is already in use on {host}: pick another port, or 0 for a free one")
         bind = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        server, server_env = lighthouse_argv()
         argv = [
-            lighthouse_binary(),
+            *server,
             "--bind", bind,
             "--min_replicas", str(cfg.min_replica_size),
             "--join_timeout_ms", str(cfg.join_timeout_ms),
@@ -82,7 +97,7 @@ class Lighthouse:
             run_dir, lease_s, heartbeat_s = self.guard
             argv = [sys.executable, "-m", "monarch_ft.lighthouse_guard", run_dir, str(lease_s), str(heartbeat_s), "--", *argv]
         log = open(self.log_path, "ab")
-        env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info")}
+        env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info"), **server_env}
         repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         # Not tied to the supervisor's life: a new controller takes it over (the guard ends it

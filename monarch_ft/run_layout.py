@@ -93,6 +93,11 @@ class RunLayout:
         """Held (fcntl) by the live controller: a second one on this run directory is refused."""
         return self._p("controller.lock")
 
+    @property
+    def chaos_state(self) -> str:
+        """A drill's injector state (faults done, the one in progress), for the next controller."""
+        return self._p("chaos_injector.json")
+
     # ------------------------------------------------------------ per rank attempt
     @property
     def ranks_dir(self) -> str:
@@ -144,6 +149,11 @@ class RunLayout:
     def controller_heartbeat(self) -> str:
         """Rewritten by the live controller every controller.heartbeat_s: the ranks' lease."""
         return self._p("control", "controller")
+
+    @property
+    def lighthouse_epoch(self) -> str:
+        """How many times the Lighthouse was restarted (components.lighthouse_epoch)."""
+        return self._p("control", "lighthouse_epoch")
 
     @property
     def stop_request(self) -> str:

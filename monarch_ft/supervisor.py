@@ -155,6 +155,7 @@ class Supervisor:
             cfg.ft, self.layout.lighthouse_log, host=host, guard=(self.run_dir, cfg.controller.lease_s, cfg.controller.heartbeat_s)
         )
         self._lighthouse_outage: Optional[dict] = None
+        self.lighthouse_epoch = 0
         self._stop_reason: Optional[str] = None
         self._membership: Optional[tuple[int, ...]] = None
         self._transport_owner: dict[Any, tuple[int, int]] = {}
@@ -658,7 +659,7 @@ class Supervisor:
             if self.controller.attaching:
                 self.controller.take_over(time.time())
                 return self._watch()
-            self.controller.heartbeat(self._started, force=True)
+            self.controller.start_heartbeat()
             self.events.emit(EventKind.JOB_STARTED,
                 run_dir=self.run_dir,
                 replica_groups=self.cfg.ft.replica_groups,
@@ -756,6 +757,10 @@ class Supervisor:
         stall, from the last commit before the loss to the first one after it."""
         last = max((r["time"] for r in self.last_commit.values()), default=None)
         self.events.emit(EventKind.LIGHTHOUSE_LOST, pid=self.lighthouse.pid, address=self.lighthouse.address, **describe_exit(self.lighthouse.exit_code))
+        # The ranks' quorum ids move to a new range, and a quorum failed under the restart is
+        # discarded instead of ending its rank (components.lighthouse_epoch).
+        self.lighthouse_epoch += 1
+        atomic_write(self.layout.lighthouse_epoch, str(self.lighthouse_epoch))
         address = self.lighthouse.restart()
         self.events.emit(EventKind.LIGHTHOUSE_RESTARTED, address=address, pid=self.lighthouse.pid, down_s=round(time.time() - now, 3))
         self._lighthouse_outage = {"lost": now, "last_commit": last, "job_step": self.job_step}

@@ -232,6 +232,7 @@ def train(spec: RankSpec) -> None:
         report=reporter.event,
         backend=xgroup_backend,
         use_async_quorum=uses_async_quorum(cfg.ft),
+        lighthouse_epoch_path=layout.lighthouse_epoch,
     )
     floor = CommitFloor(layout.commit_floor)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -19,6 +20,7 @@ from torch import nn
 from torchft import Manager
 from torchft.checkpointing import CheckpointTransport
 
+from monarch_ft.components.lighthouse_epoch import EpochQuorumClient, LighthouseEpoch
 from monarch_ft.config import FTConfig
 
 logger: logging.Logger = logging.getLogger(__name__)
@@ -244,13 +246,31 @@ class MonarchManager(Manager):
         out, self.seconds = self.seconds, {"quorum": 0.0, "commit": 0.0}
         return out
 
+    # Set by build_manager when the job may restart its Lighthouse (components.lighthouse_epoch).
+    lighthouse_epoch: Optional[LighthouseEpoch] = None
+    _quorum_epoch = 0
+
     def start_quorum(self, *args: Any, **kwargs: Any) -> None:
+        if self.lighthouse_epoch is not None:
+            self._quorum_epoch = self.lighthouse_epoch.current()
         with self._timed("quorum"):
             super().start_quorum(*args, **kwargs)
 
     def wait_quorum(self) -> None:
         with self._timed("quorum"):
-            super().wait_quorum()
+            try:
+                super().wait_quorum()
+            except Exception as e:
+                # The Lighthouse was restarted under this quorum: nobody commits this step and
+                # the next quorum goes to the new one (instead of the rank ending).
+                if self.lighthouse_epoch is None or not self.lighthouse_epoch.changed_since(self._quorum_epoch):
+                    raise
+                self._logger.warn(f"quorum failed while the Lighthouse was restarted: {e}")
+                self.report_error(e)
+                # torchft re-raises the failed future at the next start_quorum: it is handled.
+                done: Future = Future()
+                done.set_result(None)
+                self._quorum_future = done
 
     def should_commit(self, timeout: Optional[timedelta] = None) -> bool:
         if self.before_commit is not None:
@@ -278,6 +298,7 @@ def build_manager(
     report: Callable[..., None],
     backend: str,
     use_async_quorum: bool = True,
+    lighthouse_epoch_path: Optional[str] = None,
 ) -> MonarchManager:
     """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/devices.py).
 
@@ -288,7 +309,7 @@ def build_manager(
     timeout = timedelta(seconds=cfg.timeout_s)
     pg = ProcessGroupNCCL(timeout=timeout) if backend == "nccl" else ProcessGroupGloo(timeout=timeout)
     transport = RecordingTransport(build_transport(cfg, timeout, lighthouse_addr, report), report)
-    return MonarchManager(
+    manager = MonarchManager(
         pg=pg,
         load_state_dict=load_state_dict,
         state_dict=state_dict,
@@ -308,6 +329,10 @@ def build_manager(
         # Every group initialises from the same seed, so step 0 needs no weight sync.
         init_sync=False,
     )
+    if lighthouse_epoch_path:
+        manager.lighthouse_epoch = LighthouseEpoch(lighthouse_epoch_path)
+        manager._client = EpochQuorumClient(manager._client, manager.lighthouse_epoch)
+    return manager
 
 
 class GradSync:

@@ -1,0 +1,94 @@
+"""The pure parts of detach/attach (monarch_ft.controller, components.lease): fast, no jobs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from monarch_ft.components.lease import ControllerLease, finish_at, lease_expired, stop_unanswered
+from monarch_ft.config import ConfigError
+from monarch_ft.controller import AttachAction, ProcessIdentity, RunLock, controller_attached, decide_attach, is_same_process
+from monarch_ft.events import GroupStatus
+from monarch_ft.run_layout import RunLayout
+
+
+def test_identity_is_pid_and_start_time():
+    me = ProcessIdentity.of(os.getpid())
+    assert me is not None and me.start is not None and me.alive()
+    # The same pid with another start time is another process (a reused pid).
+    assert not ProcessIdentity(os.getpid(), str(int(me.start) + 1)).alive()
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    ident = ProcessIdentity.of(child.pid)
+    child.wait()
+    assert ident is not None and not ident.alive()
+    assert not is_same_process(None, "123") and not is_same_process("123", None) and is_same_process("123", "123")
+
+
+@pytest.mark.parametrize(
+    "status, alive, exited, action",
+    [
+        (GroupStatus.RUNNING, [True, True], [None, None], AttachAction.ADOPT),
+        (GroupStatus.STARTING, [True, True], [None, None], AttachAction.ADOPT),
+        (GroupStatus.RUNNING, [True, False], [None, None], AttachAction.FAIL),  # killed while unsupervised
+        (GroupStatus.RUNNING, [True, False], [None, 0], AttachAction.ADOPT),  # one rank already finished cleanly
+        (GroupStatus.RUNNING, [False, False], [None, 1], AttachAction.FAIL),
+        (GroupStatus.WAITING, [False], [-9], AttachAction.KEEP),  # its relaunch was due: the new controller launches it
+        (GroupStatus.DONE, [False, False], [0, 0], AttachAction.KEEP),
+        (GroupStatus.GIVEN_UP, [], [], AttachAction.KEEP),
+    ],
+)
+def test_attach_decisions(status, alive, exited, action):
+    assert decide_attach(status, alive, exited) is action
+
+
+def test_lease():
+    assert not lease_expired(None, 100.0, 5.0)  # no heartbeat yet: not expired
+    assert not lease_expired(96.0, 100.0, 5.0)
+    assert lease_expired(94.0, 100.0, 5.0)
+    # A stop is the ranks' to carry out only when no controller answers it.
+    assert not stop_unanswered(True, 99.5, 100.0, 1.0)
+    assert stop_unanswered(True, 96.0, 100.0, 1.0)
+    assert not stop_unanswered(False, 0.0, 100.0, 1.0)
+
+
+def test_lease_reads_the_heartbeat_and_the_stop(tmp_path):
+    layout = RunLayout(str(tmp_path))
+    os.makedirs(layout.control_dir)
+    lease = ControllerLease(layout.controller_heartbeat, layout.stop_request, lease_s=5.0, heartbeat_s=1.0, check_every_s=0.0)
+    assert lease.ended() is None
+    open(layout.controller_heartbeat, "w").close()
+    assert lease.ended() is None
+    old = time.time() - 10
+    os.utime(layout.controller_heartbeat, (old, old))
+    assert lease.ended() == "lease_expired"
+    stop = ControllerLease(layout.controller_heartbeat, layout.stop_request, lease_s=60.0, heartbeat_s=1.0, check_every_s=0.0)
+    assert stop.ended() is None
+    open(layout.stop_request, "w").close()
+    assert stop.ended() == "stop_requested"
+
+
+def test_finish_at_first_writer_wins(tmp_path):
+    path = str(tmp_path / "stop_at_step")
+    assert finish_at(path, 10) == 12
+    assert finish_at(path, 11) == 12  # a later rank reads the step in force
+    assert open(path).read() == "12"
+    assert sorted(os.listdir(tmp_path)) == ["stop_at_step"]
+
+
+def test_run_lock_refuses_a_second_controller(tmp_path):
+    layout = RunLayout(str(tmp_path))
+    assert controller_attached(layout) is None
+    first = RunLock(layout.controller_lock)
+    first.acquire()
+    assert controller_attached(layout) == os.getpid()
+    with pytest.raises(ConfigError, match=f"another controller \\(pid {os.getpid()}\\) is supervising"):
+        RunLock(layout.controller_lock).acquire()
+    first.release()
+    assert controller_attached(layout) is None
+    second = RunLock(layout.controller_lock)
+    second.acquire()
+    second.release()
