@@ -34,12 +34,13 @@ import fcntl
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from monarch_ft.components.lease import heartbeat_time, lease_expired  # noqa: F401 (re-exported: pure lease decisions)
+from monarch_ft.components.lease import finish_at, heartbeat_time, lease_expired  # noqa: F401 (re-exported: pure lease decisions)
 from monarch_ft.config import ConfigError
 from monarch_ft.events import EventKind, GroupStatus, JobStatus, StrEnum
 from monarch_ft.launcher.base import RankLaunch, RankProcess
@@ -253,6 +254,14 @@ class Controller:
         """Safe from a signal handler."""
         self.detach_requested = True
 
+    def can_detach(self) -> bool:
+        """Where no new controller could take the job over, a detach is refused (one line)."""
+        problem = self.sup.launcher.adoption_problem()
+        if problem:
+            print(f"monarch_ft: error: cannot detach: {problem}", file=sys.stderr, flush=True)
+            self.detach_requested = False
+        return not problem
+
     @staticmethod
     def attach_config(cfg, run_dir: str):
         """The job's own config (saved by the first controller) with this command line's
@@ -293,8 +302,11 @@ class Controller:
 
     def tick(self, now: float) -> None:
         if not self._stop_seen and os.path.exists(self.layout.stop_request):
+            # python -m monarch_ft stop: every group finishes at one step just ahead, saves its
+            # checkpoint there and exits 0 (what the ranks do by themselves with no controller).
             self._stop_seen = True
-            self.sup.request_stop("stop_command")
+            step = finish_at(self.layout.stop_at_step, self.sup.job_step)
+            self.sup.events.emit(EventKind.FINISH_REQUESTED, step=step, reason="stop_command")
         self.save()
 
     def close(self, finished: bool) -> None:

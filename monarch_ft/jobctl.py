@@ -198,9 +198,11 @@ def job_stacks(run_dir: str, group: Optional[int] = None) -> dict[str, str]:
 
 
 def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
-    """Stop the job cleanly. With a controller attached it stops the job as Ctrl-C does;
-    with none, the ranks carry the stop out themselves (save a checkpoint at a common
-    step, exit 0) and the Lighthouse follows. Returns how many ranks were still alive at the timeout."""
+    """Stop the job cleanly: every group finishes at one step just ahead of the job's, saves
+    its checkpoint there and exits 0. The controller, if one is attached, names the step
+    and ends the job as completed (summary.json); with none, the ranks do it themselves
+    (components.lease) and the Lighthouse follows. (Ctrl-C on the controller is the hard
+    stop.) Returns how many ranks were still alive at the timeout."""
     from monarch_ft.run_layout import atomic_write
 
     layout, state = open_run(run_dir)
@@ -208,7 +210,8 @@ def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
         raise ConfigError(f"{run_dir}: the job has already finished ({state.get('status')})")
     pid = controller_attached(layout)
     atomic_write(layout.stop_request, str(time.time()))
-    echo(f"stop requested: {'the controller (pid ' + str(pid) + ') stops the job' if pid else 'no controller attached: the ranks save a checkpoint and exit'}")
+    who = f"the controller (pid {pid}) finishes the job" if pid else "no controller attached: the ranks finish"
+    echo(f"stop requested: {who} at a common step, with a checkpoint")
     deadline = time.time() + timeout_s
     left: dict[str, Any] = {}
     while time.time() < deadline:

@@ -717,7 +717,7 @@ class Supervisor:
             if self._fatal:
                 self.status = JobStatus.FAILED
                 return 1
-            if self.controller.detach_requested:
+            if self.controller.detach_requested and self.controller.can_detach():
                 self.status = JobStatus.DETACHED
                 return DETACHED_EXIT
             if not self.lighthouse.alive():

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess
+from monarch_ft.process import die_with_parent
 
 _CLONE_NEWUTS = 0x04000000
 
@@ -35,11 +36,13 @@ class Options(LauncherOptions):
 
 
 def _on_host(hostname: str) -> Callable[[], None]:
-    """preexec for a rank on a simulated host: take the host's name (its own UTS
-    namespace: the machine's hostname is left alone)."""
+    """preexec for a rank on a simulated host: die with the supervisor (its simulated
+    hosts are torn down with it, so local_hosts cannot detach), and take the host's name
+    (its own UTS namespace: the machine's hostname is left alone)."""
     name = hostname.encode()
 
     def preexec() -> None:
+        die_with_parent()
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         if libc.unshare(_CLONE_NEWUTS) == 0:
             libc.sethostname(name, len(name))
