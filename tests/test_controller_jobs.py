@@ -22,7 +22,12 @@ import pytest
 
 from conftest import FAST, REPO, console, job_processes, read_jsonl, start_job, wait_for
 
-SMALL = [*FAST, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000", "checkpoint.interval=20", "training.state_hash_every=5"]
+# ft.quorum_timeout_s bounds the survivors' stall under a Lighthouse restart (the quorum in
+# flight is given up after it): 10 s keeps the test short.
+SMALL = [
+    *FAST, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000", "checkpoint.interval=20",
+    "training.state_hash_every=5", "ft.quorum_timeout_s=10",
+]
 
 
 def _state(run_dir: Path) -> dict:
