@@ -117,7 +117,7 @@ def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
         run_dir=layout.run_dir,
         status=status,
         controller_pid=pid,
-        heartbeat_age_s=round(now - beat, 1) if beat else None,
+        heartbeat_age_s=round(now - beat, 1) if beat and not state.get("finished") else None,
         lighthouse=f"{lh.get('address', '?')} ({'up' if lh_alive else 'down'})",
         job_step=int(state.get("job_step", 0)),
     )

@@ -92,3 +92,24 @@ def test_run_lock_refuses_a_second_controller(tmp_path):
     second = RunLock(layout.controller_lock)
     second.acquire()
     second.release()
+
+
+def test_drill_injector_state_survives_its_controller(tmp_path):
+    """A controller fault kills the process the injector runs in: the next controller's
+    injector continues from the saved state (the same fault in progress, the same draws)."""
+    from chaos.config import FaultConfig
+    from chaos.injector import ChaosInjector
+
+    faults = [FaultConfig(kind="controller", at_step=5), FaultConfig(kind="process_kill", at_step=9)]
+    path = str(tmp_path / "chaos_injector.json")
+    first = ChaosInjector(faults, seed=3, allow_last_healthy=False, recovery_timeout_s=60, state_path=path)
+    first.rng.random()
+    first.active = {"id": 0, "kind": "controller", "target": 1, "injected_at": 12.5, "attempt": 0, "step": 5, "members": [0, 1]}
+    first.injected.append(first.active)
+    first.next_index = 1
+    first._save()
+    second = ChaosInjector(faults, seed=3, allow_last_healthy=False, recovery_timeout_s=60, state_path=path)
+    second.restore()
+    assert second.started == first.started and second.next_index == 1
+    assert second.active == first.active and second.active is second.injected[-1]
+    assert second.rng.random() == first.rng.random()
