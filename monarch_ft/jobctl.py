@@ -8,6 +8,7 @@ argument parser over these functions.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import dataclass, field
@@ -71,8 +72,6 @@ def _newest_step(layout: RunLayout, group: int, attempt: int, ranks: int) -> tup
                 lines = f.read().split(b"\n")[1:]
         except OSError:
             continue
-        import json
-
         for line in lines:
             try:
                 rec = json.loads(line)

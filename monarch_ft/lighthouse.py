@@ -182,11 +182,15 @@ class Lighthouse:
                         except OSError:
                             pass
             return
-        if self.proc.poll() is not None:
-            return
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        server = self._server_identity()
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        # The server dies with its guard (PR_SET_PDEATHSIG): wait until its port is free.
+        deadline = time.time() + 5
+        while server and server[0] and start_ticks(server[0]) == server[1] and time.time() < deadline:
+            time.sleep(0.02)

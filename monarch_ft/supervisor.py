@@ -133,11 +133,14 @@ class Supervisor:
             shutil.rmtree(self.layout.control_dir, ignore_errors=True)
         for d in (self.layout.ranks_dir, self.layout.logs_dir, self.layout.control_dir):
             os.makedirs(d, exist_ok=True)
-        self.launcher = launcher or build_launcher(cfg.launcher, self.run_dir)
-        problem = self.launcher.adoption_problem() if self.controller.attaching else None
-        if problem:
-            self.controller.lock.release()
-            raise ConfigError(problem)
+        try:
+            self.launcher = launcher or build_launcher(cfg.launcher, self.run_dir)
+            problem = self.launcher.adoption_problem() if self.controller.attaching else None
+            if problem:
+                raise ConfigError(problem)
+        except BaseException:
+            self.controller.lock.release()  # this process may build another supervisor on the run
+            raise
         self.hooks: list[SupervisorHook] = list(hooks or [])
         self.control = JobControl(self)
         self.events = EventLog(self.layout.events, echo=self._echo if echo else None)

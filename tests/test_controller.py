@@ -113,3 +113,28 @@ def test_drill_injector_state_survives_its_controller(tmp_path):
     assert second.started == first.started and second.next_index == 1
     assert second.active == first.active and second.active is second.injected[-1]
     assert second.rng.random() == first.rng.random()
+
+
+def test_mttr_of_control_plane_faults():
+    """A Lighthouse fault is detected when the supervisor sees it die and repaired at the
+    first commit with every group after the restart; a controller fault at the attach."""
+    from chaos.mttr import analyze_fault
+
+    t0 = 1000.0
+
+    def commit(group, step, t):
+        return {"group": group, "rank": 0, "attempt": 0, "step": step, "committed": True, "time": t, "participating_groups": [0, 1]}
+
+    metrics = [commit(g, s, t0 - 1 + 0.1 * s) for g in (0, 1) for s in range(5)] + [commit(g, 5, t0 + 10.0) for g in (0, 1)]
+    fault = {"id": 0, "kind": "lighthouse", "target": 1, "rank": 0, "at_step": 3, "injected_at": t0, "step": 4, "attempt": 0}
+    events = [{"event": "lighthouse_lost", "time": t0 + 0.1}, {"event": "lighthouse_restarted", "time": t0 + 0.6}]
+    out = analyze_fault(fault, events, metrics, False, 2, 1)
+    assert out["phases"]["detected"] == 0.1 and out["mttr_s"] == 10.0 and out["recovered"], out
+    assert out["phases"]["replacement_up"] is None and out["job_steps_lost"] == 0
+    fault = {**fault, "kind": "controller"}
+    events = [{"event": "controller_lost", "time": t0 - 0.5}, {"event": "controller_attached", "time": t0 + 7.0}]
+    out = analyze_fault(fault, events, metrics, False, 2, 1)
+    assert out["mttr_s"] == 7.0 and out["phases"]["back_in_quorum"] == 10.0 and out["recovered"], out
+    # Not attached yet: not recovered, whatever the ranks commit meanwhile.
+    out = analyze_fault(fault, events[:1], metrics, False, 2, 1)
+    assert not out["recovered"] and out["mttr_s"] is None
