@@ -51,6 +51,9 @@ class FaultConfig:
     rate: Optional[str] = None
     # controller: seconds the job runs unsupervised before the watchdog attaches a new controller.
     delay_s: float = 5.0
+    # controller: also SIGKILL rank ``rank`` of the target group while no controller is
+    # attached (the watchdog does it halfway through delay_s); the new controller restarts it.
+    kill_rank_unsupervised: bool = False
 
 
 @dataclass

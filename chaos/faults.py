@@ -56,7 +56,8 @@ def inject_controller(job: JobControl, group: int, fault: FaultConfig) -> dict:
     ``delay_s`` attaches a new controller (controller.attach=true)."""
     from chaos.watchdog import request_controller_kill
 
-    return request_controller_kill(job.run_layout, fault.delay_s)
+    rank = (group, fault.rank) if fault.kill_rank_unsupervised else None
+    return request_controller_kill(job.run_layout, fault.delay_s, rank)
 
 
 def inject_lighthouse(job: JobControl, group: int, fault: FaultConfig) -> dict:

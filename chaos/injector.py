@@ -129,7 +129,8 @@ class ChaosInjector:
         injected_at = time.time()
         if fault.kind == "controller":
             # This process is about to be SIGKILLed: record the fault (event, state) first.
-            details = {"delay_s": fault.delay_s, "pid": os.getpid(), "signal": "SIGKILL", "by": "watchdog"}
+            details = {"delay_s": fault.delay_s, "pid": os.getpid(), "signal": "SIGKILL", "by": "watchdog",
+                       "kill_rank_unsupervised": fault.kill_rank_unsupervised}
         else:
             details = INJECTORS[fault.kind](job, target, fault)
         self.active = {

@@ -29,12 +29,27 @@ def is_watched() -> bool:
     return bool(os.environ.get(CHILD_ENV))
 
 
-def request_controller_kill(layout: RunLayout, delay_s: float) -> dict:
-    """What the injector does for a ``controller`` fault: ask the watchdog (fails loudly without one)."""
+def request_controller_kill(layout: RunLayout, delay_s: float, rank: Optional[tuple[int, int]] = None) -> dict:
+    """What the injector does for a ``controller`` fault: ask the watchdog (fails loudly without
+    one); ``rank``: (group, rank) to SIGKILL too while no controller is attached."""
     if not is_watched():
         raise RuntimeError("a controller fault needs the drill's watchdog: run it through recipes/drill.py")
-    atomic_write_json(layout.kill_controller, {"delay_s": delay_s, "requested_at": time.time(), "pid": os.getpid()})
+    atomic_write_json(layout.kill_controller, {"delay_s": delay_s, "requested_at": time.time(), "pid": os.getpid(), "rank": rank})
     return {"pid": os.getpid(), "signal": "SIGKILL", "delay_s": delay_s, "by": "watchdog", "watchdog_pid": os.getppid()}
+
+
+def _kill_rank(layout: RunLayout, group: int, rank: int) -> str:
+    """SIGKILL one recorded rank (checked by pid and start time) while nobody supervises."""
+    from monarch_ft.controller import ProcessIdentity
+
+    state = read_json(layout.controller_state) or {}
+    for r in state["groups"][group]["ranks"]:
+        if r["launch"]["rank"] == rank and r.get("pid"):
+            ident = ProcessIdentity(r["pid"], r["start"])
+            if ident.alive():
+                os.kill(ident.pid, signal.SIGKILL)
+                return f"SIGKILLed rank {rank} of group {group} (pid {ident.pid}) while no controller is attached"
+    return f"rank {rank} of group {group} was not running: nothing killed"
 
 
 def run_watched(argv: list[str], run_dir: str, echo=print) -> int:
@@ -65,7 +80,12 @@ def run_watched(argv: list[str], run_dir: str, echo=print) -> int:
             proc.wait()
             echo(f"[chaos watchdog] SIGKILLed the controller (pid {proc.pid}); the job trains unsupervised for {request['delay_s']:g}s")
             current["child"] = None
-            time.sleep(float(request["delay_s"]))
+            if request.get("rank"):
+                time.sleep(float(request["delay_s"]) / 2)
+                echo(f"[chaos watchdog] {_kill_rank(layout, *request['rank'])}")
+                time.sleep(float(request["delay_s"]) / 2)
+            else:
+                time.sleep(float(request["delay_s"]))
             current["child"] = subprocess.Popen([*base, "controller.attach=true"], env=env)
             echo(f"[chaos watchdog] attached a new controller (pid {current['child'].pid})")
         time.sleep(0.05)

@@ -271,8 +271,9 @@ class Controller:
             return cfg
         from omegaconf import OmegaConf
 
-        saved = dict(state["config"])
-        saved.pop("controller", None)
+        # Only this recipe's sections (a drill's run attached by pretrain.py has no chaos to run).
+        known = {f.name for f in dataclasses.fields(type(cfg))} - {"controller"}
+        saved = {k: v for k, v in state["config"].items() if k in known}
         merged = OmegaConf.merge(OmegaConf.structured(type(cfg)), saved)
         job = OmegaConf.to_object(merged)
         job.controller = cfg.controller
