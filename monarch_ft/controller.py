@@ -76,7 +76,17 @@ class ProcessIdentity:
         return cls(pid, start_ticks(pid))
 
     def alive(self) -> bool:
-        return is_same_process(self.start, start_ticks(self.pid))
+        """Still running: the same process, and not a zombie (a rank orphaned by a killed
+        controller is reaped by whatever init the machine has, maybe late)."""
+        return is_same_process(self.start, start_ticks(self.pid)) and not is_zombie(self.pid)
+
+
+def is_zombie(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
 
 
 def is_same_process(recorded_start: Optional[str], current_start: Optional[str]) -> bool:

@@ -138,3 +138,14 @@ def test_mttr_of_control_plane_faults():
     # Not attached yet: not recovered, whatever the ranks commit meanwhile.
     out = analyze_fault(fault, events[:1], metrics, False, 2, 1)
     assert not out["recovered"] and out["mttr_s"] is None
+
+
+def test_a_zombie_is_not_alive():
+    """An orphaned rank killed while unsupervised may stay a zombie until init reaps it."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    ident = ProcessIdentity.of(child.pid)
+    deadline = time.time() + 10
+    while time.time() < deadline and open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+        time.sleep(0.05)
+    assert ident is not None and not ident.alive()  # not reaped yet: a zombie
+    child.wait()
