@@ -34,7 +34,7 @@ import torch.distributed as dist
 
 from monarch_ft.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, save_due
 from monarch_ft.components.fault_agent import FaultAgent
-from monarch_ft.components.lease import ControllerLease, finish_at
+from monarch_ft.components.lease import ControllerLease
 from monarch_ft.components.ft import CommitFloor, build_manager, load_in_place, to_local_tree
 from monarch_ft.components.sync import build_sync, checkpoint_interval, uses_async_quorum
 from monarch_ft.components.metrics import Liveness, RankReporter
@@ -300,10 +300,7 @@ def train(spec: RankSpec) -> None:
     # No controller for controller.lease_s (or an unanswered stop): the job ends itself.
     lease = ControllerLease(layout.controller_heartbeat, layout.stop_request, cfg.controller.lease_s, cfg.controller.heartbeat_s)
     while spec.start_gate and not os.path.exists(spec.start_gate):
-        if lease.ended():  # nothing of its own to save: nobody will open this gate
-            reporter.event("controller_lease_ended", reason=lease.ended(), step=manager.current_step(), at="gate")
-            reporter.close()
-            os._exit(0)
+        lease.exit_at_gate(reporter.event, manager.current_step())
         reporter.heartbeat(step=manager.current_step(), waiting="start")
         time.sleep(0.05)
     # A relaunched group's gate says where its state comes from, decided when it is ready
@@ -324,15 +321,12 @@ def train(spec: RankSpec) -> None:
         loss.backward()
         return loss
 
-    announced_done = lease_noticed = False
+    announced_done = False
     last_heartbeat = 0.0
     stop_at = StopAt(layout.stop_at_step, tr.steps)
     while True:
         step = sync.position()
-        if lease.ended() and not announced_done and not lease_noticed:
-            # Every group finishes at one step (first writer wins) and saves its checkpoint there.
-            lease_noticed = True
-            reporter.event("controller_lease_ended", reason=lease.ended(), step=step, finish_at=finish_at(layout.stop_at_step, step))
+        lease.finish_if_ended(reporter.event, layout.stop_at_step, step, announced_done)
         last = sync.align_stop(stop_at.steps())
         training = step < last
         if not training:

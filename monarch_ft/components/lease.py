@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 # Steps past the one a rank is at when it notices: every group, at most a step apart in
 # a quorum, reads the file before it gets there.
@@ -63,6 +63,7 @@ class ControllerLease:
         self.lease_s, self.heartbeat_s, self.check_every_s = lease_s, heartbeat_s, check_every_s
         self._checked = 0.0
         self._ended: Optional[str] = None
+        self._noticed = False
 
     def ended(self) -> Optional[str]:
         """Why the job must end without its controller ("lease_expired", "stop_requested"), or None.
@@ -76,6 +77,20 @@ class ControllerLease:
             elif stop_unanswered(os.path.exists(self.stop_path), beat, now, self.heartbeat_s):
                 self._ended = "stop_requested"
         return self._ended
+
+    def exit_at_gate(self, report: Callable[..., None], step: int) -> None:
+        """A relaunched group waiting at its gate, which no controller will open: it has no
+        state of its own to save, so it just exits 0."""
+        if self.ended():
+            report("controller_lease_ended", reason=self.ended(), step=step, at="gate")
+            os._exit(0)
+
+    def finish_if_ended(self, report: Callable[..., None], stop_at_path: str, step: int, done: bool) -> None:
+        """In the step loop: once ended, every training group finishes at one common step
+        (first writer wins) and saves its checkpoint there (the end of a job's steps)."""
+        if self.ended() and not done and not self._noticed:
+            self._noticed = True
+            report("controller_lease_ended", reason=self.ended(), step=step, finish_at=finish_at(stop_at_path, step))
 
 
 def finish_at(stop_at_path: str, step: int) -> int:
