@@ -181,6 +181,9 @@ class Lighthouse:
                             os.kill(pid, 15)
                         except OSError:
                             pass
+                deadline = time.time() + 5  # gone (its port free) before the job says it ended
+                while time.time() < deadline and any(pid and start_ticks(pid) == start for pid, start in self._adopted):
+                    time.sleep(0.02)
             return
         server = self._server_identity()
         if self.proc.poll() is None:
