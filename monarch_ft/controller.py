@@ -44,7 +44,7 @@ from monarch_ft.components.lease import finish_at, heartbeat_time, lease_expired
 from monarch_ft.config import ConfigError
 from monarch_ft.events import EventKind, GroupStatus, JobStatus, StrEnum
 from monarch_ft.launcher.base import RankLaunch, RankProcess
-from monarch_ft.process import start_ticks
+from monarch_ft.process import is_zombie, start_ticks
 from monarch_ft.run_layout import RunLayout, atomic_write, read_json, read_jsonl
 
 if TYPE_CHECKING:
@@ -79,14 +79,6 @@ class ProcessIdentity:
         """Still running: the same process, and not a zombie (a rank orphaned by a killed
         controller is reaped by whatever init the machine has, maybe late)."""
         return is_same_process(self.start, start_ticks(self.pid)) and not is_zombie(self.pid)
-
-
-def is_zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def is_same_process(recorded_start: Optional[str], current_start: Optional[str]) -> bool:

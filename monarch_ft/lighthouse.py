@@ -16,7 +16,7 @@ import time
 import psutil
 
 from monarch_ft.config import ConfigError, FTConfig
-from monarch_ft.process import start_ticks
+from monarch_ft.process import is_running, start_ticks
 from monarch_ft.net import free_port, host_port, port_in_use, reachable
 
 
@@ -165,7 +165,7 @@ class Lighthouse:
             return self.proc.poll() is None
         if self._adopted is not None:
             (gp, gs), (sp, ss) = self._adopted
-            return start_ticks(gp) == gs and (not sp or start_ticks(sp) == ss)
+            return is_running(gp, gs) and (not sp or is_running(sp, ss))
         return True  # ft.lighthouse_addr: not ours to watch
 
     @property
@@ -182,7 +182,7 @@ class Lighthouse:
                         except OSError:
                             pass
                 deadline = time.time() + 5  # gone (its port free) before the job says it ended
-                while time.time() < deadline and any(pid and start_ticks(pid) == start for pid, start in self._adopted):
+                while time.time() < deadline and any(is_running(pid, start) for pid, start in self._adopted):
                     time.sleep(0.02)
             return
         server = self._server_identity()
@@ -195,5 +195,5 @@ class Lighthouse:
                 self.proc.wait()
         # The server dies with its guard (PR_SET_PDEATHSIG): wait until its port is free.
         deadline = time.time() + 5
-        while server and server[0] and start_ticks(server[0]) == server[1] and time.time() < deadline:
+        while server and is_running(*server) and time.time() < deadline:
             time.sleep(0.02)

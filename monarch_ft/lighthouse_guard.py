@@ -23,16 +23,8 @@ import sys
 import time
 
 from monarch_ft.components.lease import ControllerLease
-from monarch_ft.process import die_with_parent, start_ticks
+from monarch_ft.process import die_with_parent, is_running
 from monarch_ft.run_layout import RunLayout
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return False
 
 
 def live_ranks(state_path: str) -> int:
@@ -45,7 +37,7 @@ def live_ranks(state_path: str) -> int:
     alive = 0
     for g in state.get("groups", []):
         for r in g.get("ranks", []):
-            if r.get("pid") and r.get("start") and start_ticks(r["pid"]) == r["start"] and not _zombie(r["pid"]):
+            if is_running(r.get("pid"), r.get("start")):
                 alive += 1
     return alive
 

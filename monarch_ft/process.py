@@ -27,3 +27,17 @@ def start_ticks(pid: int) -> Optional[str]:
             return f.read().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+
+
+def is_zombie(pid: int) -> bool:
+    """Exited but not reaped yet (an orphan waits for whatever init the machine has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def is_running(pid: Optional[int], start: Optional[str]) -> bool:
+    """The process ``pid`` that started at ``start`` is still running (not a later one, not a zombie)."""
+    return bool(pid) and start is not None and start_ticks(pid) == start and not is_zombie(pid)
