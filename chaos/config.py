@@ -15,11 +15,22 @@ RESTART_KINDS = ("process_kill", "segfault", "sigterm", "hang", "node")
 # is touched), undone after duration_s; a partition longer than the supervisor's hang
 # timeout may still end in a restart, so the restart budget counts it.
 NETWORK_KINDS = ("partition", "slow_link")
-IN_PLACE_KINDS = ("collective",) + NETWORK_KINDS
+# The job's control plane: SIGKILL the supervisor (the drill's watchdog attaches a new one
+# after delay_s: chaos/watchdog.py) or the Lighthouse (the supervisor restarts it). No
+# group is touched; the target is only the group whose commits show the recovery.
+CONTROL_KINDS = ("controller", "lighthouse")
+IN_PLACE_KINDS = ("collective",) + NETWORK_KINDS + CONTROL_KINDS
 FAULT_KINDS = RESTART_KINDS + IN_PLACE_KINDS
 # In-place kinds: the event after which a commit of the target group (in the quorum)
-# counts as recovered: the rank acted on the fault / the link was restored.
-RECOVERY_MARKER = {"collective": "collective_fault_injected", "partition": "link_restored", "slow_link": "link_restored"}
+# counts as recovered: the rank acted on the fault / the link was restored / a new
+# controller supervises / the Lighthouse is back on its address.
+RECOVERY_MARKER = {
+    "collective": "collective_fault_injected",
+    "partition": "link_restored",
+    "slow_link": "link_restored",
+    "controller": "controller_attached",
+    "lighthouse": "lighthouse_restarted",
+}
 # Kinds with a ``mode``: the choices, the first one the default.
 #   hang: sigstop (the rank is SIGSTOPped: its OS state says so) | gil (the rank sleeps holding
 #         the GIL: alive, its OS state like its peers', only its silence tells);
@@ -64,6 +75,11 @@ class FaultConfig:
     # ready, so the fault measures the standby path; false fires on schedule (e.g. a second
     # fault while the standby is still being rebuilt takes the cold path).
     wait_standby: bool = True
+    # controller: seconds the job runs unsupervised before the watchdog attaches a new controller.
+    delay_s: float = 5.0
+    # controller: also SIGKILL rank ``rank`` of the target group while no controller is
+    # attached (the watchdog does it halfway through delay_s); the new controller restarts it.
+    kill_rank_unsupervised: bool = False
 
 
 @dataclass
@@ -134,6 +150,21 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultConfig]) -> None:
             raise ConfigError(f"{where}.mode={f.mode!r}: {f.kind} faults have no mode (only {', '.join(FAULT_MODES)} do): drop it")
         if f.kind in NETWORK_KINDS:
             _validate_network_fault(cfg, f, where)
+        if f.kind in CONTROL_KINDS and cfg.ft.lighthouse_addr:
+            raise ConfigError(f"{where}.kind={f.kind}: needs the Lighthouse the supervisor starts: unset ft.lighthouse_addr")
+        if f.kind == "controller":
+            if f.delay_s < 0:
+                raise ConfigError(f"{where}.delay_s={f.delay_s}: must be >= 0 (seconds the job runs without a controller)")
+            if f.delay_s >= cfg.controller.lease_s:
+                raise ConfigError(
+                    f"{where}.delay_s={f.delay_s} reaches controller.lease_s={cfg.controller.lease_s}: the ranks would end the job "
+                    "before the new controller attaches; lower delay_s or raise controller.lease_s"
+                )
+            from monarch_ft.launcher import build_launcher
+
+            problem = build_launcher(cfg.launcher, ".").adoption_problem() if cfg.launcher.name != "local" else None
+            if problem:
+                raise ConfigError(f"{where}.kind=controller: {problem}")
     budget_kinds = RESTART_KINDS + ("partition",)
     restarts = sum(f.kind in budget_kinds for f in faults)
     # A full restart consumes one restart of every group; live recovery one of the target's.

@@ -18,6 +18,7 @@ from chaos.mttr import analyze_fault, steps_never_go_back
 from chaos.schedule import build_faults
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import validate
+from monarch_ft.run_layout import RunLayout
 
 
 def _read_jsonl(path: str) -> list[dict]:
@@ -31,9 +32,14 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     faults = build_faults(cfg.chaos)
     validate(cfg)
     validate_chaos(cfg, faults)
-    injector = ChaosInjector(faults, cfg.chaos.seed, cfg.chaos.allow_last_healthy, cfg.chaos.recovery_timeout_s, cfg.chaos.tail_steps)
+    injector = ChaosInjector(
+        faults, cfg.chaos.seed, cfg.chaos.allow_last_healthy, cfg.chaos.recovery_timeout_s, cfg.chaos.tail_steps,
+        state_path=RunLayout(run_dir).chaos_state,
+    )
     supervisor = Supervisor(cfg, run_dir, hooks=[injector])
-    started = time.time()
+    if cfg.controller.attach:
+        injector.restore()  # a controller fault: this controller took the drill over
+    started = injector.started
     code = supervisor.run()
     events = _read_jsonl(os.path.join(run_dir, "events.jsonl"))
     metrics = [m for m in _read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if m["time"] >= started]

@@ -59,6 +59,21 @@ def inject_slow_link(job: JobControl, group: int, fault: FaultConfig) -> dict:
     return job.slow_link(group, fault.delay_ms, fault.rate, fault.duration_s)
 
 
+def inject_controller(job: JobControl, group: int, fault: FaultConfig) -> dict:
+    """SIGKILL the supervisor itself. The injector runs inside it, so the drill's watchdog
+    (chaos/watchdog.py, a separate process) does the kill on request, and after
+    ``delay_s`` attaches a new controller (controller.attach=true)."""
+    from chaos.watchdog import request_controller_kill
+
+    rank = (group, fault.rank) if fault.kill_rank_unsupervised else None
+    return request_controller_kill(job.run_layout, fault.delay_s, rank)
+
+
+def inject_lighthouse(job: JobControl, group: int, fault: FaultConfig) -> dict:
+    """SIGKILL the Lighthouse server; the supervisor restarts it on the same address."""
+    return job.kill_lighthouse()
+
+
 INJECTORS: dict[str, Callable[..., dict]] = {
     "process_kill": inject_process_kill,
     "segfault": inject_segfault,
@@ -68,4 +83,6 @@ INJECTORS: dict[str, Callable[..., dict]] = {
     "collective": inject_collective,
     "partition": inject_partition,
     "slow_link": inject_slow_link,
+    "controller": inject_controller,
+    "lighthouse": inject_lighthouse,
 }

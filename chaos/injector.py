@@ -8,22 +8,34 @@ the last healthy one unless the drill allows it.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from typing import Optional
 
-from chaos.config import RECOVERY_MARKER, RESTART_KINDS, FaultConfig, fault_mode
+from chaos.config import CONTROL_KINDS, RECOVERY_MARKER, RESTART_KINDS, FaultConfig, fault_mode
 from chaos.faults import INJECTORS
 from chaos.outcome import blocked_reason
 from chaos.schedule import pick_target
 from monarch_ft.control import JobControl
 from monarch_ft.events import EventKind
+from monarch_ft.run_layout import atomic_write_json, read_json
 
 
 class ChaosInjector:
     def __init__(
-        self, faults: list[FaultConfig], seed: int, allow_last_healthy: bool, recovery_timeout_s: float, tail_steps: int = 10
+        self,
+        faults: list[FaultConfig],
+        seed: int,
+        allow_last_healthy: bool,
+        recovery_timeout_s: float,
+        tail_steps: int = 10,
+        state_path: Optional[str] = None,
     ) -> None:
+        # Where the injector's progress is kept for a controller that takes the drill over
+        # (a controller fault kills the process this injector runs in).
+        self.state_path = state_path
+        self.started = time.time()
         self.tail_steps = tail_steps
         self._finish_requested = False
         self.faults = faults
@@ -57,7 +69,8 @@ class ChaosInjector:
         if active["kind"] not in RESTART_KINDS:
             # In place: recovered once the group commits again after the fault took effect
             # (the rank acted on the request; the link came back).
-            acks = job.events_of(RECOVERY_MARKER[active["kind"]], group=active["target"])
+            match = {} if active["kind"] in CONTROL_KINDS else {"group": active["target"]}  # job-wide markers
+            acks = job.events_of(RECOVERY_MARKER[active["kind"]], **match)
             if not acks or acks[-1]["time"] < active["injected_at"] or rec["time"] <= acks[-1]["time"]:
                 return False
         want = set(active["members"]) | {active["target"]}
@@ -68,10 +81,36 @@ class ChaosInjector:
         checked = job.consistent_at(want, rec["step"])
         return checked is not None and checked[1]
 
+    def _save(self) -> None:
+        if self.state_path:
+            state = {"started": self.started, "next_index": self.next_index, "active": self.active, "injected": self.injected,
+                     "finish_requested": self._finish_requested, "rng": repr(self.rng.getstate())}
+            atomic_write_json(self.state_path, state)
+
+    def restore(self) -> None:
+        """Continue a drill whose controller was replaced (controller.attach=true)."""
+        import ast
+
+        state = read_json(self.state_path) if self.state_path else None
+        if not state:
+            return
+        self.started, self.next_index, self.injected = state["started"], state["next_index"], state["injected"]
+        self._finish_requested = state["finish_requested"]
+        active = state["active"]
+        # The same dict as the last of injected (JSON made two copies).
+        self.active = next((f for f in self.injected if active and f["id"] == active["id"]), None)
+        self.rng.setstate(ast.literal_eval(state["rng"]))
+
+    def tick(self, job: JobControl, now: float) -> None:
+        before = (self.next_index, self.active is None, self._finish_requested)
+        self._tick(job, now)
+        if (self.next_index, self.active is None, self._finish_requested) != before:
+            self._save()
+
     def _hold(self, job: JobControl, reason, **context) -> None:
         self.blocked[self.next_index] = {"reason": reason.value, **context}
 
-    def tick(self, job: JobControl, now: float) -> None:
+    def _tick(self, job: JobControl, now: float) -> None:
         if self.active is not None and self.next_index < len(self.faults):
             self._hold(job, blocked_reason(self.active["id"], True, True), previous=self.active["id"])
         if self.active is not None:
@@ -102,7 +141,12 @@ class ChaosInjector:
             return
         step = job.last_commit[target]["step"]
         injected_at = time.time()
-        details = INJECTORS[fault.kind](job, target, fault)
+        if fault.kind == "controller":
+            # This process is about to be SIGKILLed: record the fault (event, state) first.
+            details = {"delay_s": fault.delay_s, "pid": os.getpid(), "signal": "SIGKILL", "by": "watchdog",
+                       "kill_rank_unsupervised": fault.kill_rank_unsupervised}
+        else:
+            details = INJECTORS[fault.kind](job, target, fault)
         self.active = {
             "id": self.next_index,
             "kind": fault.kind,
@@ -129,3 +173,6 @@ class ChaosInjector:
             **{"mode": fault_mode(fault), **details},
         )
         self.next_index += 1
+        if fault.kind == "controller":
+            self._save()
+            INJECTORS[fault.kind](job, target, fault)

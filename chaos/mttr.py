@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from chaos.config import NETWORK_KINDS, RESTART_KINDS
+from chaos.config import CONTROL_KINDS, NETWORK_KINDS, RECOVERY_MARKER, RESTART_KINDS
 from chaos.outcome import recovery_path
 
 from monarch_ft.events import PHASES  # one definition, shared with chaos.report
@@ -50,6 +50,7 @@ def analyze_fault(
     metrics = [m for m in metrics if m["time"] < until]
     restart = fault["kind"] in RESTART_KINDS
     network = fault["kind"] in NETWORK_KINDS
+    control = fault["kind"] in CONTROL_KINDS
     ev = sorted((e for e in events if e["time"] >= t0), key=lambda e: e["time"])
     commits = sorted((m for m in metrics if m["rank"] == 0 and m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
     # A refused commit is a sync that did not commit (localsgd/diloco inner steps are no syncs).
@@ -61,6 +62,12 @@ def analyze_fault(
 
     if restart:
         e = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
+        times["detected"] = e and e["time"]
+    elif control:
+        # The job's control plane: a new controller attached (its loss is seen then) / the
+        # supervisor saw its Lighthouse die. No group stops, so survivors step throughout.
+        seen = "controller_attached" if fault["kind"] == "controller" else "lighthouse_lost"
+        e = _first(ev, lambda e: e["event"] == seen)
         times["detected"] = e and e["time"]
     elif network:
         failed = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
@@ -104,7 +111,10 @@ def analyze_fault(
         times["weights_recovered"] = times["replacement_up"]
 
     after = max((t for t in times.values() if t is not None), default=t0)
-    if not restart and not network:
+    if control:
+        marker = _first(ev, lambda e: e["event"] == RECOVERY_MARKER[fault["kind"]])
+        after = max(after, marker["time"]) if marker else float("inf")
+    elif not restart and not network:
         # A collective fault takes effect when the rank acts on the request; one it never acted
         # on never fired, and the group's later commits recover from nothing (as for the injector).
         after = max(after, ack["time"]) if ack else float("inf")
@@ -186,7 +196,8 @@ def analyze_fault(
         "blame": failed.get("blame") if failed else None,
         "stacks": failed.get("stacks") if failed else None,
         "phases": phases,
-        "mttr_s": phases["back_in_quorum"],
+        # A controller fault is repaired once a new controller supervises (steps never stopped).
+        "mttr_s": phases["detected"] if fault["kind"] == "controller" and back is not None else phases["back_in_quorum"],
         # One meaning, the chaos injector's too: back in the quorum at the job's step with
         # the same weights (unknown weights, no hashes reported, do not count against it).
         "recovered": back is not None and consistent is not False,

@@ -186,6 +186,28 @@ class MetricsConfig:
 
 
 @dataclass
+class ControllerConfig:
+    """The controller (supervisor) and the job are separate lives (monarch_ft/controller.py).
+
+    The ranks and the Lighthouse no longer die with the supervisor: a supervisor that is
+    killed, or detached (SIGUSR2), leaves the job training, and a new one takes it over.
+    """
+
+    # Take over the job already running in hydra.run.dir (its ranks, Lighthouse, report
+    # offsets and counters, from controller.json) instead of starting a new one. The saved
+    # job config wins over the command line's, except for this section.
+    attach: bool = False
+    # Ranks that have not seen a controller's heartbeat for this long end the job by
+    # themselves: finished groups stop holding it open, the others finish at a common
+    # step, save a checkpoint there and exit 0 (and the Lighthouse follows). 600 s: long
+    # enough for a laptop lid or a controller restart, short enough that an abandoned job
+    # does not hold its machines for long.
+    lease_s: float = 600.0
+    # How often the controller refreshes its heartbeat (control/controller) for the lease.
+    heartbeat_s: float = 1.0
+
+
+@dataclass
 class LauncherConfig:
     """How ranks become processes: ``local`` (embedded default) or an engine (``monarch``, ``slurm``).
 
@@ -209,6 +231,7 @@ class JobConfig:
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     launcher: LauncherConfig = field(default_factory=LauncherConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
 
 
 TRANSPORTS = ("sharded", "http")
@@ -354,6 +377,11 @@ def validate(cfg: JobConfig) -> None:
     _require(
         cfg.checkpoint.keep_latest_k == 0 or cfg.checkpoint.keep_latest_k >= 2,
         f"checkpoint.keep_latest_k={cfg.checkpoint.keep_latest_k}: use 0 (keep all) or >= 2",
+    )
+    ctl = cfg.controller
+    _require(
+        ctl.heartbeat_s > 0 and ctl.lease_s > 2 * ctl.heartbeat_s,
+        f"controller.lease_s={ctl.lease_s} must exceed twice controller.heartbeat_s={ctl.heartbeat_s} (and both be > 0)",
     )
     total = ft.replica_groups * ft.ranks_per_group
     if cfg.launcher.name in ("local", "monarch"):  # every rank on this machine

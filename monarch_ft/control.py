@@ -105,6 +105,18 @@ class JobControl:
     def capture_stacks(self, groups: Optional[list[int]] = None, tag: str = "on-demand") -> dict[str, str]:
         """Every live rank's Python stacks (of ``groups``, default all) into the run's ``stacks/``; label -> file."""
         return self._sup.capture_stacks(groups, tag)
+    def kill_lighthouse(self) -> dict:
+        """SIGKILL the Lighthouse server (the supervisor restarts it on the same address)."""
+        pid = self._sup.lighthouse.pid
+        if pid is None:
+            raise RuntimeError("the job has no Lighthouse of its own to kill (ft.lighthouse_addr names an external one)")
+        os.kill(pid, signal.SIGKILL)
+        return {"pid": pid, "signal": "SIGKILL", "address": self._sup.lighthouse.address}
+
+    @property
+    def run_layout(self):
+        """The run directory's paths (monarch_ft.run_layout.RunLayout)."""
+        return self._sup.layout
 
     def kill_host(self, group: int) -> dict:
         """The group's whole host goes: every rank SIGKILLed, its local files deleted

@@ -44,6 +44,13 @@ class EventKind(StrEnum):
     SUPERVISOR_ERROR = "supervisor_error"
     SUPERVISOR_STALLED = "supervisor_stalled"  # its own loop was held up
     JOB_FINISHED = "job_finished"
+    # The job outlives its controller and its Lighthouse (monarch_ft/controller.py).
+    CONTROLLER_LOST = "controller_lost"  # written by the next controller, at the last heartbeat's time
+    CONTROLLER_ATTACHED = "controller_attached"  # unsupervised_s: how long the job ran without one
+    CONTROLLER_DETACHED = "controller_detached"  # it exited on request, the job still running
+    LIGHTHOUSE_LOST = "lighthouse_lost"
+    LIGHTHOUSE_RESTARTED = "lighthouse_restarted"  # on the same address
+    LIGHTHOUSE_RECOVERED = "lighthouse_recovered"  # the first commit after it: the survivors' stall
     # Groups and ranks, as the supervisor sees them.
     GROUP_LAUNCHED = "group_launched"
     RANK_LAUNCHED = "rank_launched"
@@ -86,6 +93,7 @@ class EventKind(StrEnum):
     COMMIT_REFUSED = "commit_refused"
     TRAIN_DONE = "train_done"
     RANK_FINISHED = "rank_finished"
+    CONTROLLER_LEASE_ENDED = "controller_lease_ended"  # a rank ends the job: no controller for controller.lease_s, or stop
     COLLECTIVE_FAULT_INJECTED = "collective_fault_injected"
     SLOW_SAVE_INJECTED = "slow_save_injected"
     # Chaos drills.
@@ -131,6 +139,7 @@ class JobStatus(StrEnum):
     REGRESSED = "regressed"  # a commit went below the job's step
     FAILED = "failed"
     INTERRUPTED = "interrupted"
+    DETACHED = "detached"  # its controller detached; the job went on (controller.json)
 
 
 # MTTR phases of a fault, in order (chaos.mttr measures them, chaos.report draws them).

@@ -10,10 +10,20 @@ _PR_SET_PDEATHSIG = 1
 
 
 def die_with_parent() -> None:
-    """``preexec_fn``: the kernel SIGKILLs the child when the process that started it dies,
-    so a SIGKILLed supervisor leaves no rank or Lighthouse behind."""
+    """``preexec_fn``: the kernel SIGKILLs the child when the process that started it dies.
+    For helpers' own children (the Lighthouse guard's server, a Slurm task's rank); the
+    ranks and the Lighthouse outlive the supervisor (monarch_ft.controller)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def outlive_parent() -> None:
+    """Undo :func:`die_with_parent` from inside the process (a warm standby, promoted into a
+    training group, must outlive its controller as every training rank does)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, 0)
     except OSError:
         pass
 
@@ -26,3 +36,17 @@ def start_ticks(pid: int) -> Optional[str]:
             return f.read().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
         return None
+
+
+def is_zombie(pid: int) -> bool:
+    """Exited but not reaped yet (an orphan waits for whatever init the machine has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def is_running(pid: Optional[int], start: Optional[str]) -> bool:
+    """The process ``pid`` that started at ``start`` is still running (not a later one, not a zombie)."""
+    return bool(pid) and start is not None and start_ticks(pid) == start and not is_zombie(pid)

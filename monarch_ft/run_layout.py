@@ -10,6 +10,7 @@ because a rank may read it at any instant.
 Layout of ``<run>/``::
 
     events.jsonl metrics.jsonl summary.json   the controller's record of the job
+    controller.json controller.lock           what a takeover needs; the live controller's lock
     ranks/g<G>r<R>.a<A>.{jsonl,spec.json}     each rank attempt's reports and spec
     logs/g<G>r<R>.a<A>.log, lighthouse.log    process output
     control/                                  controller -> ranks (see the properties)
@@ -83,6 +84,21 @@ class RunLayout:
     def summary(self) -> str:
         return self._p("summary.json")
 
+    @property
+    def controller_state(self) -> str:
+        """Everything a new controller needs to take the job over (monarch_ft.controller)."""
+        return self._p("controller.json")
+
+    @property
+    def controller_lock(self) -> str:
+        """Held (fcntl) by the live controller: a second one on this run directory is refused."""
+        return self._p("controller.lock")
+
+    @property
+    def chaos_state(self) -> str:
+        """A drill's injector state (faults done, the one in progress), for the next controller."""
+        return self._p("chaos_injector.json")
+
     # ------------------------------------------------------------ per rank attempt
     @property
     def ranks_dir(self) -> str:
@@ -144,6 +160,31 @@ class RunLayout:
     def commit_floor(self) -> str:
         """The lowest step a rank may commit: the job's committed step (see trainer.CommitFloor)."""
         return self._p("control", "commit_floor")
+
+    @property
+    def controller_heartbeat(self) -> str:
+        """Rewritten by the live controller every controller.heartbeat_s: the ranks' lease."""
+        return self._p("control", "controller")
+
+    @property
+    def lighthouse_epoch(self) -> str:
+        """How many times the Lighthouse was restarted (components.lighthouse_epoch)."""
+        return self._p("control", "lighthouse_epoch")
+
+    @property
+    def stop_request(self) -> str:
+        """``python -m monarch_ft stop``: the controller stops the job; with none attached
+        the ranks end it themselves (save a checkpoint, exit 0)."""
+        return self._p("control", "stop")
+
+    @property
+    def kill_controller(self) -> str:
+        """A drill's request to its watchdog: SIGKILL the controller, attach a new one later."""
+        return self._p("control", "kill_controller.json")
+
+    def stacks_request(self, stamp: int) -> str:
+        """Where ``python -m monarch_ft stacks`` writes one capture."""
+        return self._p("stacks", f"cli-{stamp}")
 
     def start_gate(self, generation: int) -> str:
         """Shared gate of a launch generation: the first launch (0) and each full restart."""

@@ -214,7 +214,8 @@ def wait_for_promotion(path: str, poll_s: float = PROMOTION_POLL_S) -> Promotion
     """Block until the supervisor writes ``path`` (atomically), sleeping between looks.
 
     A standby is ended by a signal (the supervisor's stop, or its death through
-    PR_SET_PDEATHSIG), so there is no other way out of this wait."""
+    PR_SET_PDEATHSIG: a waiting standby dies with its controller, see RankLaunch.die_with_controller),
+    so there is no other way out of this wait."""
     from monarch_ft.run_layout import read_json
 
     while True:

@@ -30,8 +30,9 @@ import psutil
 
 from monarch_ft.components.checkpoint import align_latest_checkpoint, newest_complete_step
 from monarch_ft.components.metrics import ReportTail
-from monarch_ft.config import JobConfig, validate
+from monarch_ft.config import ConfigError, JobConfig, validate
 from monarch_ft.control import JobControl
+from monarch_ft.controller import DETACH_SIGNAL, DETACHED_EXIT, Controller
 from monarch_ft.data import prepare_data
 from monarch_ft.events import EventKind, EventLog, GroupStatus, JobStatus, RecoveryPath
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
@@ -127,6 +128,7 @@ class Supervisor:
         hooks: Optional[list[SupervisorHook]] = None,
         echo: bool = True,
     ) -> None:
+        cfg = Controller.attach_config(cfg, run_dir)  # controller.attach: the job's own config
         validate(cfg)
         # The training data, before anything is created or launched: a data.path that cannot
         # be trained on is a config error (one line, exit 2), not a failure of every rank.
@@ -137,13 +139,24 @@ class Supervisor:
         self.layout = RunLayout(run_dir, cfg.checkpoint.folder)
         self.run_dir = self.layout.run_dir
         os.makedirs(self.run_dir, exist_ok=True)
-        # ranks/ holds this job's live report and spec files: a job resumed in the same
-        # run directory must not re-read the previous job's reports.
-        shutil.rmtree(self.layout.ranks_dir, ignore_errors=True)
-        shutil.rmtree(self.layout.control_dir, ignore_errors=True)
+        # The run directory's lock first: a second controller is refused before it touches anything.
+        self.controller = Controller(self)
+        self.controller.open()
+        if not self.controller.attaching:
+            # ranks/ holds this job's live report and spec files: a job resumed in the same
+            # run directory must not re-read the previous job's reports.
+            shutil.rmtree(self.layout.ranks_dir, ignore_errors=True)
+            shutil.rmtree(self.layout.control_dir, ignore_errors=True)
         for d in (self.layout.ranks_dir, self.layout.logs_dir, self.layout.control_dir):
             os.makedirs(d, exist_ok=True)
-        self.launcher = launcher or build_launcher(cfg.launcher, self.run_dir)
+        try:
+            self.launcher = launcher or build_launcher(cfg.launcher, self.run_dir)
+            problem = self.launcher.adoption_problem() if self.controller.attaching else None
+            if problem:
+                raise ConfigError(problem)
+        except BaseException:
+            self.controller.lock.release()  # this process may build another supervisor on the run
+            raise
         self.hooks: list[SupervisorHook] = list(hooks or [])
         self.control = JobControl(self)
         self.events = EventLog(self.layout.events, echo=self._echo if echo else None)
@@ -157,7 +170,11 @@ class Supervisor:
         # The configured host wins unless it is the loopback default and the launcher's ranks
         # cannot reach loopback (ranks on other hosts or in network namespaces).
         host = cfg.ft.lighthouse_host if cfg.ft.lighthouse_host != "127.0.0.1" else self.launcher.control_host()
-        self.lighthouse = Lighthouse(cfg.ft, self.layout.lighthouse_log, host=host)
+        self.lighthouse = Lighthouse(
+            cfg.ft, self.layout.lighthouse_log, host=host, guard=(self.run_dir, cfg.controller.lease_s, cfg.controller.heartbeat_s)
+        )
+        self._lighthouse_outage: Optional[dict] = None
+        self.lighthouse_epoch = 0
         self._stop_reason: Optional[str] = None
         self._membership: Optional[tuple[int, ...]] = None
         self._transport_owner: dict[Any, tuple[int, int]] = {}
@@ -227,6 +244,9 @@ class Supervisor:
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous.append((sig, signal.getsignal(sig)))
             signal.signal(sig, lambda s, _f: self.request_stop(signal.Signals(s).name))
+        # SIGUSR2: detach (the controller exits, the job keeps training; see monarch_ft.controller).
+        previous.append((DETACH_SIGNAL, signal.getsignal(DETACH_SIGNAL)))
+        signal.signal(DETACH_SIGNAL, lambda _s, _f: self.controller.request_detach())
         return previous
 
     # ---------------------------------------------------------------- launch
@@ -283,6 +303,7 @@ class Supervisor:
         self.events.emit(EventKind.GROUP_LAUNCHED, group=g.index, attempt=g.attempt, launcher=self.launcher.name)
         for p in procs:
             self.events.emit(EventKind.RANK_LAUNCHED, group=g.index, rank=p.launch.rank, attempt=g.attempt, pid=p.pid, host=p.launch.host)
+        self.controller.save()  # their pids and start times, before anything else can happen
 
     def _rank_spec(self, group: int, rank: int, attempt: int, store_host: str, store_port: int) -> dict:
         """The part of a rank's spec (trainer.RankSpec) that a group's rank and a standby's share."""
@@ -327,6 +348,9 @@ class Supervisor:
                     env=self._rank_env(),
                     log_path=self.layout.standby_log(number, r),
                     cwd=self.run_dir,
+                    # A waiting standby holds no training state: it dies with this controller
+                    # (nothing else would ever promote it) and outlives it once promoted.
+                    die_with_controller=True,
                 )
             )
         procs = self.launcher.launch_group(launches)
@@ -348,7 +372,7 @@ class Supervisor:
             return True
         g.restarts += 1
         g.attempt += 1
-        self.launcher.adopt(g.index, sb.slot)
+        self.launcher.place_group(g.index, sb.slot)
         promotion = build_promotion(
             self.layout, sb.number, g.index, g.attempt, len(sb.ranks), {"source": decision.source.value, "step": decision.step}, now
         )
@@ -765,6 +789,10 @@ class Supervisor:
         self._started = self._gate_since = time.time()
         exit_code = 1
         try:
+            if self.controller.attaching:
+                self.controller.take_over(time.time())
+                return self._watch()
+            self.controller.start_heartbeat()
             self.events.emit(EventKind.JOB_STARTED,
                 run_dir=self.run_dir,
                 replica_groups=self.cfg.ft.replica_groups,
@@ -822,10 +850,11 @@ class Supervisor:
             if self._fatal:
                 self.status = JobStatus.FAILED
                 return 1
+            if self.controller.detach_requested and self.controller.can_detach():
+                self.status = JobStatus.DETACHED
+                return DETACHED_EXIT
             if not self.lighthouse.alive():
-                self.status = JobStatus.FAILED
-                self.events.emit(EventKind.LIGHTHOUSE_DIED, **describe_exit(self.lighthouse.proc.returncode))
-                return 1
+                self._restart_lighthouse(now)
             for g in self.groups:
                 if g.status == GroupStatus.WAITING and now >= g.next_launch:
                     self._launch(g, now)
@@ -839,11 +868,13 @@ class Supervisor:
                         hangs[g.index] = hang
             self._judge_hangs(hangs, now)
             self._write_floor()
+            self._lighthouse_recovered()
             self._open_launch_gates()
             self._open_start_gate(now)
             self._update_hold()
             for hook in self.hooks:
                 hook.tick(self.control, now)
+            self.controller.tick(now)
             if all(g.status in (GroupStatus.DONE, GroupStatus.GIVEN_UP) for g in self.groups):
                 if self.regressions:
                     self.status = JobStatus.REGRESSED
@@ -853,8 +884,51 @@ class Supervisor:
             self._print_progress(now)
             time.sleep(0.05)
 
+    def _restart_lighthouse(self, now: float) -> None:
+        """The Lighthouse died: start it again on the same address. The ranks' Managers
+        keep their groups meanwhile (their quorum calls fail and are retried; see README,
+        "The job outlives its controller"); lighthouse_recovered records the survivors'
+        stall, from the last commit before the loss to the first one after it."""
+        last = max((r["time"] for r in self.last_commit.values()), default=None)
+        self.events.emit(EventKind.LIGHTHOUSE_LOST, pid=self.lighthouse.pid, address=self.lighthouse.address, **describe_exit(self.lighthouse.exit_code))
+        # The ranks' quorum ids move to a new range, and a quorum failed under the restart is
+        # discarded instead of ending its rank (components.lighthouse_epoch).
+        self.lighthouse_epoch += 1
+        atomic_write(self.layout.lighthouse_epoch, str(self.lighthouse_epoch))
+        address = self.lighthouse.restart()
+        self.events.emit(EventKind.LIGHTHOUSE_RESTARTED, address=address, pid=self.lighthouse.pid, down_s=round(time.time() - now, 3))
+        self._lighthouse_outage = {"lost": now, "last_commit": last, "job_step": self.job_step}
+
+    def _lighthouse_recovered(self) -> None:
+        outage = self._lighthouse_outage
+        if outage is None:
+            return
+        after = [r["time"] for r in self.last_commit.values() if r["time"] > outage["lost"]]
+        if after:
+            first = min(after)
+            self.events.emit(
+                EventKind.LIGHTHOUSE_RECOVERED,
+                stall_s=round(first - (outage["last_commit"] or outage["lost"]), 3),
+                job_step_before=outage["job_step"],
+                job_step=self.job_step,
+            )
+            self._lighthouse_outage = None
+
     def _shutdown(self) -> None:
+        # Standbys belong to this controller (they die with it, see _launch_standby): a
+        # controller that attaches later builds its own.
         self.standby.stop()
+        if self.status == JobStatus.DETACHED:
+            # The job keeps training: leave every rank and the Lighthouse alone.
+            self.controller.close(finished=False)
+            print(
+                f"[monarch_ft] detached: the job keeps training; take it over with controller.attach=true hydra.run.dir={self.run_dir} "
+                f"(its ranks end themselves after controller.lease_s={self.cfg.controller.lease_s:g}s without a controller)",
+                flush=True,
+            )
+            self.events.close()
+            self._metrics.close()
+            return
         for g in self.groups:
             if g.ranks and any(r.exited is None for r in g.ranks):
                 self._stop_ranks(g, graceful=True)
@@ -881,6 +955,7 @@ class Supervisor:
                 flush=True,
             )
         self.events.emit(EventKind.JOB_FINISHED, status=self.status, seconds=summary["wall_time_s"], job_step=self.job_step, steps_lost=summary["steps_lost"])
+        self.controller.close(finished=True)
         self.events.close()
         self._metrics.close()
         self.launcher.close()

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from monarch_ft.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, save_due
 from monarch_ft.components.fault_agent import FaultAgent
 from monarch_ft.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
+from monarch_ft.components.lease import ControllerLease
 from monarch_ft.components.sync import build_sync, checkpoint_interval, uses_async_quorum
 from monarch_ft.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.components.model import build_model
@@ -242,12 +243,15 @@ class Trainer:
         """A warm standby: report ready, wait (no CPU to speak of) for the promotion file,
         then become the group it names: its report files, attempt and the supervisor's
         decision on where its state comes from (monarch_ft.standby)."""
+        from monarch_ft.process import outlive_parent
         from monarch_ft.standby import promoted_spec, renice_threads, wait_for_promotion
 
         self.liveness.enter(Phase.STANDBY)
         self.reporter.event("standby_ready", standby=self.spec.standby)
         waited = time.time()
         promotion = wait_for_promotion(self.spec.promotion_path)
+        # A training rank from now on: it outlives its controller (it was launched to die with it).
+        outlive_parent()
         self.liveness.enter(Phase.STARTUP)
         self.spec = promoted_spec(self.spec, promotion)
         self.reporter.event("standby_promoted_rank", group=promotion.group, attempt=promotion.attempt, waited_s=round(time.time() - waited, 3))
@@ -284,6 +288,7 @@ class Trainer:
             state_dict=self.state_dict,
             load_state_dict=self.load_state_dict,
             use_async_quorum=uses_async_quorum(cfg.ft),
+            lighthouse_epoch_path=self.layout.lighthouse_epoch,
         )
         self.manager = self.ft.manager
         self.floor = CommitFloor(self.layout.commit_floor)
@@ -314,6 +319,8 @@ class Trainer:
             os.path.join(self.layout.stacks_dir, f"save-timeout-{self.layout.tag(spec.group, spec.rank, spec.attempt)}.txt"),
         )
         self.stop_at = StopAt(self.layout.stop_at_step, tr.steps)
+        # No controller for controller.lease_s (or an unanswered stop): the job ends itself.
+        self.lease = ControllerLease(self.layout.controller_heartbeat, self.layout.stop_request, cfg.controller.lease_s, cfg.controller.heartbeat_s)
         self.tokens_per_step = tr.batch_size * tr.seq_len
         self.announced_done = False
         self.last_heartbeat = 0.0
@@ -380,6 +387,7 @@ class Trainer:
             return
         self.liveness.enter(Phase.GATE)
         while spec.start_gate and not os.path.exists(spec.start_gate):
+            self.lease.exit_at_gate(self.reporter.event, self.manager.current_step())
             self.reporter.heartbeat(step=self.manager.current_step(), waiting="start")
             time.sleep(0.05)
         self.apply_state_decision(read_json(spec.start_gate, {}) if spec.start_gate else {})
@@ -405,7 +413,7 @@ class Trainer:
         if not self.announced_done:
             self.reporter.event("train_done", step=step)
             self.announced_done = True
-        if not os.path.exists(self.spec.hold_path):
+        if not os.path.exists(self.spec.hold_path) or self.lease.ended():
             return False
         if time.time() - self.last_heartbeat > 1.0:
             self.reporter.heartbeat(step=step)
@@ -496,6 +504,7 @@ class Trainer:
         self.wait_start()
         while True:
             step = self.sync.position()
+            self.lease.finish_if_ended(self.reporter.event, self.layout.stop_at_step, step, self.announced_done)
             last = self.sync.align_stop(self.stop_at.steps())
             if step >= last and not self.hold_step(step):
                 break

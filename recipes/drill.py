@@ -26,6 +26,14 @@ def main(cfg: DictConfig) -> None:
     from chaos.drill import drill_ok, run_with_baseline
 
     out = run_dir()
+    from chaos.schedule import build_faults
+    from chaos.watchdog import is_watched, run_watched
+
+    if not is_watched() and any(f.kind == "controller" for f in build_faults(OmegaConf.to_object(cfg.chaos))):
+        # A controller fault: this process becomes the watchdog that kills and reattaches it.
+        from hydra.core.hydra_config import HydraConfig
+
+        sys.exit(run_watched([os.path.abspath(__file__), *HydraConfig.get().overrides.task], out))
     try:
         drill, baseline = run_with_baseline(OmegaConf.to_object(cfg), out)
     except ConfigError as e:

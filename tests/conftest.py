@@ -134,9 +134,11 @@ def processes_matching(needle: str) -> list[psutil.Process]:
 
 
 def lighthouse_pids() -> set[int]:
+    """Lighthouse servers: torchft's script, or its extension run by monarch_ft/_lighthouse_server.py."""
     pids = set()
-    for p in psutil.process_iter(["name", "status"]):
-        if p.info["name"] == "torchft_lighthouse" and p.info["status"] != psutil.STATUS_ZOMBIE:
+    for p in psutil.process_iter(["name", "status", "cmdline"]):
+        server = p.info["name"] == "torchft_lighthouse" or any("_lighthouse_server.py" in a for a in p.info["cmdline"] or [])
+        if server and p.info["status"] != psutil.STATUS_ZOMBIE:
             pids.add(p.pid)
     return pids
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -20,6 +21,7 @@ from torch import nn
 from torchft import Manager
 from torchft.checkpointing import CheckpointTransport
 
+from monarch_ft.components.lighthouse_epoch import EpochQuorumClient, LighthouseEpoch
 from monarch_ft.config import FTConfig
 
 logger: logging.Logger = logging.getLogger(__name__)
@@ -231,13 +233,31 @@ class MonarchManager(Manager):
         out, self.seconds = self.seconds, {"quorum": 0.0, "commit": 0.0}
         return out
 
+    # Set by build_manager when the job may restart its Lighthouse (components.lighthouse_epoch).
+    lighthouse_epoch: Optional[LighthouseEpoch] = None
+    _quorum_epoch = 0
+
     def start_quorum(self, *args: Any, **kwargs: Any) -> None:
+        if self.lighthouse_epoch is not None:
+            self._quorum_epoch = self.lighthouse_epoch.current()
         with self._timed("quorum"):
             super().start_quorum(*args, **kwargs)
 
     def wait_quorum(self) -> None:
         with self._timed("quorum"):
-            super().wait_quorum()
+            try:
+                super().wait_quorum()
+            except Exception as e:
+                # The Lighthouse was restarted under this quorum: nobody commits this step and
+                # the next quorum goes to the new one (instead of the rank ending).
+                if self.lighthouse_epoch is None or not self.lighthouse_epoch.changed_since(self._quorum_epoch):
+                    raise
+                self._logger.warn(f"quorum failed while the Lighthouse was restarted: {e}")
+                self.report_error(e)
+                # torchft re-raises the failed future at the next start_quorum: it is handled.
+                done: Future = Future()
+                done.set_result(None)
+                self._quorum_future = done
 
     def should_commit(self, timeout: Optional[timedelta] = None) -> bool:
         if self.before_commit is not None:
@@ -339,12 +359,16 @@ def build_manager(
     state_dict: Callable[[], Dict[str, Any]],
     load_state_dict: Callable[[Dict[str, Any]], None],
     use_async_quorum: bool = True,
+    lighthouse_epoch_path: Optional[str] = None,
 ) -> FTParts:
     """The Manager of replica ``group_<group>`` over ``cross`` (see :func:`build_cross_group`).
 
     The Manager heartbeats the Lighthouse from construction on, so it is built only once
     the rank knows its group (a standby builds it on promotion, never before: a
     heartbeating replica that never asks for a quorum holds every quorum up).
+
+    ``lighthouse_epoch_path``: the run's Lighthouse epoch file (monarch_ft.lighthouse): quorum
+    ids are offset per Lighthouse restart, and a quorum failed under a restart is discarded.
 
     ``use_async_quorum``: hsdp overlaps the next quorum with compute (True); torchft's DiLoCo
     refuses an async quorum, and localsgd uses the same synchronous one (see sync.py)."""
@@ -369,6 +393,9 @@ def build_manager(
         # Every group initialises from the same seed, so step 0 needs no weight sync.
         init_sync=False,
     )
+    if lighthouse_epoch_path:
+        manager.lighthouse_epoch = LighthouseEpoch(lighthouse_epoch_path)
+        manager._client = EpochQuorumClient(manager._client, manager.lighthouse_epoch)
     return FTParts(manager, cross)
 
 

@@ -163,6 +163,14 @@ class ReportTail:
         self._offset = 0
         self._partial = b""
 
+    @property
+    def position(self) -> int:
+        """Byte offset of the first line not returned yet (what a new controller resumes at)."""
+        return self._offset - len(self._partial)
+
+    def seek(self, position: int) -> None:
+        self._offset, self._partial = position, b""
+
     def read(self) -> list[dict[str, Any]]:
         try:
             with open(self.path, "rb") as f:

@@ -28,6 +28,9 @@ class RankLaunch:
     # Logical host the rank is placed on (a simulated host on one machine).
     host: str = "localhost"
     extra: dict = field(default_factory=dict)
+    # Dies with the controller that launched it (a waiting warm standby: monarch_ft.standby);
+    # training ranks outlive their controller (monarch_ft.controller).
+    die_with_controller: bool = False
 
 
 @dataclass
@@ -112,7 +115,7 @@ class Launcher(ABC):
         """Address the ranks of ``group`` bind and advertise (their TCPStore, Manager, transport)."""
         return "127.0.0.1"
 
-    def adopt(self, group: int, slot: int) -> None:
+    def place_group(self, group: int, slot: int) -> None:
         """A promoted warm standby, launched on host/device ``slot``, now serves ``group``:
         from now on the group's host (its address, a network fault on it) is that slot's."""
 
@@ -132,6 +135,21 @@ class Launcher(ABC):
     @abstractmethod
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
         """Start every rank of one replica group (all or none)."""
+
+    def adoption_problem(self) -> Optional[str]:
+        """Why this launcher cannot take over the ranks a previous controller launched
+        (``controller.attach=true``), as one line naming the way out; None where it can."""
+        return f"launcher={self.name} cannot take over a running job (controller.attach=true): its ranks cannot be re-adopted"
+
+    def adopt(self, launch: RankLaunch, identity, report_path: str) -> RankProcess:
+        """A rank a previous controller launched, to watch from now on (controller.attach).
+
+        Args:
+            launch: the rank's recorded launch.
+            identity: its ``monarch_ft.controller.ProcessIdentity`` (pid and start time).
+            report_path: its report file (an adopted rank's exit status is read from it).
+        """
+        raise NotImplementedError(self.adoption_problem())
 
     def close(self) -> None:
         """Release whatever the launcher holds (allocations, connections)."""

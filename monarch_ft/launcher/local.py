@@ -20,8 +20,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from monarch_ft.process import die_with_parent
 from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess
+from monarch_ft.process import die_with_parent
 
 _CLONE_NEWUTS = 0x04000000
 
@@ -36,8 +36,9 @@ class Options(LauncherOptions):
 
 
 def _on_host(hostname: str) -> Callable[[], None]:
-    """preexec for a rank on a simulated host: die with the supervisor, and take the
-    host's name (its own UTS namespace: the machine's hostname is left alone)."""
+    """preexec for a rank on a simulated host: die with the supervisor (its simulated
+    hosts are torn down with it, so local_hosts cannot detach), and take the host's name
+    (its own UTS namespace: the machine's hostname is left alone)."""
     name = hostname.encode()
 
     def preexec() -> None:
@@ -102,7 +103,7 @@ class LocalLauncher(Launcher):
         return {Capability.PARTITION, Capability.SLOW_LINK} if self.hosts is not None else set()
 
     # ------------------------------------------------------------------ layout
-    def adopt(self, group: int, slot: int) -> None:
+    def place_group(self, group: int, slot: int) -> None:
         self._placement[group] = slot
 
     def _slot(self, group: int) -> int:
@@ -128,9 +129,9 @@ class LocalLauncher(Launcher):
         }
 
     # ------------------------------------------------------------------ launch
-    def _argv_env(self, r: RankLaunch) -> tuple[list[str], dict[str, str], Callable[[], None]]:
+    def _argv_env(self, r: RankLaunch) -> tuple[list[str], dict[str, str], Optional[Callable[[], None]]]:
         if self.hosts is None:
-            return r.argv, r.env, die_with_parent
+            return r.argv, r.env, die_with_parent if r.die_with_controller else None
         h = self.hosts.host(self._slot(r.group))
         r.host = h.netns
         env = dict(r.env)
@@ -153,7 +154,9 @@ class LocalLauncher(Launcher):
                         stderr=subprocess.STDOUT,
                         stdin=subprocess.DEVNULL,
                         # Own session: a Ctrl-C in the terminal reaches the supervisor only,
-                        # which then stops the ranks itself.
+                        # which then stops the ranks itself. Not tied to the supervisor's
+                        # life (no PR_SET_PDEATHSIG): a new controller takes them over
+                        # (monarch_ft.controller), or their lease ends them.
                         start_new_session=True,
                         preexec_fn=preexec,
                     )
@@ -163,6 +166,20 @@ class LocalLauncher(Launcher):
                 p.kill()
             raise
         return started
+
+    def adoption_problem(self) -> Optional[str]:
+        if self.hosts is not None:
+            return (
+                "launcher=local_hosts cannot take over a running job yet: its simulated hosts (network namespaces) belong to the "
+                "controller that made them; use launcher=local to detach and attach"
+            )
+        return None
+
+    def adopt(self, launch: RankLaunch, identity, report_path: str) -> RankProcess:
+        """Re-adopt a rank by pid and start time (monarch_ft.controller.AdoptedProcess)."""
+        from monarch_ft.controller import AdoptedProcess
+
+        return AdoptedProcess(launch, identity, report_path)
 
     # ------------------------------------------------------------------ network faults
     def _need_hosts(self, what: str):

@@ -405,6 +405,15 @@ class _Group:
 class MonarchLauncher(Launcher):
     name = "monarch"
 
+    def adoption_problem(self) -> Optional[str]:
+        # What it can and cannot reattach: nothing. A proc mesh and its actors belong to the
+        # process that spawned them (Monarch supervision ends them with it), so a new
+        # controller has no ranks to take over; the job's checkpoints remain.
+        return (
+            "launcher=monarch cannot take over a running job (controller.attach=true): its proc meshes belong to the controller "
+            "process that made them and end with it; resume from the job's checkpoints instead (checkpoint.resume=true in a new run)"
+        )
+
     def __init__(self, run_dir: str, options: Options) -> None:
         self.run_dir = os.path.abspath(run_dir)
         self.options = options

@@ -1,0 +1,456 @@
+"""The job outlives its controller: the run-dir lock, the takeover state, attach and detach.
+
+One controller driving the whole job is the Monarch idea, and its weak spot: if the
+process dies (a laptop sleeps, an OOM, a SIGKILL), the job must not die with it. So:
+
+- The ranks and the Lighthouse are not tied to the supervisor's life (no
+  ``PR_SET_PDEATHSIG``). The supervisor writes ``controller.json`` (what a takeover
+  needs: the job's config, every live rank's pid *and* process start time, report-file
+  offsets consumed, restart counts, the job's committed step, ...) atomically on every
+  tick where something changed, so a SIGKILL at any instant leaves a state a new
+  controller can take over. At most the records of one watch tick are relayed twice.
+- ``controller.attach=true`` takes the job over (:meth:`Controller.take_over`): every
+  recorded rank is checked to be the *same process* (pid and start time: a reused pid is
+  a different process), live groups are re-adopted as they are, a group with a rank gone
+  is failed (the normal restart path), reports are read on from the saved offsets, and
+  ``controller_lost`` / ``controller_attached`` (with how long the job ran unsupervised)
+  go to the same ``events.jsonl``.
+- ``controller.lock`` (fcntl) is held by the live controller: a second one on the same
+  run directory is refused with one line.
+- SIGUSR2 (or ``kill -USR2 <supervisor pid>``) detaches: the controller exits and leaves
+  the job running; Ctrl-C / SIGTERM still stop the whole job.
+- A heartbeat file (``control/controller``) is the ranks' lease
+  (:mod:`monarch_ft.components.lease`): ranks never reattached end the job themselves
+  after ``controller.lease_s`` with a checkpoint.
+
+The pure decisions (is it the same process, what to do with a recorded group, has the
+lease run out) are functions here, apart from the supervisor's loop that applies them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Optional
+
+from monarch_ft.components.lease import finish_at, heartbeat_time, lease_expired  # noqa: F401 (re-exported: pure lease decisions)
+from monarch_ft.config import ConfigError
+from monarch_ft.events import EventKind, GroupStatus, JobStatus, StrEnum
+from monarch_ft.launcher.base import RankLaunch, RankProcess
+from monarch_ft.process import is_zombie, start_ticks
+from monarch_ft.run_layout import RunLayout, atomic_write, read_json, read_jsonl
+
+if TYPE_CHECKING:
+    from monarch_ft.supervisor import Supervisor
+
+# The documented detach signal: the controller exits, the job keeps training.
+DETACH_SIGNAL = signal.SIGUSR2
+STATE_VERSION = 1
+# Exit code of a controller that detached on request (the job is still running).
+DETACHED_EXIT = 0
+# An adopted rank (not this controller's child) has no exit status to read: one that
+# is gone without having reported rank_finished is taken for a crash with this code.
+LOST_EXIT = 255
+
+
+# ---------------------------------------------------------------- pure decisions
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """One process: its pid and its start time (clock ticks since boot). The pair never
+    names a later process that reuses the pid."""
+
+    pid: int
+    start: Optional[str]
+
+    @classmethod
+    def of(cls, pid: Optional[int]) -> Optional["ProcessIdentity"]:
+        if not pid:
+            return None
+        return cls(pid, start_ticks(pid))
+
+    def alive(self) -> bool:
+        """Still running: the same process, and not a zombie (a rank orphaned by a killed
+        controller is reaped by whatever init the machine has, maybe late)."""
+        return is_same_process(self.start, start_ticks(self.pid)) and not is_zombie(self.pid)
+
+
+def is_same_process(recorded_start: Optional[str], current_start: Optional[str]) -> bool:
+    """The recorded process still runs: its pid exists and started when it did then."""
+    return recorded_start is not None and current_start == recorded_start
+
+
+class AttachAction(StrEnum):
+    """What a new controller does with one recorded group."""
+
+    ADOPT = "adopt"  # every rank is the same live process: watch it as if launched here
+    FAIL = "fail"  # a rank is gone (or was replaced): fail the group, restart as usual
+    KEEP = "keep"  # nothing running to adopt (waiting for its relaunch, done, given up)
+
+
+def decide_attach(status: str, ranks_alive: list[bool], ranks_exited: list[Optional[int]]) -> AttachAction:
+    """Args:
+        status: the group's recorded :class:`GroupStatus`.
+        ranks_alive: per recorded rank, whether it is still the same live process.
+        ranks_exited: per recorded rank, the exit code the previous controller saw (None: running).
+    """
+    if status not in (GroupStatus.STARTING, GroupStatus.RUNNING) or not ranks_alive:
+        return AttachAction.KEEP
+    if all(alive or exited == 0 for alive, exited in zip(ranks_alive, ranks_exited)):
+        return AttachAction.ADOPT
+    return AttachAction.FAIL
+
+
+# ---------------------------------------------------------------- the run-dir lock
+class RunLock:
+    """An fcntl lock on ``controller.lock``: held by the live controller for its life, so
+    the kernel drops it whenever the controller dies (SIGKILL included).
+
+    Args:
+        path: the lock file (RunLayout.controller_lock).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: Optional[int] = None
+
+    def acquire(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            run_dir = os.path.dirname(self.path)
+            raise ConfigError(
+                f"another controller (pid {holder}) is supervising {run_dir}: stop it (python -m monarch_ft stop {run_dir}) "
+                f"or detach it (kill -USR2 {holder}) first"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def controller_attached(layout: RunLayout) -> Optional[int]:
+    """The pid of the controller holding ``layout``'s lock now, or None (none attached)."""
+    try:
+        fd = os.open(layout.controller_lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            text = os.read(fd, 64).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- adopted ranks
+def report_finished(report_path: str) -> bool:
+    """The rank reported ``rank_finished`` (it exits 0 right after)."""
+    return any(r.get("type") == "event" and r.get("event") == "rank_finished" for r in read_jsonl(report_path))
+
+
+class AdoptedProcess(RankProcess):
+    """A rank a previous controller launched: watched by pid and start time.
+
+    It is not this process's child, so there is no exit status to read: a rank that is
+    gone is taken to have exited 0 if its report says it finished, else :data:`LOST_EXIT`.
+    """
+
+    def __init__(self, launch: RankLaunch, identity: ProcessIdentity, report_path: str) -> None:
+        self.launch = launch
+        self.identity = identity
+        self.report_path = report_path
+        self._code: Optional[int] = None
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.identity.pid
+
+    def poll(self) -> Optional[int]:
+        if self._code is None and not self.identity.alive():
+            self._code = 0 if report_finished(self.report_path) else LOST_EXIT
+        return self._code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.identity.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+# ---------------------------------------------------------------- the takeover state
+def _rank_record(rs, identity: Optional[ProcessIdentity]) -> dict:
+    launch = rs.proc.launch
+    return {
+        "launch": {k: v for k, v in dataclasses.asdict(launch).items() if k not in ("env", "extra")},
+        "pid": identity.pid if identity else None,
+        "start": identity.start if identity else None,
+        "report_offset": rs.tail.position,
+        "exited": rs.exited,
+        **{k: getattr(rs, k) for k in ("last_step", "train_done", "state_hash", "first_step_seen", "model_ready", "phase", "phase_since", "phase_seen")},
+    }
+
+
+_GROUP_FIELDS = ("status", "attempt", "restarts", "next_launch", "last_step", "train_done", "launched_at", "load_step", "start_gate", "gate_decided")
+
+
+class Controller:
+    """The supervisor's side of attach, detach, the lock, the heartbeat and the state file.
+
+    The supervisor calls it at a few points: :meth:`open` (before touching the run
+    directory), :meth:`take_over` (instead of starting a job), :meth:`tick` (every watch
+    tick), and :meth:`close` (at the end, detached or not).
+
+    Args:
+        sup: the supervisor it serves.
+    """
+
+    def __init__(self, sup: "Supervisor") -> None:
+        self.sup = sup
+        self.cfg = sup.cfg.controller
+        self.layout: RunLayout = sup.layout
+        self.lock = RunLock(self.layout.controller_lock)
+        self.attaching = bool(self.cfg.attach)
+        self.detach_requested = False
+        self.detached = False
+        self._identities: dict[int, Optional[ProcessIdentity]] = {}
+        self._last_beat = 0.0
+        self._last_saved = ""
+        self._stop_seen = False
+        self._beat_stop = threading.Event()
+        self._beat_thread: Optional[threading.Thread] = None
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> None:
+        """Take the run directory's lock; refuse attaching to a run with no takeover state."""
+        self.lock.acquire()
+        if self.attaching:
+            state = read_json(self.layout.controller_state)
+            if not state:
+                self.lock.release()
+                raise ConfigError(f"controller.attach=true but {self.layout.run_dir} has no controller.json: no job was started there")
+            if state.get("finished"):
+                self.lock.release()
+                raise ConfigError(f"the job in {self.layout.run_dir} has already finished ({state.get('status')}): nothing to attach to")
+
+    def request_detach(self) -> None:
+        """Safe from a signal handler."""
+        self.detach_requested = True
+
+    def can_detach(self) -> bool:
+        """Where no new controller could take the job over, a detach is refused (one line)."""
+        problem = self.sup.launcher.adoption_problem()
+        if problem:
+            print(f"monarch_ft: error: cannot detach: {problem}", file=sys.stderr, flush=True)
+            self.detach_requested = False
+        return not problem
+
+    @staticmethod
+    def attach_config(cfg, run_dir: str):
+        """The job's own config (saved by the first controller) with this command line's
+        ``controller`` section: a takeover must not change the job it takes over."""
+        state = read_json(RunLayout(run_dir).controller_state)
+        if not cfg.controller.attach or not state or not state.get("config"):
+            return cfg
+        from omegaconf import OmegaConf
+
+        # Only this recipe's sections (a drill's run attached by pretrain.py has no chaos to run).
+        known = {f.name for f in dataclasses.fields(type(cfg))} - {"controller"}
+        saved = {k: v for k, v in state["config"].items() if k in known}
+        merged = OmegaConf.merge(OmegaConf.structured(type(cfg)), saved)
+        job = OmegaConf.to_object(merged)
+        job.controller = cfg.controller
+        return job
+
+    def heartbeat(self, now: float, force: bool = False) -> None:
+        if force or now - self._last_beat >= self.cfg.heartbeat_s:
+            atomic_write(self.layout.controller_heartbeat, json.dumps({"pid": os.getpid(), "time": now}))
+            self._last_beat = now
+
+    def start_heartbeat(self) -> None:
+        """Refresh the heartbeat from a thread of its own: the watch loop blocks for seconds
+        at times (starting the Lighthouse, preparing data, stopping a group), and the lease
+        is about the controller being gone, not busy. It stops with the process (SIGKILL,
+        SIGSTOP) or at :meth:`close`."""
+        self.heartbeat(time.time(), force=True)
+
+        def beat() -> None:
+            while not self._beat_stop.wait(self.cfg.heartbeat_s):
+                try:
+                    self.heartbeat(time.time(), force=True)
+                except OSError:
+                    pass
+
+        self._beat_thread = threading.Thread(target=beat, name="controller-heartbeat", daemon=True)
+        self._beat_thread.start()
+
+    def tick(self, now: float) -> None:
+        if not self._stop_seen and os.path.exists(self.layout.stop_request):
+            # python -m monarch_ft stop: every group finishes at one step just ahead, saves its
+            # checkpoint there and exits 0 (what the ranks do by themselves with no controller).
+            self._stop_seen = True
+            step = finish_at(self.layout.stop_at_step, self.sup.job_step)
+            self.sup.events.emit(EventKind.FINISH_REQUESTED, step=step, reason="stop_command")
+        self.save()
+
+    def close(self, finished: bool) -> None:
+        """At the end: a finished job marks its state so, a detached one leaves it for the next controller."""
+        self._beat_stop.set()
+        if finished:
+            self.save(finished=True)
+        else:
+            self.save()
+            self.sup.events.emit(EventKind.CONTROLLER_DETACHED, pid=os.getpid())
+        self.lock.release()
+
+    # ------------------------------------------------------------ state
+    def identity(self, proc: RankProcess) -> Optional[ProcessIdentity]:
+        """The rank's identity, read once (at its first save, right after launch)."""
+        key = id(proc)
+        if key not in self._identities:
+            ident = getattr(proc, "identity", None)
+            self._identities[key] = ident if isinstance(ident, ProcessIdentity) else ProcessIdentity.of(proc.pid)
+        return self._identities[key]
+
+    def snapshot(self, finished: bool = False) -> dict[str, Any]:
+        sup = self.sup
+        lh = sup.lighthouse
+        return {
+            "version": STATE_VERSION,
+            "finished": finished,
+            "status": sup.status,
+            "controller_pid": os.getpid(),
+            "config": dataclasses.asdict(sup.cfg),
+            "run_dir": sup.run_dir,
+            "started": sup._started,
+            "tokens_path": sup._tokens_path,
+            "lighthouse": {"address": lh.address, "epoch": sup.lighthouse_epoch, **lh.identity()},
+            "launcher": sup.launcher.describe(),
+            "job_step": sup.ledger.job_step,
+            "ledger": {str(q): s for q, s in sup.ledger._newest.items()},
+            "full_restarts": sup._full_restarts,
+            "gate_since": sup._gate_since,
+            "membership": list(sup._membership) if sup._membership is not None else None,
+            "transport_owner": [[k, v] for k, v in sup._transport_owner.items()],
+            "last_commit": {str(g): r for g, r in sup.last_commit.items()},
+            "rollbacks": sup.rollbacks,
+            "regressions": sup.regressions,
+            "step_hashes": {
+                str(s): [[g, r, h] for (g, r), h in v.items()] for s, v in sorted(sup.step_hashes.items())[-20:]
+            },
+            "first_step_time": sup.first_step_time,
+            "losses": {str(g.index): g.losses[:1] + g.losses[-1:] for g in sup.groups},
+            "groups": [
+                {
+                    "index": g.index,
+                    **{k: getattr(g, k) for k in _GROUP_FIELDS},
+                    "ranks": [_rank_record(rs, self.identity(rs.proc) if rs.exited is None else None) for rs in g.ranks],
+                }
+                for g in sup.groups
+            ],
+        }
+
+    def save(self, finished: bool = False) -> None:
+        """Write the state when it changed (one atomic write: a SIGKILL leaves the old or the new)."""
+        state = self.snapshot(finished)
+        text = json.dumps(state, default=str)
+        if text != self._last_saved:
+            atomic_write(self.layout.controller_state, text)
+            self._last_saved = text
+
+    # ------------------------------------------------------------ takeover
+    def take_over(self, now: float) -> None:
+        """Rebuild the supervisor's view from ``controller.json`` and the live processes."""
+        from monarch_ft.components.metrics import ReportTail
+        from monarch_ft.supervisor import RankState
+
+        sup = self.sup
+        state = read_json(self.layout.controller_state)
+        last_beat = heartbeat_time(self.layout.controller_heartbeat) or now
+        sup.events.events = read_jsonl(self.layout.events)
+        sup._started = state.get("started") or now
+        sup._tokens_path = state.get("tokens_path") or ""
+        sup.ledger.job_step = int(state.get("job_step", 0))
+        sup.ledger._newest = {int(q): s for q, s in state.get("ledger", {}).items()}
+        sup._full_restarts = state.get("full_restarts", 0)
+        sup._gate_since = state.get("gate_since") or now
+        sup._membership = tuple(state["membership"]) if state.get("membership") is not None else None
+        sup._transport_owner = {k: tuple(v) for k, v in state.get("transport_owner", [])}
+        sup.last_commit = {int(g): r for g, r in state.get("last_commit", {}).items()}
+        sup.rollbacks, sup.regressions = list(state.get("rollbacks", [])), list(state.get("regressions", []))
+        sup.step_hashes = {int(s): {(g, r): h for g, r, h in v} for s, v in state.get("step_hashes", {}).items()}
+        sup.first_step_time = state.get("first_step_time")
+        lost = sup.events.emit(
+            EventKind.CONTROLLER_LOST, time=last_beat, pid=state.get("controller_pid"), job_step=sup.ledger.job_step
+        )
+        decisions: dict[int, str] = {}
+        failed = []
+        for rec in state.get("groups", []):
+            g = sup.groups[rec["index"]]
+            for k in _GROUP_FIELDS:
+                setattr(g, k, rec[k])
+            g.status = GroupStatus(g.status)
+            g.losses = list(state.get("losses", {}).get(str(g.index), []))
+            g.ranks = []
+            alive, exited = [], []
+            for r in rec["ranks"]:
+                launch = RankLaunch(env={}, extra={}, **r["launch"])
+                ident = ProcessIdentity(r["pid"], r["start"]) if r["pid"] else None
+                report = self.layout.report(launch.group, launch.rank, launch.attempt)
+                proc = sup.launcher.adopt(launch, ident, report) if ident else AdoptedProcess(launch, ProcessIdentity(0, None), report)
+                tail = ReportTail(report)
+                tail.seek(r["report_offset"])
+                rs = RankState(proc, tail, last_progress=now)
+                for k in ("last_step", "train_done", "state_hash", "first_step_seen", "model_ready", "phase", "phase_since", "exited"):
+                    setattr(rs, k, r[k])
+                # Silence and phase clocks restart now: the time unwatched is not the rank's.
+                rs.phase_seen = now
+                g.ranks.append(rs)
+                alive.append(ident is not None and ident.alive())
+                exited.append(r["exited"])
+            action = decide_attach(g.status, alive, exited)
+            decisions[g.index] = action.value
+            if action is AttachAction.FAIL:
+                failed.append((g, [rs.proc.launch.rank for rs, a, e in zip(g.ranks, alive, exited) if not a and e != 0]))
+            if g.status == GroupStatus.WAITING:
+                g.next_launch = now
+        lh = state.get("lighthouse", {})
+        sup.lighthouse_epoch = int(lh.get("epoch", 0))
+        lighthouse = sup.lighthouse.adopt(lh.get("address", ""), lh.get("guard_pid"), lh.get("guard_start"), lh.get("server_pid"), lh.get("server_start"))
+        sup.events.emit(
+            EventKind.CONTROLLER_ATTACHED,
+            pid=os.getpid(),
+            previous_pid=state.get("controller_pid"),
+            unsupervised_s=round(now - lost["time"], 3),
+            groups=decisions,
+            lighthouse=lighthouse,
+            job_step=sup.ledger.job_step,
+        )
+        self.start_heartbeat()
+        if not lighthouse["alive"]:
+            sup._restart_lighthouse(now)
+        for g, ranks in failed:
+            # Reports up to now first: what the group did while unsupervised is recorded.
+            sup._consume_reports(g, now)
+            sup._fail_group(g, now, reason="lost_while_unsupervised", ranks=ranks)
+        sup.status = JobStatus.RUNNING
+        self.save()

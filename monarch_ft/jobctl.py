@@ -1,0 +1,223 @@
+"""The job from the command line: ``status``, ``stacks`` and ``stop`` (``python -m monarch_ft``).
+
+Each reads the run directory only (``controller.json``, ``events.jsonl``, the ranks'
+report files, the lock), so it works with or without a controller attached, on a live
+or a finished run, from any shell on the machine. :mod:`monarch_ft.__main__` is a thin
+argument parser over these functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from monarch_ft.components.lease import heartbeat_time
+from monarch_ft.config import ConfigError
+from monarch_ft.controller import ProcessIdentity, controller_attached
+from monarch_ft.events import EventKind, RecoveryPath
+from monarch_ft.run_layout import RunLayout, read_json, read_jsonl
+
+# Fault events a status lists (injected by a drill, or seen by the supervisor).
+_FAULT_KINDS = (EventKind.FAULT_INJECTED, EventKind.GROUP_FAILED, EventKind.CONTROLLER_LOST, EventKind.LIGHTHOUSE_LOST)
+
+
+def open_run(run_dir: str) -> tuple[RunLayout, dict]:
+    """The run's layout and takeover state; ConfigError (one line) if it is no run directory."""
+    layout = RunLayout(run_dir)
+    if not os.path.isdir(layout.run_dir):
+        raise ConfigError(f"{run_dir}: no such directory: give the run directory of a job (its hydra.run.dir)")
+    state = read_json(layout.controller_state)
+    if not state:
+        raise ConfigError(f"{run_dir}: no controller.json: not the run directory of a job started by this version of monarch_ft")
+    return layout, state
+
+
+@dataclass
+class GroupView:
+    index: int
+    state: str
+    attempt: int
+    step: int
+    loss: Optional[float]
+    restarts: int
+    ranks_alive: int
+    ranks: int
+
+
+@dataclass
+class JobStatusView:
+    run_dir: str
+    status: str
+    controller_pid: Optional[int]
+    heartbeat_age_s: Optional[float]
+    lighthouse: str
+    job_step: int
+    groups: list[GroupView] = field(default_factory=list)
+    standby: Optional[dict] = None
+    faults: list[dict] = field(default_factory=list)
+
+
+def _newest_step(layout: RunLayout, group: int, attempt: int, ranks: int) -> tuple[int, Optional[float]]:
+    """The group's newest step and rank 0's loss from its reports (newer than controller.json
+    while no controller is attached). Reads the tail of each report only."""
+    step, loss = -1, None
+    for r in range(ranks):
+        path = layout.report(group, r, attempt)
+        try:
+            with open(path, "rb") as f:
+                f.seek(max(0, os.path.getsize(path) - 16384))
+                lines = f.read().split(b"\n")[1:]
+        except OSError:
+            continue
+        for line in lines:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("type") == "step":
+                step = max(step, rec["step"] + (1 if rec.get("committed") else 0))
+                if r == 0 and rec.get("loss") is not None:
+                    loss = rec["loss"]
+    return step, loss
+
+
+def mttr_of(fault: dict, events: list[dict]) -> Optional[float]:
+    """Seconds from a fault to its recovery, from the event log (None: not recovered yet)."""
+    t = fault["time"]
+    kind = fault["event"]
+    if kind == EventKind.FAULT_INJECTED:
+        done = [e for e in events if e["event"] == EventKind.FAULT_RECOVERED and e.get("fault_id") == fault.get("fault_id") and e["time"] >= t]
+        return done[0]["seconds"] if done else None
+    if kind == EventKind.GROUP_FAILED:
+        done = [e for e in events if e["event"] == EventKind.GROUP_STEPPING and e.get("group") == fault.get("group") and e["time"] >= t]
+        return round(done[0]["time"] - t, 3) if done else None
+    if kind == EventKind.CONTROLLER_LOST:
+        done = [e for e in events if e["event"] == EventKind.CONTROLLER_ATTACHED and e["time"] >= t]
+        return round(done[0]["time"] - t, 3) if done else None
+    done = [e for e in events if e["event"] == EventKind.LIGHTHOUSE_RESTARTED and e["time"] >= t]
+    return round(done[0]["time"] - t, 3) if done else None
+
+
+def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
+    now = now or time.time()
+    layout, state = open_run(run_dir)
+    events = read_jsonl(layout.events)
+    pid = controller_attached(layout)
+    beat = heartbeat_time(layout.controller_heartbeat)
+    status = str(state.get("status"))
+    if not state.get("finished") and pid is None:
+        status = "running unsupervised" if _live_ranks(state) else "ended unsupervised"
+    lh = state.get("lighthouse", {})
+    lh_alive = bool(lh.get("server_pid")) and ProcessIdentity(lh["server_pid"], lh.get("server_start")).alive()
+    view = JobStatusView(
+        run_dir=layout.run_dir,
+        status=status,
+        controller_pid=pid,
+        heartbeat_age_s=round(now - beat, 1) if beat and not state.get("finished") else None,
+        lighthouse=f"{lh.get('address', '?')} ({'up' if lh_alive else 'down'})",
+        job_step=int(state.get("job_step", 0)),
+    )
+    losses = state.get("losses", {})
+    for g in state.get("groups", []):
+        ranks = g.get("ranks", [])
+        alive = sum(1 for r in ranks if r.get("pid") and ProcessIdentity(r["pid"], r["start"]).alive())
+        step, loss = _newest_step(layout, g["index"], g["attempt"], len(ranks))
+        last = losses.get(str(g["index"])) or [None]
+        loss = loss if loss is not None else last[-1]
+        view.groups.append(GroupView(g["index"], g["status"], g["attempt"], max(step, g["last_step"]), loss, g["restarts"], alive, len(ranks)))
+        view.job_step = max(view.job_step, step)
+    paths = [e for e in events if e["event"] == EventKind.RECOVERY_PATH]
+    if paths or any(e["event"].startswith("standby") for e in events):
+        view.standby = {
+            "recoveries": {p.value: sum(1 for e in paths if e.get("path") == p.value) for p in RecoveryPath},
+            "ready": [e.get("group", e.get("standby")) for e in events if e["event"] == "standby_ready"][-4:],
+        }
+    for e in [e for e in events if e["event"] in _FAULT_KINDS][-5:]:
+        view.faults.append({
+            "time": e["time"],
+            "event": e["event"],
+            "what": e.get("kind") or e.get("reason") or e["event"],
+            "group": e.get("target", e.get("group")),
+            "mttr_s": mttr_of(e, events),
+        })
+    return view
+
+
+def format_status(v: JobStatusView) -> str:
+    ctl = f"attached (pid {v.controller_pid})" if v.controller_pid else "none attached"
+    beat = f", last heartbeat {v.heartbeat_age_s:.1f}s ago" if v.heartbeat_age_s is not None else ""
+    lines = [
+        f"job {v.run_dir}: {v.status}, job step {v.job_step}",
+        f"controller: {ctl}{beat}",
+        f"lighthouse: {v.lighthouse}",
+        "group  state            attempt  step   loss     restarts  ranks alive",
+    ]
+    for g in v.groups:
+        loss = f"{g.loss:.3f}" if g.loss is not None else "-"
+        lines.append(f"{g.index:<6} {g.state:<16} {g.attempt:<8} {g.step:<6} {loss:<8} {g.restarts:<9} {g.ranks_alive}/{g.ranks}")
+    if v.standby is not None:
+        lines.append(f"standby: recoveries by path {v.standby['recoveries']}, ready {v.standby['ready']}")
+    if v.faults:
+        lines.append("last faults:")
+        for f in v.faults:
+            mttr = f"mttr {f['mttr_s']:.1f}s" if f["mttr_s"] is not None else "not recovered yet"
+            when = time.strftime("%H:%M:%S", time.localtime(f["time"]))
+            group = f" group {f['group']}" if f["group"] is not None else ""
+            lines.append(f"  {when} {f['event']} {f['what']}{group}: {mttr}")
+    return "\n".join(lines)
+
+
+def _live_ranks(state: dict) -> dict[str, ProcessIdentity]:
+    out = {}
+    for g in state.get("groups", []):
+        for r in g.get("ranks", []):
+            ident = ProcessIdentity(r["pid"], r["start"]) if r.get("pid") else None
+            if ident is not None and ident.alive():
+                out[f"g{g['index']}r{r['launch']['rank']}"] = ident
+    return out
+
+
+def job_stacks(run_dir: str, group: Optional[int] = None) -> dict[str, str]:
+    """Every live rank's Python stacks (py-spy, monarch_ft.stacks) into stacks/cli-<ms>/; label -> file."""
+    from monarch_ft.stacks import capture_stacks
+
+    layout, state = open_run(run_dir)
+    ranks = _live_ranks(state)
+    if group is not None:
+        groups = {g["index"] for g in state.get("groups", [])}
+        if group not in groups:
+            raise ConfigError(f"--group {group}: no such group (the job has groups {sorted(groups)})")
+        ranks = {k: v for k, v in ranks.items() if k.startswith(f"g{group}r")}
+    if not ranks:
+        raise ConfigError(f"{run_dir}: no live rank{' in group ' + str(group) if group is not None else ''}: the job is not running")
+    return capture_stacks({k: v.pid for k, v in ranks.items()}, layout.stacks_request(int(time.time() * 1000)))
+
+
+def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
+    """Stop the job cleanly: every group finishes at one step just ahead of the job's, saves
+    its checkpoint there and exits 0. The controller, if one is attached, names the step
+    and ends the job as completed (summary.json); with none, the ranks do it themselves
+    (components.lease) and the Lighthouse follows. (Ctrl-C on the controller is the hard
+    stop.) Returns how many ranks were still alive at the timeout."""
+    from monarch_ft.run_layout import atomic_write
+
+    layout, state = open_run(run_dir)
+    if state.get("finished"):
+        raise ConfigError(f"{run_dir}: the job has already finished ({state.get('status')})")
+    pid = controller_attached(layout)
+    atomic_write(layout.stop_request, str(time.time()))
+    who = f"the controller (pid {pid}) finishes the job" if pid else "no controller attached: the ranks finish"
+    echo(f"stop requested: {who} at a common step, with a checkpoint")
+    deadline = time.time() + timeout_s
+    left: dict[str, Any] = {}
+    while time.time() < deadline:
+        left = _live_ranks(read_json(layout.controller_state) or state)
+        if not left and (pid is None or controller_attached(layout) is None):
+            echo("the job has stopped")
+            return 0
+        time.sleep(0.5)
+    echo(f"still running after {timeout_s:.0f}s: {', '.join(sorted(left)) or 'the controller'}")
+    return len(left) or 1
