@@ -61,7 +61,8 @@ def _worker(spec: dict) -> None:
     group, grank = divmod(rank, spec["ranks"])
     model = build_model(ModelConfig(**spec["model"]), spec["seq_len"], mesh, torch.device("cpu"), spec["seed"])
     optimizers = OptimizersContainer(
-        [model], torch.optim.AdamW,
+        [model],
+        torch.optim.AdamW,
         {"lr": spec["lr"], "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": spec["weight_decay"], "foreach": True},
     )
     schedulers = build_lr_schedulers(optimizers, LRScheduler(warmup_steps=spec["warmup_steps"]), spec["steps"])
@@ -102,14 +103,20 @@ def run_noft(args, spec: dict, out: str) -> dict:
     os.makedirs(out, exist_ok=True)
     spec = {**spec, "out": out}
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={spec['groups'] * spec['ranks']}",
-        os.path.abspath(__file__), "--worker", json.dumps(spec),
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={spec['groups'] * spec['ranks']}",
+        os.path.abspath(__file__),
+        "--worker",
+        json.dumps(spec),
     ]
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
     if res.returncode != 0:
         raise RuntimeError(f"no-FT run failed ({res.returncode}): {res.stderr[-2000:]}")
     ranks = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(spec["groups"] * spec["ranks"])]
-    times = ranks[0]["times"][args.warmup:]
+    times = ranks[0]["times"][args.warmup :]
     tail = max(1, spec["steps"] // 10)
     losses = [loss for r in ranks if r["rank"] == 0 for loss in r["losses"][-tail:]]
     return _stats(times, [], [], losses, spec["global_tokens"])
@@ -118,20 +125,30 @@ def run_noft(args, spec: dict, out: str) -> dict:
 def run_ours(args, spec: dict, overrides: list[str], out: str) -> dict:
     m = spec["model"]
     cmd = [
-        sys.executable, os.path.join(REPO, "recipes", "pretrain.py"),
-        f"ft.replica_groups={spec['groups']}", f"ft.ranks_per_group={spec['ranks']}",
-        f"model.flavor={m['flavor']}", *(f"model.{k}={v}" for k, v in m.items() if k != "flavor"),
-        f"training.seq_len={spec['seq_len']}", f"training.batch_size={spec['batch_size']}", f"training.steps={spec['steps']}",
-        f"training.lr={spec['lr']}", f"training.warmup_steps={spec['warmup_steps']}", f"training.seed={spec['seed']}",
+        sys.executable,
+        os.path.join(REPO, "recipes", "pretrain.py"),
+        f"ft.replica_groups={spec['groups']}",
+        f"ft.ranks_per_group={spec['ranks']}",
+        f"model.flavor={m['flavor']}",
+        *(f"model.{k}={v}" for k, v in m.items() if k != "flavor"),
+        f"training.seq_len={spec['seq_len']}",
+        f"training.batch_size={spec['batch_size']}",
+        f"training.steps={spec['steps']}",
+        f"training.lr={spec['lr']}",
+        f"training.warmup_steps={spec['warmup_steps']}",
+        f"training.seed={spec['seed']}",
         # No warm standby: its one-time build in the background is not a per-step cost, and
         # on a small machine it would share the cores with the steps being timed.
-        "checkpoint.enable=false", "ft.standby_groups=0", *overrides, f"hydra.run.dir={out}",
+        "checkpoint.enable=false",
+        "ft.standby_groups=0",
+        *overrides,
+        f"hydra.run.dir={out}",
     ]
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(overrides)} failed ({res.returncode}): {(res.stdout + res.stderr)[-2000:]}")
     recs = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
-    head = sorted((r for r in recs if r["group"] == 0 and r["rank"] == 0), key=lambda r: r["step"])[args.warmup:]
+    head = sorted((r for r in recs if r["group"] == 0 and r["rank"] == 0), key=lambda r: r["step"])[args.warmup :]
     tail = max(1, spec["steps"] // 10)
     trained = [r for r in recs if r["rank"] == 0 and r["loss"] is not None]
     losses = [r["loss"] for g in range(spec["groups"]) for r in sorted((r for r in trained if r["group"] == g), key=lambda r: r["step"])[-tail:]]
@@ -174,8 +191,17 @@ def main() -> None:
     data = prepare(None, 2048, 4.0)
     groups, ranks = 2, 2
     spec = {
-        "model": {**model, "vocab_size": 2048}, "seq_len": seq_len, "steps": steps, "batch_size": args.batch_size, "lr": args.lr,
-        "weight_decay": 0.1, "warmup_steps": 2, "seed": 0, "groups": groups, "ranks": ranks, "tokens_path": data.tokens_path,
+        "model": {**model, "vocab_size": 2048},
+        "seq_len": seq_len,
+        "steps": steps,
+        "batch_size": args.batch_size,
+        "lr": args.lr,
+        "weight_decay": 0.1,
+        "warmup_steps": 2,
+        "seed": 0,
+        "groups": groups,
+        "ranks": ranks,
+        "tokens_path": data.tokens_path,
         "global_tokens": groups * ranks * args.batch_size * seq_len,
     }
     cases = {
@@ -202,7 +228,8 @@ def main() -> None:
     ratio = {c: statistics.median(x["mean"] / b["mean"] for x, b in zip(r, rounds["noft"])) for c, r in rounds.items()} if base else {}
     m = spec["model"]
     print(
-        f"\nllama3 {m['flavor']}" + "".join(f" {k}={v}" for k, v in m.items() if k not in ("flavor", "vocab_size"))
+        f"\nllama3 {m['flavor']}"
+        + "".join(f" {k}={v}" for k, v in m.items() if k not in ("flavor", "vocab_size"))
         + f", seq {seq_len}, {groups} groups x {ranks} ranks, global batch {groups * ranks * args.batch_size}, {steps} steps, H={h}, "
         f"timings after {args.warmup} warm-up steps, median of {args.repeats} interleaved round(s); x no-FT: mean step "
         "over the same round's no-FT mean step (sync steps included)\n"

@@ -153,9 +153,7 @@ def build(case: str, opts: Dict[str, Any], template: Optional[Callable[[], Any]]
         return HTTPTransport(TIMEOUT, num_chunks=opts.get("num_chunks", 0))
     from monarch_ft.transport import ShardedTransport
 
-    return ShardedTransport(
-        timeout=TIMEOUT, backend=opts["backend"], num_streams=opts.get("streams", 4), state_dict_template=template
-    )
+    return ShardedTransport(timeout=TIMEOUT, backend=opts["backend"], num_streams=opts.get("streams", 4), state_dict_template=template)
 
 
 # ------------------------------------------------------------------ receiver side
@@ -286,9 +284,7 @@ def main() -> None:
     auto = "mooncake-rdma" if (rdma.available and mc_ok) else "tcp"
     print(f"# auto backend -> {auto} ({rdma.reason})", flush=True)
 
-    cases: List[Tuple[str, str, Dict[str, Any]]] = [
-        (f"raw socket x{s}", "raw", {"streams": s}) for s in (1, 2, 4, 8)
-    ]
+    cases: List[Tuple[str, str, Dict[str, Any]]] = [(f"raw socket x{s}", "raw", {"streams": s}) for s in (1, 2, 4, 8)]
     cases += [
         (f"sharded tcp x{a.streams}", "sharded", {"backend": "tcp", "streams": a.streams}),
         (f"sharded tcp x{a.streams} in-place", "sharded", {"backend": "tcp", "streams": a.streams, "inplace": True}),

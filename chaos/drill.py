@@ -33,7 +33,11 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     validate(cfg)
     validate_chaos(cfg, faults)
     injector = ChaosInjector(
-        faults, cfg.chaos.seed, cfg.chaos.allow_last_healthy, cfg.chaos.recovery_timeout_s, cfg.chaos.tail_steps,
+        faults,
+        cfg.chaos.seed,
+        cfg.chaos.allow_last_healthy,
+        cfg.chaos.recovery_timeout_s,
+        cfg.chaos.tail_steps,
         state_path=RunLayout(run_dir).chaos_state,
     )
     supervisor = Supervisor(cfg, run_dir, hooks=[injector])
@@ -58,11 +62,18 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     for i, f in enumerate(faults[first_pending:], start=first_pending):
         entry = {"id": i, "kind": f.kind, "mode": fault_mode(f), "target": f.target, "rank": f.rank, "at_step": f.at_step, "at_s": f.at_s}
         blocked = injector.blocked.get(i) if i == first_pending else {"reason": NotInjected.QUEUED.value, "first_pending": first_pending}
-        analyzed.append({
-            **entry, "injected": False, "injected_at": None, "phases": {}, "mttr_s": None,
-            "recovered": None, "weights_consistent": None,
-            "not_injected": explain_not_injected(entry, blocked, cfg.training.steps, summary.get("job_step", 0)),
-        })
+        analyzed.append(
+            {
+                **entry,
+                "injected": False,
+                "injected_at": None,
+                "phases": {},
+                "mttr_s": None,
+                "recovered": None,
+                "weights_consistent": None,
+                "not_injected": explain_not_injected(entry, blocked, cfg.training.steps, summary.get("job_step", 0)),
+            }
+        )
     first_fault = min((f["injected_at"] for f in injector.injected), default=None)
     rate, goodput = samples_per_s(metrics, until=first_fault), samples_per_s(metrics)
     drill = {

@@ -83,8 +83,14 @@ class ChaosInjector:
 
     def _save(self) -> None:
         if self.state_path:
-            state = {"started": self.started, "next_index": self.next_index, "active": self.active, "injected": self.injected,
-                     "finish_requested": self._finish_requested, "rng": repr(self.rng.getstate())}
+            state = {
+                "started": self.started,
+                "next_index": self.next_index,
+                "active": self.active,
+                "injected": self.injected,
+                "finish_requested": self._finish_requested,
+                "rng": repr(self.rng.getstate()),
+            }
             atomic_write_json(self.state_path, state)
 
     def restore(self) -> None:
@@ -116,7 +122,10 @@ class ChaosInjector:
         if self.active is not None:
             if self._recovered(job, self.active):
                 job.emit(
-                    EventKind.FAULT_RECOVERED, fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"],
+                    EventKind.FAULT_RECOVERED,
+                    fault_id=self.active["id"],
+                    kind=self.active["kind"],
+                    target=self.active["target"],
                     seconds=round(now - self.active["injected_at"], 3),
                 )
                 self.active = None
@@ -143,8 +152,13 @@ class ChaosInjector:
         injected_at = time.time()
         if fault.kind == "controller":
             # This process is about to be SIGKILLed: record the fault (event, state) first.
-            details = {"delay_s": fault.delay_s, "pid": os.getpid(), "signal": "SIGKILL", "by": "watchdog",
-                       "kill_rank_unsupervised": fault.kill_rank_unsupervised}
+            details = {
+                "delay_s": fault.delay_s,
+                "pid": os.getpid(),
+                "signal": "SIGKILL",
+                "by": "watchdog",
+                "kill_rank_unsupervised": fault.kill_rank_unsupervised,
+            }
         else:
             details = INJECTORS[fault.kind](job, target, fault)
         self.active = {
@@ -161,7 +175,8 @@ class ChaosInjector:
             "injected_at": injected_at,
         }
         self.injected.append(self.active)
-        job.emit(EventKind.FAULT_INJECTED,
+        job.emit(
+            EventKind.FAULT_INJECTED,
             time=injected_at,
             fault_id=self.next_index,
             of=len(self.faults),

@@ -127,11 +127,13 @@ def analyze_fault(
     # hit (a group alone at an older step, e.g. its initial weights, is not back).
     back = _first(
         commits,
-        lambda m: m["group"] == g
-        and m["time"] >= after
-        and m["step"] >= fault["step"]
-        and (not restart or m["attempt"] >= new_attempt)
-        and want <= set(m.get("participating_groups") or []),
+        lambda m: (
+            m["group"] == g
+            and m["time"] >= after
+            and m["step"] >= fault["step"]
+            and (not restart or m["attempt"] >= new_attempt)
+            and want <= set(m.get("participating_groups") or [])
+        ),
     )
     times["back_in_quorum"] = back and back["time"]
     phases = {k: (round(v - t0, 3) if v is not None else None) for k, v in times.items()}
@@ -172,7 +174,8 @@ def analyze_fault(
     # failed while this fault lasted.
     window_end = end if end is not None else until
     discarded = [
-        x for x in batch_accounting(all_metrics)["discarded"]
+        x
+        for x in batch_accounting(all_metrics)["discarded"]
         if (x["group"] == g and x["attempt"] == fault["attempt"] and x["tail"]) or t0 <= x["time"] <= window_end
     ]
     recovered_from = _first(healed, lambda e: True)

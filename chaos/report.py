@@ -84,7 +84,7 @@ def _phase_order(faults: Iterable[Mapping[str, Any]]) -> list[str]:
     """Canonical phases that appear, in canonical order, then unknown ones in first-seen order."""
     seen: list[str] = []
     for f in faults:
-        for name in (f.get("phases") or {}):
+        for name in f.get("phases") or {}:
             if name not in seen:
                 seen.append(name)
     known = [p for p in PHASES if p in seen]
@@ -124,10 +124,7 @@ def phase_stats(faults: list[dict]) -> dict:
         out[kind] = {
             "count": len(fs),
             "mttr": _summary(f.get("mttr_s") for f in fs),
-            "phases": {
-                name: _summary((f.get("phases") or {}).get(name) for f in fs)
-                for name in _phase_order(fs)
-            },
+            "phases": {name: _summary((f.get("phases") or {}).get(name) for f in fs) for name in _phase_order(fs)},
             "survivor_max_stall_s": {
                 "mean": float(np.mean(stalls)) if stalls else None,
                 "max": float(np.max(stalls)) if stalls else None,
@@ -237,14 +234,18 @@ def _plot_timeline(path: str, drill: Mapping[str, Any], metrics: Sequence[Mappin
     for i, group in enumerate(sorted(series, key=lambda g: (str(type(g)), g))):
         pts = sorted(series[group])
         (line,) = ax.plot(
-            [p[0] for p in pts], [p[1] for p in pts],
-            color=_GROUP_COLORS[i % len(_GROUP_COLORS)], lw=1.6, marker=".", ms=3,
-            label=f"group {group}", zorder=3,
+            [p[0] for p in pts],
+            [p[1] for p in pts],
+            color=_GROUP_COLORS[i % len(_GROUP_COLORS)],
+            lw=1.6,
+            marker=".",
+            ms=3,
+            label=f"group {group}",
+            zorder=3,
         )
         handles.append(line)
     if not series:
-        ax.text(0.5, 0.5, "no committed steps recorded", transform=ax.transAxes,
-                ha="center", va="center", color="0.4")
+        ax.text(0.5, 0.5, "no committed steps recorded", transform=ax.transAxes, ha="center", va="center", color="0.4")
 
     # Faults: a marker at injection, then each phase as a span from the previous one.
     label_tf = blended_transform_factory(ax.transData, ax.transAxes)
@@ -267,9 +268,19 @@ def _plot_timeline(path: str, drill: Mapping[str, Any], metrics: Sequence[Mappin
         ax.axvline(x0, color="black", ls="--", lw=1.0, zorder=2)
         target = f.get("target")
         label = f"{f.get('kind', '?')}" + (f" → g{target}" if target is not None else "")
-        ax.text(x0, 0.985, " " + label, transform=label_tf, rotation=90, ha="right", va="top",
-                fontsize=8, color="black", zorder=4,
-                bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.7))
+        ax.text(
+            x0,
+            0.985,
+            " " + label,
+            transform=label_tf,
+            rotation=90,
+            ha="right",
+            va="top",
+            fontsize=8,
+            color="black",
+            zorder=4,
+            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.7),
+        )
     if any(_num(f.get("injected_at")) is not None for f in faults):
         handles.append(ax.axvline(np.nan, color="black", ls="--", lw=1.0, label="fault injected"))
     for j, name in enumerate(order):
@@ -312,9 +323,16 @@ def _plot_mttr(
         for pj, name in enumerate(order):
             h = np.array([incs[si].get(k, {}).get(name, 0.0) for k in kinds])
             present = np.array([k in incs[si] for k in kinds])
-            ax.bar(offs[present], h[present], width * 0.92, bottom=bottoms[present],
-                   color=_phase_color(pj), hatch=hatches[si % len(hatches)],
-                   edgecolor="white" if si == 0 else "0.25", lw=0.6)
+            ax.bar(
+                offs[present],
+                h[present],
+                width * 0.92,
+                bottom=bottoms[present],
+                color=_phase_color(pj),
+                hatch=hatches[si % len(hatches)],
+                edgecolor="white" if si == 0 else "0.25",
+                lw=0.6,
+            )
             bottoms += h
         for ki, k in enumerate(kinds):
             if k not in stats[si]:
@@ -331,8 +349,7 @@ def _plot_mttr(
     ax.set_title(title)
     handles: list[Any] = [Patch(color=_phase_color(j), label=name) for j, name in enumerate(order)]
     if len(series) > 1:
-        handles += [Patch(facecolor="white", edgecolor="0.25", hatch=hatches[si % len(hatches)], label=label)
-                    for si, (label, _) in enumerate(series)]
+        handles += [Patch(facecolor="white", edgecolor="0.25", hatch=hatches[si % len(hatches)], label=label) for si, (label, _) in enumerate(series)]
     if not kinds:
         ax.text(0.5, 0.5, "no faults", transform=ax.transAxes, ha="center", va="center", color="0.4")
     if handles:
@@ -380,8 +397,7 @@ def _kind_header(order: Sequence[str]) -> list[str]:
 
 def _kind_cells(st: Mapping[str, Any], order: Sequence[str]) -> list[str]:
     return (
-        [str(st["count"]), str(st["recovered"]),
-         _fmt(st["mttr"]["mean"]), _fmt(st["mttr"]["p50"]), _fmt(st["mttr"]["p95"])]
+        [str(st["count"]), str(st["recovered"]), _fmt(st["mttr"]["mean"]), _fmt(st["mttr"]["p50"]), _fmt(st["mttr"]["p95"])]
         + [_fmt(st["phases"].get(p, {}).get("mean")) for p in order]
         + [_fmt(st["survivor_max_stall_s"]["mean"]), _fmt(st["survivor_max_stall_s"]["max"])]
     )
@@ -472,8 +488,7 @@ def write_drill_report(
         )
     lines += [para, ""]
     lines += [
-        "Phases are seconds after injection (cumulative); n/a means the phase does not apply "
-        "to that kind of fault and is left out of its statistics.",
+        "Phases are seconds after injection (cumulative); n/a means the phase does not apply to that kind of fault and is left out of its statistics.",
         "",
         "## By fault kind",
         "",
@@ -483,16 +498,15 @@ def write_drill_report(
     for kind, st in stats.items():
         b = base_stats.get(kind)
         b_mean = b["mttr"]["mean"] if b else None
-        rows.append(
-            [_cell(kind)] + _kind_cells(st, order)
-            + [_fmt(drill.get("goodput_ratio")), _fmt(b_mean), _fmt(_ratio(b_mean, st["mttr"]["mean"]))]
-        )
+        rows.append([_cell(kind)] + _kind_cells(st, order) + [_fmt(drill.get("goodput_ratio")), _fmt(b_mean), _fmt(_ratio(b_mean, st["mttr"]["mean"]))])
     lines += _table(header, rows) + [""]
 
     lines += ["## Per fault", ""]
-    header = (["id", "kind", "target", "at_step", "mttr_s"] + list(order)
-              + ["recovered", "weights_consistent", "job steps lost", "recovered_from_group", "recovery MB", "recovery s",
-                 "recovery path", "blamed rank", "stacks"])
+    header = (
+        ["id", "kind", "target", "at_step", "mttr_s"]
+        + list(order)
+        + ["recovered", "weights_consistent", "job steps lost", "recovered_from_group", "recovery MB", "recovery s", "recovery path", "blamed rank", "stacks"]
+    )
     rows = []
     fired = [f for f in faults if f.get("injected") is not False]
     for f in fired:
@@ -500,24 +514,41 @@ def write_drill_report(
         rb = _num(f.get("recovery_bytes"))
         blamed = f.get("blamed_rank")
         rows.append(
-            [_cell(f.get("id")), _cell(f.get("kind")), _cell(f.get("target")), _cell(f.get("at_step")),
-             _fmt(f.get("mttr_s"))]
+            [_cell(f.get("id")), _cell(f.get("kind")), _cell(f.get("target")), _cell(f.get("at_step")), _fmt(f.get("mttr_s"))]
             + [_fmt(ph.get(p)) for p in order]
-            + [_cell(f.get("recovered")) + (f" ({f['not_recovered']['detail']})" if f.get("not_recovered") else ""),
-               _cell(f.get("weights_consistent")), _cell(f.get("job_steps_lost")),
-               _cell(f.get("recovered_from_group")), _fmt(rb / 1e6 if rb is not None else None), _fmt(f.get("recovery_seconds")),
-               _cell(f.get("recovery_path") or ("in place" if f.get("recovery_path", "") is None else None)),
-               _cell(f"{blamed} ({f.get('blame')})" if blamed is not None else None), _stacks_cell(run_dir, f)]
+            + [
+                _cell(f.get("recovered")) + (f" ({f['not_recovered']['detail']})" if f.get("not_recovered") else ""),
+                _cell(f.get("weights_consistent")),
+                _cell(f.get("job_steps_lost")),
+                _cell(f.get("recovered_from_group")),
+                _fmt(rb / 1e6 if rb is not None else None),
+                _fmt(f.get("recovery_seconds")),
+                _cell(f.get("recovery_path") or ("in place" if f.get("recovery_path", "") is None else None)),
+                _cell(f"{blamed} ({f.get('blame')})" if blamed is not None else None),
+                _stacks_cell(run_dir, f),
+            ]
         )
     lines += _table(header, rows) + [""]
-    lines += ["MB are 10^6 bytes. Recovery path: how the failed group came back (standby, warm fork, cold start; "
-              "in place: no relaunch). Stacks: every thread of the hung rank and its group peers at the hang verdict.", ""]
+    lines += [
+        "MB are 10^6 bytes. Recovery path: how the failed group came back (standby, warm fork, cold start; "
+        "in place: no relaunch). Stacks: every thread of the hung rank and its group peers at the hang verdict.",
+        "",
+    ]
     missing = [f for f in faults if f.get("injected") is False]
     if missing:
         lines += ["## Not injected", "", f"**{len(missing)} fault(s) never fired**; nothing was measured for them.", ""]
-        rows = [[_cell(f.get("id")), _cell(f.get("kind")), _cell(f.get("target")), _cell(f.get("at_step") if f.get("at_step") is not None else f.get("at_s")),
-                 _cell((f.get("not_injected") or {}).get("reason")), _cell((f.get("not_injected") or {}).get("detail")),
-                 _cell((f.get("not_injected") or {}).get("fix"))] for f in missing]
+        rows = [
+            [
+                _cell(f.get("id")),
+                _cell(f.get("kind")),
+                _cell(f.get("target")),
+                _cell(f.get("at_step") if f.get("at_step") is not None else f.get("at_s")),
+                _cell((f.get("not_injected") or {}).get("reason")),
+                _cell((f.get("not_injected") or {}).get("detail")),
+                _cell((f.get("not_injected") or {}).get("fix")),
+            ]
+            for f in missing
+        ]
         lines += _table(["id", "kind", "target", "trigger", "reason", "what happened", "fix"], rows) + [""]
 
     lines += ["## Timeline", "", "![timeline](timeline.png)", "", "## MTTR by phase", "", "![mttr](mttr.png)", ""]
@@ -562,10 +593,18 @@ def _steps_lost_table(drills: list[dict]) -> list[str]:
         mttr = [f["mttr_s"] for f in faults if f.get("mttr_s") is not None]
         lost = [f["group_steps_discarded"] for f in faults if f.get("group_steps_discarded") is not None]
         mean_lost = sum(lost) / len(lost) if lost else None
-        rows.append([
-            _cell(mode), _cell(h), _cell(kind), _cell(len(faults)), _fmt(sum(mttr) / len(mttr) if mttr else None),
-            _fmt(mean_lost), _fmt(max(lost) if lost else None), _fmt(mean_lost * tokens[(mode, h, kind)] if mean_lost is not None else None),
-        ])
+        rows.append(
+            [
+                _cell(mode),
+                _cell(h),
+                _cell(kind),
+                _cell(len(faults)),
+                _fmt(sum(mttr) / len(mttr) if mttr else None),
+                _fmt(mean_lost),
+                _fmt(max(lost) if lost else None),
+                _fmt(mean_lost * tokens[(mode, h, kind)] if mean_lost is not None else None),
+            ]
+        )
     return _table(["ft.mode", "H", "kind", "faults", "MTTR mean (s)", "group-steps discarded mean", "max", "tokens discarded mean"], rows)
 
 
@@ -584,8 +623,7 @@ def _side_by_side(kinds: Sequence[str], modes: Sequence[str], stats: Mapping[str
         row = [_cell(k)]
         for m in modes:
             st = stats.get(k, {}).get(m)
-            row += ([_fmt(st["mttr"]["p50"]), _fmt(st["mttr"]["p95"]), _fmt(st["survivor_max_stall_s"]["max"])]
-                    if st else ["not run"] * 3)
+            row += [_fmt(st["mttr"]["p50"]), _fmt(st["mttr"]["p95"]), _fmt(st["survivor_max_stall_s"]["max"])] if st else ["not run"] * 3
         if has_base:
             base = (stats.get(k, {}).get(BASELINE_RECOVERY) or {}).get("mttr", {}).get("mean")
             for m in others:
@@ -644,8 +682,7 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
         return st["mttr"]["mean"] if st else None
 
     ratio = {k: _ratio(mean_mttr(k, BASELINE_RECOVERY), mean_mttr(k, ours)) for k in kinds}
-    ratio_by_recovery = {k: {m: _ratio(mean_mttr(k, BASELINE_RECOVERY), mean_mttr(k, m)) for m in ours_modes}
-                         for k in kinds}
+    ratio_by_recovery = {k: {m: _ratio(mean_mttr(k, BASELINE_RECOVERY), mean_mttr(k, m)) for m in ours_modes} for k in kinds}
     consistent = [_consistent(d) for d in drills]
     all_consistent = None if any(c is None for c in consistent) or not consistent else all(consistent)
     standby = next((m for m in ours_modes if m.startswith("live+standby")), None)
@@ -672,15 +709,12 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
     _plot_mttr(paths["mttr"], series, f"MTTR by phase and fault kind across {len(drills)} drill(s)")
 
     lines = ["# Fault drill sweep report", ""]
-    per_mode = ", ".join(
-        f"{sum(1 for d in drills if _recovery_key(d) == m)} × `{m}`" for m in modes
-    ) or "none"
+    per_mode = ", ".join(f"{sum(1 for d in drills if _recovery_key(d) == m)} × `{m}`" for m in modes) or "none"
     lines += [
         (f"**{len(missing)} fault(s) were not injected** (see each drill's report). " if missing else "")
         + f"{len(drills)} drill(s) ({per_mode}) covering {len(all_faults)} injected fault(s) of "
         f"{len(kinds)} kind(s): {', '.join(kinds) or 'none'}. Faults are pooled by kind and recovery "
-        f"mode; the ratio is the full-restart mean MTTR over ours"
-        + (f" (`{ours}`)" if ours else "") + ".",
+        f"mode; the ratio is the full-restart mean MTTR over ours" + (f" (`{ours}`)" if ours else "") + ".",
         "",
         "## By fault kind and recovery",
         "",
@@ -695,8 +729,7 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
             rows.append([_cell(k), _cell(m)] + _kind_cells(st, order) + [_fmt(st["goodput_ratio"])])
     lines += _table(header, rows) + [""]
     lines += ["## Full restart vs ours", ""]
-    rows = [[_cell(k), _fmt(mean_mttr(k, ours)), _fmt(mean_mttr(k, BASELINE_RECOVERY)), _fmt(ratio[k])]
-            for k in kinds]
+    rows = [[_cell(k), _fmt(mean_mttr(k, ours)), _fmt(mean_mttr(k, BASELINE_RECOVERY)), _fmt(ratio[k])] for k in kinds]
     lines += _table(["kind", "ours MTTR mean (s)", "full restart MTTR mean (s)", "ratio (full restart/ours)"], rows)
     lines += ["", "## Modes side by side", ""] + _side_by_side(kinds, modes, stats)
     lines += ["", "## Steps lost by ft.mode", ""] + _steps_lost_table(drills)

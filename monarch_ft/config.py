@@ -396,4 +396,3 @@ def validate(cfg: JobConfig) -> None:
             f"{total} ranks ({ft.replica_groups} groups x {ft.ranks_per_group}) exceed what this machine can run "
             f"({limit} = {cores} cores x launcher.max_ranks_per_core): lower ft.replica_groups or ft.ranks_per_group",
         )
-

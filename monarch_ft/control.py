@@ -69,9 +69,7 @@ class JobControl:
             newest = max(self.last_commit.values(), key=lambda r: r["time"])
             members = set(newest.get("participating_groups") or [])
         return [
-            g.index
-            for g in self._sup.groups
-            if g.status == GroupStatus.RUNNING and not g.train_done and g.index in members and g.index in self.last_commit
+            g.index for g in self._sup.groups if g.status == GroupStatus.RUNNING and not g.train_done and g.index in members and g.index in self.last_commit
         ]
 
     def consistent_at(self, groups: set[int], min_step: int) -> Optional[tuple[int, bool]]:
@@ -105,6 +103,7 @@ class JobControl:
     def capture_stacks(self, groups: Optional[list[int]] = None, tag: str = "on-demand") -> dict[str, str]:
         """Every live rank's Python stacks (of ``groups``, default all) into the run's ``stacks/``; label -> file."""
         return self._sup.capture_stacks(groups, tag)
+
     def kill_lighthouse(self) -> dict:
         """SIGKILL the Lighthouse server (the supervisor restarts it on the same address)."""
         pid = self._sup.lighthouse.pid
@@ -140,9 +139,7 @@ class JobControl:
 
     def _network(self, capability: Capability):
         if capability not in self.capabilities:
-            raise RuntimeError(
-                f"a {capability.value} fault needs simulated hosts: use launcher=local_hosts (launcher.options.simulated_hosts=true)"
-            )
+            raise RuntimeError(f"a {capability.value} fault needs simulated hosts: use launcher=local_hosts (launcher.options.simulated_hosts=true)")
         return self._sup.launcher
 
     def _restored(self, group: int, kind: str) -> Callable[[dict], None]:

@@ -96,9 +96,9 @@ class AttachAction(StrEnum):
 
 def decide_attach(status: str, ranks_alive: list[bool], ranks_exited: list[Optional[int]]) -> AttachAction:
     """Args:
-        status: the group's recorded :class:`GroupStatus`.
-        ranks_alive: per recorded rank, whether it is still the same live process.
-        ranks_exited: per recorded rank, the exit code the previous controller saw (None: running).
+    status: the group's recorded :class:`GroupStatus`.
+    ranks_alive: per recorded rank, whether it is still the same live process.
+    ranks_exited: per recorded rank, the exit code the previous controller saw (None: running).
     """
     if status not in (GroupStatus.STARTING, GroupStatus.RUNNING) or not ranks_alive:
         return AttachAction.KEEP
@@ -354,9 +354,7 @@ class Controller:
             "last_commit": {str(g): r for g, r in sup.last_commit.items()},
             "rollbacks": sup.rollbacks,
             "regressions": sup.regressions,
-            "step_hashes": {
-                str(s): [[g, r, h] for (g, r), h in v.items()] for s, v in sorted(sup.step_hashes.items())[-20:]
-            },
+            "step_hashes": {str(s): [[g, r, h] for (g, r), h in v.items()] for s, v in sorted(sup.step_hashes.items())[-20:]},
             "first_step_time": sup.first_step_time,
             "losses": {str(g.index): g.losses[:1] + g.losses[-1:] for g in sup.groups},
             "groups": [
@@ -399,9 +397,7 @@ class Controller:
         sup.rollbacks, sup.regressions = list(state.get("rollbacks", [])), list(state.get("regressions", []))
         sup.step_hashes = {int(s): {(g, r): h for g, r, h in v} for s, v in state.get("step_hashes", {}).items()}
         sup.first_step_time = state.get("first_step_time")
-        lost = sup.events.emit(
-            EventKind.CONTROLLER_LOST, time=last_beat, pid=state.get("controller_pid"), job_step=sup.ledger.job_step
-        )
+        lost = sup.events.emit(EventKind.CONTROLLER_LOST, time=last_beat, pid=state.get("controller_pid"), job_step=sup.ledger.job_step)
         decisions: dict[int, str] = {}
         failed = []
         for rec in state.get("groups", []):

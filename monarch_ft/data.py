@@ -91,9 +91,7 @@ def prepare(cache_dir: str | os.PathLike | None, vocab_size: int, max_corpus_mb:
     files = _stdlib_files(int(max_corpus_mb * 1024 * 1024))
     if not files:
         raise RuntimeError(f"no standard-library sources found under {sysconfig.get_paths()['stdlib']}")
-    key = hashlib.sha256(
-        json.dumps([_FORMAT_VERSION, vocab_size, sys.version, [str(f) for f in files]]).encode()
-    ).hexdigest()[:16]
+    key = hashlib.sha256(json.dumps([_FORMAT_VERSION, vocab_size, sys.version, [str(f) for f in files]]).encode()).hexdigest()[:16]
     out = Path(cache_dir or default_cache_dir()) / f"stdlib-v{vocab_size}-{key}"
     meta_path = out / "meta.json"
     if meta_path.exists():

@@ -90,8 +90,7 @@ def device_problem(device: str, cross_backend: str, hostid_per_group: bool, repl
             import torch
 
             return (
-                f"training.device=cuda: torch sees no CUDA device here (torch {torch.__version__}, CUDA {torch.version.cuda}); "
-                "use training.device=cpu or auto"
+                f"training.device=cuda: torch sees no CUDA device here (torch {torch.__version__}, CUDA {torch.version.cuda}); use training.device=cpu or auto"
             )
         if cross_backend == "nccl":
             return "ft.cross_group_backend=nccl needs CUDA: torch sees no GPU here; use gloo or auto"

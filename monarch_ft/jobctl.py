@@ -136,13 +136,15 @@ def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
             "ready": [e.get("group", e.get("standby")) for e in events if e["event"] == "standby_ready"][-4:],
         }
     for e in [e for e in events if e["event"] in _FAULT_KINDS][-5:]:
-        view.faults.append({
-            "time": e["time"],
-            "event": e["event"],
-            "what": e.get("kind") or e.get("reason") or e["event"],
-            "group": e.get("target", e.get("group")),
-            "mttr_s": mttr_of(e, events),
-        })
+        view.faults.append(
+            {
+                "time": e["time"],
+                "event": e["event"],
+                "what": e.get("kind") or e.get("reason") or e["event"],
+                "group": e.get("target", e.get("group")),
+                "mttr_s": mttr_of(e, events),
+            }
+        )
     return view
 
 

@@ -87,11 +87,16 @@ class Lighthouse:
         server, server_env = lighthouse_argv()
         argv = [
             *server,
-            "--bind", bind,
-            "--min_replicas", str(cfg.min_replica_size),
-            "--join_timeout_ms", str(cfg.join_timeout_ms),
-            "--quorum_tick_ms", str(cfg.quorum_tick_ms),
-            "--heartbeat_timeout_ms", str(cfg.heartbeat_timeout_ms),
+            "--bind",
+            bind,
+            "--min_replicas",
+            str(cfg.min_replica_size),
+            "--join_timeout_ms",
+            str(cfg.join_timeout_ms),
+            "--quorum_tick_ms",
+            str(cfg.quorum_tick_ms),
+            "--heartbeat_timeout_ms",
+            str(cfg.heartbeat_timeout_ms),
         ]
         if self.guard is not None:
             run_dir, lease_s, heartbeat_s = self.guard

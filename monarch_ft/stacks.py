@@ -112,10 +112,7 @@ def capture_stacks(pids: dict[str, int], folder: str, timeout_s: float = 10.0, l
     tool = py_spy()
     logs = logs or {}
     paths = {label: os.path.join(folder, f"{label}.txt") for label in pids}
-    threads = [
-        threading.Thread(target=_dump_one, args=(pid, paths[label], tool, timeout_s, logs.get(label)), daemon=True)
-        for label, pid in pids.items()
-    ]
+    threads = [threading.Thread(target=_dump_one, args=(pid, paths[label], tool, timeout_s, logs.get(label)), daemon=True) for label, pid in pids.items()]
     for t in threads:
         t.start()
     for t in threads:

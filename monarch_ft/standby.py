@@ -312,9 +312,7 @@ class StandbyPool:
             sb = Standby(number, self.first_slot + number, [], now)
             sb.ranks = self._launch(number, sb.slot, now)
             self.standbys.append(sb)
-            self._emit(
-                EventKind.STANDBY_LAUNCHED, standby=number, slot=sb.slot, niceness=STANDBY_NICENESS, pids=[rs.proc.pid for rs in sb.ranks]
-            )
+            self._emit(EventKind.STANDBY_LAUNCHED, standby=number, slot=sb.slot, niceness=STANDBY_NICENESS, pids=[rs.proc.pid for rs in sb.ranks])
         self.clock.update(now, len(self.ready()), training_started and not job_finishing)
 
     def _lose(self, sb: Standby, reason: str) -> None:
@@ -327,7 +325,10 @@ class StandbyPool:
         self.standbys.remove(sb)
         self.lost += 1
         self._emit(
-            EventKind.STANDBY_LOST, standby=sb.number, reason=reason, was_ready=sb.ready_at is not None,
+            EventKind.STANDBY_LOST,
+            standby=sb.number,
+            reason=reason,
+            was_ready=sb.ready_at is not None,
             rebuild=self.failed_builds < MAX_FAILED_BUILDS,
         )
 

@@ -170,9 +170,7 @@ class Supervisor:
         # The configured host wins unless it is the loopback default and the launcher's ranks
         # cannot reach loopback (ranks on other hosts or in network namespaces).
         host = cfg.ft.lighthouse_host if cfg.ft.lighthouse_host != "127.0.0.1" else self.launcher.control_host()
-        self.lighthouse = Lighthouse(
-            cfg.ft, self.layout.lighthouse_log, host=host, guard=(self.run_dir, cfg.controller.lease_s, cfg.controller.heartbeat_s)
-        )
+        self.lighthouse = Lighthouse(cfg.ft, self.layout.lighthouse_log, host=host, guard=(self.run_dir, cfg.controller.lease_s, cfg.controller.heartbeat_s))
         self._lighthouse_outage: Optional[dict] = None
         self.lighthouse_epoch = 0
         self._stop_reason: Optional[str] = None
@@ -213,8 +211,14 @@ class Supervisor:
     # ---------------------------------------------------------------- console
     def _echo(self, e: dict) -> None:
         quiet = {
-            "rank_launched", "model_ready", "rank_started", "checkpoint_sent", "rank_finished",
-            "recovery_started", "checkpoint_save_started", "checkpoint_saved",
+            "rank_launched",
+            "model_ready",
+            "rank_started",
+            "checkpoint_sent",
+            "rank_finished",
+            "recovery_started",
+            "checkpoint_save_started",
+            "checkpoint_saved",
         }
         if e["event"] in quiet:
             return
@@ -373,9 +377,7 @@ class Supervisor:
         g.restarts += 1
         g.attempt += 1
         self.launcher.place_group(g.index, sb.slot)
-        promotion = build_promotion(
-            self.layout, sb.number, g.index, g.attempt, len(sb.ranks), {"source": decision.source.value, "step": decision.step}, now
-        )
+        promotion = build_promotion(self.layout, sb.number, g.index, g.attempt, len(sb.ranks), {"source": decision.source.value, "step": decision.step}, now)
         atomic_write_json(self.layout.promotion(sb.number), dataclasses.asdict(promotion))
         g.ranks = [RankState(rs.proc, ReportTail(self.layout.report(g.index, rs.proc.launch.rank, g.attempt)), last_progress=now) for rs in sb.ranks]
         g.status, g.launched_at, g.train_done = GroupStatus.STARTING, now, False
@@ -384,9 +386,7 @@ class Supervisor:
         self.events.emit(EventKind.RECOVERY_PATH, group=g.index, attempt=g.attempt, path=RecoveryPath.STANDBY, standby=sb.number)
         self.events.emit(EventKind.STANDBY_PROMOTED, standby=sb.number, group=g.index, attempt=g.attempt, ready_for_s=round(now - (sb.ready_at or now), 3))
         self.events.emit(EventKind.GROUP_LAUNCHED, group=g.index, attempt=g.attempt, launcher=self.launcher.name, standby=sb.number)
-        self.events.emit(
-            EventKind.STATE_SOURCE, group=g.index, attempt=g.attempt, source=decision.source.value, step=decision.step, job_step=self.job_step
-        )
+        self.events.emit(EventKind.STATE_SOURCE, group=g.index, attempt=g.attempt, source=decision.source.value, step=decision.step, job_step=self.job_step)
         return True
 
     def _tick_standbys(self, now: float) -> None:
@@ -487,7 +487,8 @@ class Supervisor:
         if rec["rank"] != 0 or not rec.get("committed") or members == self._membership:
             return
         self._membership = members
-        self.events.emit(EventKind.QUORUM_CHANGE,
+        self.events.emit(
+            EventKind.QUORUM_CHANGE,
             participating_groups=list(members),
             quorum_size=rec.get("quorum_size"),
             quorum_id=rec.get("quorum_id"),
@@ -582,7 +583,8 @@ class Supervisor:
             if self._stall is None:
                 self._stall = {"since": now}
                 stacks = self._capture_stacks([self.groups[i] for i in sorted(hangs)], "stall")
-                self.events.emit(EventKind.JOB_STALL,
+                self.events.emit(
+                    EventKind.JOB_STALL,
                     groups=sorted(hangs),
                     hangs={str(i): dataclasses.asdict(h) for i, h in hangs.items()},
                     stacks=stacks,
@@ -793,7 +795,8 @@ class Supervisor:
                 self.controller.take_over(time.time())
                 return self._watch()
             self.controller.start_heartbeat()
-            self.events.emit(EventKind.JOB_STARTED,
+            self.events.emit(
+                EventKind.JOB_STARTED,
                 run_dir=self.run_dir,
                 replica_groups=self.cfg.ft.replica_groups,
                 ranks_per_group=self.cfg.ft.ranks_per_group,
@@ -976,9 +979,7 @@ class Supervisor:
                 "state_hashes": {str(rs.proc.launch.rank): rs.state_hash for rs in g.ranks},
             }
         done = [g.index for g in self.groups if g.status == GroupStatus.DONE]
-        consistent = bool(done) and all(
-            len({h.get(i) for i in done}) == 1 and h.get(done[0]) is not None for h in hashes_by_rank.values()
-        )
+        consistent = bool(done) and all(len({h.get(i) for i in done}) == 1 and h.get(done[0]) is not None for h in hashes_by_rank.values())
         return {
             "status": self.status,
             "run_dir": self.run_dir,

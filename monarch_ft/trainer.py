@@ -293,9 +293,7 @@ class Trainer:
         self.manager = self.ft.manager
         self.floor = CommitFloor(self.layout.commit_floor)
         # ft.mode: how groups synchronise (monarch_ft/components/sync.py).
-        self.sync = build_sync(
-            cfg.ft, self.manager, self.model, self.optimizer, self.lr_schedulers, self.params, spec.group, self.floor, self._refuse_commit
-        )
+        self.sync = build_sync(cfg.ft, self.manager, self.model, self.optimizer, self.lr_schedulers, self.params, spec.group, self.floor, self._refuse_commit)
         # localsgd/diloco write checkpoints at sync points only.
         self.ckpt_cfg = dataclasses.replace(cfg.checkpoint, interval=checkpoint_interval(cfg.ft, cfg.checkpoint.interval))
         self.train_state = TrainState()

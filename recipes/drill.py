@@ -1,7 +1,7 @@
 """One fault drill -> drill.json, report.md, timeline.png, mttr.png in the run directory.
 
-    python recipes/drill.py 'chaos.faults=[{kind: process_kill, at_step: 20, target: 1}, {kind: hang, at_step: 60}]' hydra.run.dir=DIR
-    python recipes/drill.py chaos.schedule=poisson chaos.rate_per_min=4 chaos.count=5 chaos.baseline=true
+python recipes/drill.py 'chaos.faults=[{kind: process_kill, at_step: 20, target: 1}, {kind: hang, at_step: 60}]' hydra.run.dir=DIR
+python recipes/drill.py chaos.schedule=poisson chaos.rate_per_min=4 chaos.count=5 chaos.baseline=true
 """
 
 from __future__ import annotations

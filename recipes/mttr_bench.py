@@ -106,8 +106,7 @@ def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], 
             if hasattr(cfg.ft, "standby_groups"):
                 cfg.ft.standby_groups = standby
             faults = [
-                FaultConfig(kind=kind, mode=fault_mode, at_step=b.first_step + i * b.every_steps, duration_s=b.collective_hang_s)
-                for i in range(b.repeats)
+                FaultConfig(kind=kind, mode=fault_mode, at_step=b.first_step + i * b.every_steps, duration_s=b.collective_hang_s) for i in range(b.repeats)
             ]
             cfg.chaos = ChaosConfig(faults=faults, seed=job.chaos.seed, recovery_timeout_s=job.chaos.recovery_timeout_s, tail_steps=job.chaos.tail_steps)
             validate(cfg)
@@ -137,8 +136,11 @@ def main(cfg: DictConfig) -> None:
     for line in skipped:
         print(f"[mttr_bench] skipping mode {line}", flush=True)
     report_dir = hc.sweep.dir if multirun else out
-    print(f"[mttr_bench] {len(drills)} drills ({job.bench.repeats} faults each): modes {', '.join(sorted({m for m, _, _ in drills}, key=list(MODES).index))}; "
-          f"kinds {', '.join(job.bench.kinds)}; report in {report_dir}", flush=True)
+    print(
+        f"[mttr_bench] {len(drills)} drills ({job.bench.repeats} faults each): modes {', '.join(sorted({m for m, _, _ in drills}, key=list(MODES).index))}; "
+        f"kinds {', '.join(job.bench.kinds)}; report in {report_dir}",
+        flush=True,
+    )
     started, ok = time.time(), True
     for n, (mode, kind, cfg) in enumerate(drills, start=1):
         t0 = time.time()
@@ -148,13 +150,14 @@ def main(cfg: DictConfig) -> None:
         ok = ok and drill_ok(drill)
         drill_paths = sorted(glob.glob(os.path.join(report_dir, "**", "drill.json"), recursive=True))
         paths = write_aggregate_report(report_dir, [json.load(open(p)) for p in drill_paths])
-        mttrs = ", ".join(
-            f"{f['mttr_s']}s" if f.get("injected", True) else f"not injected ({f['not_injected']['reason']})" for f in drill["faults"]
-        )
+        mttrs = ", ".join(f"{f['mttr_s']}s" if f.get("injected", True) else f"not injected ({f['not_injected']['reason']})" for f in drill["faults"])
         elapsed = time.time() - started
         left = elapsed / n * (len(drills) - n)
-        print(f"[mttr_bench] {n}/{len(drills)} {mode} {kind}: mttr {mttrs}; recovered {sum(bool(f.get('recovered')) for f in drill['faults'])}/"
-              f"{len(drill['faults'])} in {_clock(time.time() - t0)} (elapsed {_clock(elapsed)}, about {_clock(left)} left)", flush=True)
+        print(
+            f"[mttr_bench] {n}/{len(drills)} {mode} {kind}: mttr {mttrs}; recovered {sum(bool(f.get('recovered')) for f in drill['faults'])}/"
+            f"{len(drill['faults'])} in {_clock(time.time() - t0)} (elapsed {_clock(elapsed)}, about {_clock(left)} left)",
+            flush=True,
+        )
         if not drill_ok(drill):
             print(f"[mttr_bench] {mode} {kind}: a fault did not recover cleanly, see {drill_dir}/drill.json", file=sys.stderr, flush=True)
     if drills:

@@ -118,9 +118,7 @@ def check_train(run_dir: str, device: str, steps: int) -> str:
         raise Fail(f"job status {summary.get('status')!r}, expected completed")
     where = _ranks_on(run_dir, device, None)
     losses = [
-        m["loss"]
-        for m in sorted(_jsonl(os.path.join(run_dir, "metrics.jsonl")), key=lambda m: m["step"])
-        if m.get("committed") and m.get("loss") is not None
+        m["loss"] for m in sorted(_jsonl(os.path.join(run_dir, "metrics.jsonl")), key=lambda m: m["step"]) if m.get("committed") and m.get("loss") is not None
     ]
     if len(losses) < steps:
         raise Fail(f"{len(losses)} committed steps with a loss, expected {steps}")

@@ -68,7 +68,10 @@ def assert_drill_refused(tmp_path: Path, overrides: list[str], expected: str) ->
     """An impossible drill exits 2 with ``expected`` on stderr and launches nothing."""
     res = subprocess.run(
         [sys.executable, str(DRILL), *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert res.returncode == 2, res.stdout + res.stderr
     assert expected in res.stderr, res.stderr

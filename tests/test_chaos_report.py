@@ -18,12 +18,20 @@ T0 = 1796223589.6
 def _fault(fid, kind, at, phases, *, target=1, recovered=True, stall=1.0, consistent=True):
     reached = [v for v in phases.values() if v is not None]
     return {
-        "id": fid, "kind": kind, "target": target, "rank": 0, "at_step": 10 + 10 * fid,
-        "injected_at": T0 + at, "phases": phases,
+        "id": fid,
+        "kind": kind,
+        "target": target,
+        "rank": 0,
+        "at_step": 10 + 10 * fid,
+        "injected_at": T0 + at,
+        "phases": phases,
         "mttr_s": max(reached) if (reached and recovered) else None,
-        "recovered": recovered, "weights_consistent": consistent,
-        "survivor_max_stall_s": stall, "survivor_steps_lost": 0,
-        "recovery_bytes": 36982500 + fid, "recovery_seconds": 0.4 + 0.1 * fid,
+        "recovered": recovered,
+        "weights_consistent": consistent,
+        "survivor_max_stall_s": stall,
+        "survivor_steps_lost": 0,
+        "recovery_bytes": 36982500 + fid,
+        "recovery_seconds": 0.4 + 0.1 * fid,
         "recovered_from_group": 0 if target else 1,
     }
 
@@ -32,29 +40,71 @@ def _drill(recovery="live", scale=1.0):
     s = scale
     live = recovery != "full_restart"
     faults = [
-        _fault(0, "process_kill", 10.0, {"detected": 0.05, "survivors_stepping": 1.2 if live else None,
-                                         "replacement_up": 7.5 * s, "weights_recovered": 8.1 * s,
-                                         "back_in_quorum": 8.6 * s}, stall=1.1),
-        _fault(1, "process_kill", 25.0, {"detected": 0.07, "survivors_stepping": 0.9 if live else None,
-                                         "replacement_up": 6.5 * s, "weights_recovered": 7.0 * s,
-                                         "back_in_quorum": 7.9 * s}, stall=0.8),
-        _fault(2, "process_kill", 40.0, {"detected": 0.04, "survivors_stepping": 1.5 if live else None,
-                                         "replacement_up": 9.0 * s, "weights_recovered": 9.9 * s,
-                                         "back_in_quorum": 10.4 * s}, stall=1.6),
+        _fault(
+            0,
+            "process_kill",
+            10.0,
+            {"detected": 0.05, "survivors_stepping": 1.2 if live else None, "replacement_up": 7.5 * s, "weights_recovered": 8.1 * s, "back_in_quorum": 8.6 * s},
+            stall=1.1,
+        ),
+        _fault(
+            1,
+            "process_kill",
+            25.0,
+            {"detected": 0.07, "survivors_stepping": 0.9 if live else None, "replacement_up": 6.5 * s, "weights_recovered": 7.0 * s, "back_in_quorum": 7.9 * s},
+            stall=0.8,
+        ),
+        _fault(
+            2,
+            "process_kill",
+            40.0,
+            {
+                "detected": 0.04,
+                "survivors_stepping": 1.5 if live else None,
+                "replacement_up": 9.0 * s,
+                "weights_recovered": 9.9 * s,
+                "back_in_quorum": 10.4 * s,
+            },
+            stall=1.6,
+        ),
         # A collective fault restarts nothing: replacement/weights phases are None.
-        _fault(3, "collective", 50.0, {"detected": 0.5, "survivors_stepping": 1.0 * s,
-                                       "replacement_up": None, "weights_recovered": None,
-                                       "back_in_quorum": 2.0 * s}, target=None, stall=0.5),
-        _fault(4, "collective", 55.0, {"detected": 0.3, "survivors_stepping": 0.7 * s,
-                                       "replacement_up": None, "weights_recovered": None,
-                                       "back_in_quorum": 1.5 * s, "custom_extra": 1.7 * s},
-               target=None, stall=0.25),
+        _fault(
+            3,
+            "collective",
+            50.0,
+            {"detected": 0.5, "survivors_stepping": 1.0 * s, "replacement_up": None, "weights_recovered": None, "back_in_quorum": 2.0 * s},
+            target=None,
+            stall=0.5,
+        ),
+        _fault(
+            4,
+            "collective",
+            55.0,
+            {
+                "detected": 0.3,
+                "survivors_stepping": 0.7 * s,
+                "replacement_up": None,
+                "weights_recovered": None,
+                "back_in_quorum": 1.5 * s,
+                "custom_extra": 1.7 * s,
+            },
+            target=None,
+            stall=0.25,
+        ),
     ]
     return {
-        "recovery": recovery, "launcher": "local", "seed": 0, "steps": 60,
-        "started_at": T0, "finished_at": T0 + 60.5,
-        "fault_free_batches_per_s": 8.1, "goodput_batches_per_s": 6.0 / s, "goodput_ratio": 0.74 / s,
-        "weights_consistent": True, "replica_groups": 2, "ranks_per_group": 2,
+        "recovery": recovery,
+        "launcher": "local",
+        "seed": 0,
+        "steps": 60,
+        "started_at": T0,
+        "finished_at": T0 + 60.5,
+        "fault_free_batches_per_s": 8.1,
+        "goodput_batches_per_s": 6.0 / s,
+        "goodput_ratio": 0.74 / s,
+        "weights_consistent": True,
+        "replica_groups": 2,
+        "ranks_per_group": 2,
         "faults": faults,
     }
 
@@ -64,10 +114,21 @@ def _metrics():
     for group in (0, 1):
         for rank in (0, 1):
             for step in range(60):
-                out.append({"type": "step", "group": group, "rank": rank, "attempt": 0, "step": step,
-                            "committed": step % 7 != 3, "loss": 6.1 - step * 0.01, "tokens_per_s": 900.0,
-                            "quorum_size": 2, "participating_groups": [0, 1],
-                            "time": T0 + 1.0 + step + 0.1 * group})
+                out.append(
+                    {
+                        "type": "step",
+                        "group": group,
+                        "rank": rank,
+                        "attempt": 0,
+                        "step": step,
+                        "committed": step % 7 != 3,
+                        "loss": 6.1 - step * 0.01,
+                        "tokens_per_s": 900.0,
+                        "quorum_size": 2,
+                        "participating_groups": [0, 1],
+                        "time": T0 + 1.0 + step + 0.1 * group,
+                    }
+                )
     return out
 
 
@@ -127,8 +188,7 @@ def test_phase_stats_skips_none_and_uses_linear_percentiles():
     assert co["phases"]["custom_extra"]["mean"] == pytest.approx(1.7)
     assert co["phases"]["survivors_stepping"]["mean"] == pytest.approx(0.85)
 
-    mixed = [_fault(0, "hang", 0, {"detected": 1.0, "replacement_up": None}),
-             _fault(1, "hang", 0, {"detected": 3.0, "replacement_up": 5.0}, recovered=False)]
+    mixed = [_fault(0, "hang", 0, {"detected": 1.0, "replacement_up": None}), _fault(1, "hang", 0, {"detected": 3.0, "replacement_up": 5.0}, recovered=False)]
     hs = phase_stats(mixed)["hang"]
     assert hs["phases"]["replacement_up"] == {"mean": 5.0, "p50": 5.0, "p95": 5.0}
     assert hs["phases"]["detected"]["p95"] == pytest.approx(2.9)
@@ -210,9 +270,12 @@ def test_drill_report_matches_phase_stats(tmp_path, with_baseline):
 
 
 def test_drill_report_tolerates_sparse_input(tmp_path):
-    drill = {"recovery": "live", "faults": [
-        {"id": 0, "kind": "segfault", "injected_at": T0, "phases": {"detected": None}, "mttr_s": None,
-         "recovered": False, "weights_consistent": False}]}
+    drill = {
+        "recovery": "live",
+        "faults": [
+            {"id": 0, "kind": "segfault", "injected_at": T0, "phases": {"detected": None}, "mttr_s": None, "recovered": False, "weights_consistent": False}
+        ],
+    }
     paths = write_drill_report(str(tmp_path), drill, [])
     for name in ("timeline", "mttr"):
         assert Path(paths[name]).read_bytes()[:8] == PNG_SIGNATURE
@@ -223,8 +286,7 @@ def test_drill_report_tolerates_sparse_input(tmp_path):
 
 
 def test_aggregate_report_summary_ratio(tmp_path):
-    drills = [_drill("live"), _drill("live", scale=1.2), _drill("full_restart", scale=3.0),
-              _drill("full_restart", scale=2.5)]
+    drills = [_drill("live"), _drill("live", scale=1.2), _drill("full_restart", scale=3.0), _drill("full_restart", scale=2.5)]
     # A kind only one side ran has no ratio.
     drills[0]["faults"].append(_fault(9, "sigterm", 58.0, {"detected": 0.01, "back_in_quorum": 5.0}))
     paths = write_aggregate_report(str(tmp_path / "sweep"), drills)

@@ -25,8 +25,13 @@ from conftest import FAST, REPO, console, job_processes, read_jsonl, start_job, 
 # ft.quorum_timeout_s bounds the survivors' stall under a Lighthouse restart (the quorum in
 # flight is given up after it): 10 s keeps the test short.
 SMALL = [
-    *FAST, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000", "checkpoint.interval=20",
-    "training.state_hash_every=5", "ft.quorum_timeout_s=10",
+    *FAST,
+    "ft.replica_groups=2",
+    "ft.ranks_per_group=1",
+    "training.steps=100000",
+    "checkpoint.interval=20",
+    "training.state_hash_every=5",
+    "ft.quorum_timeout_s=10",
 ]
 
 
@@ -87,7 +92,10 @@ def test_job_survives_controller_and_lighthouse_kills(run_dir):
     # A second controller on the same run directory is refused, with one line.
     third = subprocess.run(
         [sys.executable, str(REPO / "recipes" / "pretrain.py"), *SMALL, "controller.attach=true", f"hydra.run.dir={run_dir}"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert third.returncode == 2 and third.stderr.strip().startswith("monarch_ft: error: another controller"), third.stderr
     assert len(third.stderr.strip().splitlines()) == 1, third.stderr

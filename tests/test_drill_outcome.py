@@ -29,8 +29,11 @@ def test_a_fault_that_never_fired_is_not_injected_with_its_reason_and_fix():
     assert "target group 1 was not stepping" in gone["detail"] and "drop target" in gone["fix"]
     queued = explain_not_injected({"id": 4, "kind": "sigterm", "at_step": 40}, None, 200, 200)
     assert queued["reason"] == "queued" and "fault None" not in queued["detail"]
-    faults = [{"id": 0, "kind": "process_kill", "injected": True}, {"id": 1, "kind": "hang", "injected": False, "not_injected": out},
-              {"id": 2, "kind": "node", "injected": False, "not_injected": late}]
+    faults = [
+        {"id": 0, "kind": "process_kill", "injected": True},
+        {"id": 1, "kind": "hang", "injected": False, "not_injected": out},
+        {"id": 2, "kind": "node", "injected": False, "not_injected": late},
+    ]
     line = fix_line(faults)
     assert line.startswith("fault 1 (hang) was not injected") and "raise training.steps" in line and "(2 faults never fired)" in line
     assert fix_line(faults[:1]) is None

@@ -72,7 +72,10 @@ def test_a_failed_check_is_counted_and_named(tmp_path):
     """The verdict on a run that is not there: FAIL with the reason, exit 1 (what the shell counts)."""
     res = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "gpu_check.py"), "kill", str(tmp_path / "nothing"), "--device", "cpu"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert res.returncode == 1 and res.stdout.startswith("FAIL: no drill.json in "), res.stdout + res.stderr
 

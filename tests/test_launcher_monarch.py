@@ -85,9 +85,12 @@ def test_monarch_reports_map_to_exit_codes():
     from monarch_ft.launcher.monarch import exit_code_from_report
 
     # Reports as Monarch 0.7.0 words them (seen in this launcher's runs); the proc is the wrapper sh.
-    assert exit_code_from_report(
-        "The actor <root>.<m.S w{'procs': 1/2}> and all its descendants have failed:\n  the process this actor was running on failed: Killed(sig=9)"
-    ) == -9
+    assert (
+        exit_code_from_report(
+            "The actor <root>.<m.S w{'procs': 1/2}> and all its descendants have failed:\n  the process this actor was running on failed: Killed(sig=9)"
+        )
+        == -9
+    )
     assert exit_code_from_report("the process this actor was running on exited with non-zero code 3") == 3
     assert exit_code_from_report("the process this actor was running on exited with non-zero code 139") == -11
     assert exit_code_from_report("cleanup error: deadline has elapsed") is None

@@ -173,8 +173,13 @@ def _steps(metrics, group):
 
 def test_sigkilled_rank_relaunched_as_new_slurm_job_heals_from_peer(cluster, run_dir):
     proc = start_job(
-        run_dir, *FAST, "launcher=slurm", f"launcher.options.slurm_conf={cluster.conf}",
-        "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=150",
+        run_dir,
+        *FAST,
+        "launcher=slurm",
+        f"launcher.options.slurm_conf={cluster.conf}",
+        "ft.replica_groups=2",
+        "ft.ranks_per_group=2",
+        "training.steps=150",
     )
     metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
     try:

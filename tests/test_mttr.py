@@ -17,9 +17,19 @@ T0 = 100.0  # the fault's injection time
 def commits(group, steps, t_first, members, attempt=0, ranks=(0, 1), dt=1.0, **extra):
     """Committed step records of ``group``'s ranks, one step every ``dt`` seconds."""
     return [
-        {"group": group, "rank": r, "attempt": attempt, "step": s, "committed": True, "participating_groups": list(members),
-         "time": t_first + i * dt, "quorum_id": 1 + attempt, **extra}
-        for i, s in enumerate(steps) for r in ranks
+        {
+            "group": group,
+            "rank": r,
+            "attempt": attempt,
+            "step": s,
+            "committed": True,
+            "participating_groups": list(members),
+            "time": t_first + i * dt,
+            "quorum_id": 1 + attempt,
+            **extra,
+        }
+        for i, s in enumerate(steps)
+        for r in ranks
     ]
 
 

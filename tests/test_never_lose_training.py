@@ -77,9 +77,7 @@ def test_every_group_killed_while_one_restarts_resumes_from_checkpoint(run_dir):
     wait_for(relaunched, 60, "group 1's relaunch")
     # Group 1's new ranks are still importing torch: nobody is left holding the job's state.
     _kill(_rank_pids(read_jsonl(events_path), 0))
-    together = lambda: [
-        m for m in _commits(read_jsonl(metrics_path)) if m["time"] > killed_at + 1 and sorted(m.get("participating_groups") or []) == [0, 1]
-    ]
+    together = lambda: [m for m in _commits(read_jsonl(metrics_path)) if m["time"] > killed_at + 1 and sorted(m.get("participating_groups") or []) == [0, 1]]
     wait_for(together, 180, "both groups back in one quorum")
     request_finish(str(run_dir), max(m["step"] for m in _commits(read_jsonl(metrics_path))) + 10)
     assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-4000:]
@@ -103,9 +101,7 @@ def test_rank_refuses_to_commit_below_the_job_step(run_dir):
         wait_for(lambda: not any(_alive(p) for p in pids), 60, "every rank to refuse and exit")
     finally:
         os.kill(proc.pid, signal.SIGCONT)
-    together = lambda: [
-        m for m in _commits(read_jsonl(metrics_path)) if m["time"] > killed_at and sorted(m.get("participating_groups") or []) == [0, 1]
-    ]
+    together = lambda: [m for m in _commits(read_jsonl(metrics_path)) if m["time"] > killed_at and sorted(m.get("participating_groups") or []) == [0, 1]]
     wait_for(together, 180, "both groups back in one quorum")
     request_finish(str(run_dir), max(m["step"] for m in _commits(read_jsonl(metrics_path))) + 5)
     assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-4000:]
@@ -204,8 +200,15 @@ def test_every_group_stuck_at_once_is_one_stall_waited_out_then_escalated(run_di
     from monarch_ft.components.fault_agent import request_collective_fault
 
     proc = start_job(
-        run_dir, *FAST, "ft.hang_timeout_s=6", "ft.timeout_s=3", "ft.stall_timeout_s=10", "checkpoint.interval=5",
-        "ft.replica_groups=1", "ft.ranks_per_group=1", "training.steps=100000",
+        run_dir,
+        *FAST,
+        "ft.hang_timeout_s=6",
+        "ft.timeout_s=3",
+        "ft.stall_timeout_s=10",
+        "checkpoint.interval=5",
+        "ft.replica_groups=1",
+        "ft.ranks_per_group=1",
+        "training.steps=100000",
     )
     layout = RunLayout(str(run_dir))
     events_path, metrics_path = run_dir / "events.jsonl", run_dir / "metrics.jsonl"

@@ -54,7 +54,14 @@ def test_two_groups_two_ranks_train_to_identical_weights(run_dir):
 
     kinds = [e["event"] for e in events]
     for kind in (
-        "job_started", "lighthouse_started", "group_launched", "rank_launched", "quorum_change", "group_finished", "lighthouse_stopped", "job_finished",
+        "job_started",
+        "lighthouse_started",
+        "group_launched",
+        "rank_launched",
+        "quorum_change",
+        "group_finished",
+        "lighthouse_stopped",
+        "job_finished",
     ):
         assert kind in kinds, kind
     assert kinds.count("group_finished") == 2
@@ -145,7 +152,7 @@ def test_resume_from_disk_checkpoint(run_dir):
     assert (run_dir / "checkpoint" / "group_0" / "step-6").is_dir()
     first = read_jsonl(run_dir / "metrics.jsonl")
     assert run_job(run_dir, *common, "training.steps=9", "checkpoint.resume=true") == 0, console(run_dir)[-3000:]
-    resumed = read_jsonl(run_dir / "metrics.jsonl")[len(first):]
+    resumed = read_jsonl(run_dir / "metrics.jsonl")[len(first) :]
     assert min(m["step"] for m in resumed) == 6 and max(m["step"] for m in resumed) == 8
     assert any(e["event"] == "checkpoint_loaded" and e["step"] == 6 for e in read_jsonl(run_dir / "events.jsonl"))
     ready = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "data_ready"]

@@ -254,6 +254,8 @@ def test_step_time_learner_skips_first_steps_and_sync_waits():
     for t in (0.3, 0.4, 0.5):
         learn.observe({**rec, "step_time_s": t})
     assert list(learn.samples) == [0.3, 0.4, 0.5]  # the window keeps the recent ones
+
+
 def test_restart_backoff_doubles_to_its_cap_then_the_budget_gives_up():
     from monarch_ft.recovery import restart_backoff
 

@@ -116,9 +116,17 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
         # A partition cuts the host off the bridge, then it comes back.
         def reach(g):
             r = subprocess.run(
-                ["ip", "netns", "exec", desc["hosts"][g]["netns"], sys.executable, "-c",
-                 f"import socket; socket.create_connection(('{bridge}', {port}), 1.0).close()"],
-                capture_output=True, timeout=20,
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    desc["hosts"][g]["netns"],
+                    sys.executable,
+                    "-c",
+                    f"import socket; socket.create_connection(('{bridge}', {port}), 1.0).close()",
+                ],
+                capture_output=True,
+                timeout=20,
             )
             return r.returncode == 0
 
@@ -168,7 +176,7 @@ def test_pretrain_2x2_on_simulated_hosts(run_dir):
     assert {(e["group"], e["host"]) for e in launched} == {(0, hosts["0"]["netns"]), (1, hosts["1"]["netns"])}
     # The ranks advertised their host (the Manager's quorum addresses are in their logs).
     log = (run_dir / "logs" / "g1r0.a0.log").read_text(errors="replace")
-    assert f"store_address: \"{hosts['0']['address']}:" in log, log[-2000:]
+    assert f'store_address: "{hosts["0"]["address"]}:' in log, log[-2000:]
     run_id = hosts["0"]["netns"][3:].split("-")[0]
     assert _left_behind(run_id) == []
 

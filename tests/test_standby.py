@@ -86,8 +86,21 @@ def test_promotion_carries_the_groups_identity_and_the_state_decision(tmp_path):
     assert p.ranks["1"]["report_path"] == layout.report(1, 1, 2)
     assert p.ranks["1"]["scratch_dir"] == layout.scratch(1, 1)
     spec = RankSpec(
-        config={}, group=5, rank=1, world_size=2, attempt=0, store_host="h", store_port=1, lighthouse_addr="l", advertise_host="h",
-        run_dir=str(tmp_path), report_path=layout.standby_report(3, 1), hold_path="", tokens_path="", promotion_path=layout.promotion(3), standby=3,
+        config={},
+        group=5,
+        rank=1,
+        world_size=2,
+        attempt=0,
+        store_host="h",
+        store_port=1,
+        lighthouse_addr="l",
+        advertise_host="h",
+        run_dir=str(tmp_path),
+        report_path=layout.standby_report(3, 1),
+        hold_path="",
+        tokens_path="",
+        promotion_path=layout.promotion(3),
+        standby=3,
     )
     mine = promoted_spec(spec, p)
     assert (mine.group, mine.attempt, mine.report_path, mine.scratch_dir) == (1, 2, layout.report(1, 1, 2), layout.scratch(1, 1))

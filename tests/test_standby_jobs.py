@@ -36,8 +36,15 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
 
     _need_netns()
     proc = start_job(
-        run_dir, *FAST, "ft.standby_groups=1", "launcher=local_hosts", "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=100000",
-        "training.state_hash_every=1", "ft.restart_backoff_s=0.2",
+        run_dir,
+        *FAST,
+        "ft.standby_groups=1",
+        "launcher=local_hosts",
+        "ft.replica_groups=2",
+        "ft.ranks_per_group=2",
+        "training.steps=100000",
+        "training.state_hash_every=1",
+        "ft.restart_backoff_s=0.2",
     )
     try:
         # 1. The standby is built after the groups are up; killed while waiting, it is lost,

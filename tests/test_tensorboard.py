@@ -13,8 +13,19 @@ from conftest import read_tensorboard_run as read_run
 
 
 def _step(step, members=(0, 1), committed=True, **extra):
-    return {"type": "step", "step": step, "committed": committed, "participating_groups": list(members), "quorum_size": len(members),
-            "loss": 5.0 - step / 10, "lr": 1e-3, "tokens_per_s": 900.0, "step_time_s": 0.2, "time": 1000.0 + step, **extra}
+    return {
+        "type": "step",
+        "step": step,
+        "committed": committed,
+        "participating_groups": list(members),
+        "quorum_size": len(members),
+        "loss": 5.0 - step / 10,
+        "lr": 1e-3,
+        "tokens_per_s": 900.0,
+        "step_time_s": 0.2,
+        "time": 1000.0 + step,
+        **extra,
+    }
 
 
 def test_survivor_marks_the_quorum_change_and_failed_commit():
@@ -75,8 +86,10 @@ def test_sink_writes_curves_and_markers_tensorboard_reads_back(tmp_path):
         assert len(scalars[tag]) == 7, tag
     assert scalars["ft/quorum_s"] == [(8, 0.009999999776482582), (9, 0.009999999776482582)]
     assert scalars["faults/restart"] == [(8, 1.0)] and scalars["faults/heal"] == [(8, 1.0)]
-    assert texts == [(8, "step 8: **restart** attempt 1: group_failed reason=exit rank=0 code=-9"),
-                     (8, "step 8: **heal** weights from replica rank 0: 0.0 MB in 0.10 s")]
+    assert texts == [
+        (8, "step 8: **restart** attempt 1: group_failed reason=exit rank=0 code=-9"),
+        (8, "step 8: **heal** weights from replica rank 0: 0.0 MB in 0.10 s"),
+    ]
 
 
 def test_only_rank_0_writes_and_a_broken_sink_never_stops_the_report(tmp_path, capsys):

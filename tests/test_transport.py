@@ -51,7 +51,8 @@ def mixed_state():
         "i32": torch.randint(-999, 999, (5,), generator=g, dtype=torch.int32),
         "i64": torch.arange(11),
         "bool": torch.rand(9, generator=g) > 0.5,
-        "u16": torch.arange(6).to(torch.uint16), "u32": torch.arange(6).to(torch.uint32),
+        "u16": torch.arange(6).to(torch.uint16),
+        "u32": torch.arange(6).to(torch.uint32),
         "f8": torch.randn(8, generator=g).to(torch.float8_e4m3fn),
         "scalar_t": torch.tensor(3.5),
         "transposed": torch.randn(6, 9, generator=g).t(),
@@ -239,7 +240,11 @@ def _group(role, port, metas=("", "")):
     return [
         subprocess.Popen(
             [sys.executable, "-c", DTENSOR_RANK, role, str(r), str(port), metas[r]],
-            stdout=subprocess.PIPE, stdin=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(), text=True,
+            stdout=subprocess.PIPE,
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=_env(),
+            text=True,
         )
         for r in range(2)
     ]
@@ -645,7 +650,5 @@ TORCHFT_HARNESS = textwrap.dedent(
 def test_torchft_transport_harness(construction):
     """Interop: torchft's own multi-recovery conformance test (3 ranks, a DTensor,
     timeouts) passes, built by default like TorchFT's transports and with a template."""
-    out = subprocess.run(
-        [sys.executable, "-c", TORCHFT_HARNESS, construction], env=_env(), capture_output=True, text=True, timeout=90
-    )
+    out = subprocess.run([sys.executable, "-c", TORCHFT_HARNESS, construction], env=_env(), capture_output=True, text=True, timeout=90)
     assert "HARNESS_OK" in out.stdout, (out.stdout + out.stderr)[-4000:]

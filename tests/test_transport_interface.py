@@ -107,7 +107,11 @@ def test_interface_choice_on_a_simulated_host():
         lighthouse = f"http://{hosts.bridge_address}:29510"  # routing needs no listener
         p = subprocess.Popen(
             ["ip", "netns", "exec", h.netns, sys.executable, "-c", IN_HOST, lighthouse, h.address],
-            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         line = p.stdout.readline()
         assert line, p.stderr.read()[-3000:] if p.poll() is not None else "no output"
@@ -155,7 +159,10 @@ def test_interface_choice_on_a_simulated_host():
 def test_bad_transport_interface_fails_with_one_line(tmp_path, overrides, expected):
     res = subprocess.run(
         [sys.executable, str(PRETRAIN), *overrides, f"hydra.run.dir={tmp_path / 'run'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=60,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     out = res.stdout + res.stderr
     assert res.returncode == 2, out

@@ -70,7 +70,8 @@ def _describe(record: dict[str, Any]) -> str:
 def restart_cause(events: list[dict[str, Any]], group: int, attempt: int) -> str:
     """The supervisor's reason for launching ``attempt`` of ``group``, from its event log."""
     causes = [
-        e for e in events
+        e
+        for e in events
         if e.get("event") in _RESTART_CAUSES and (e.get("event") != EventKind.GROUP_FAILED or (e.get("group") == group and e.get("attempt") == attempt - 1))
     ]
     return _describe(causes[-1]) if causes else "cause not in events.jsonl"

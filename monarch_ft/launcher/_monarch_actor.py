@@ -20,6 +20,7 @@ from monarch.actor import Actor, endpoint
 
 from monarch_ft.process import die_with_parent
 
+
 def _train(spec_path: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from monarch_ft.trainer import RankSpec, train

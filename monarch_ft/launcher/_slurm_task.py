@@ -55,11 +55,19 @@ def run_task(manifest_path: str) -> int:
         signal.signal(sig, lambda *_: None)
     with open(spec["log_path"], "ab") as log:
         # die_with_parent: the rank dies with this wrapper, whatever kills it.
-        child = subprocess.Popen(spec["argv"], env=_rank_env(spec), cwd=spec["cwd"], stdout=log, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
+        child = subprocess.Popen(
+            spec["argv"], env=_rank_env(spec), cwd=spec["cwd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
+        )
     host = socket.gethostname()
-    info = {"pid": child.pid, "wrapper_pid": os.getpid(), "wrapper_start": start_ticks(os.getpid()), "host": host,
-            "node": os.environ.get("SLURMD_NODENAME", host), "job_id": os.environ.get("SLURM_JOB_ID"), "procid": procid}
+    info = {
+        "pid": child.pid,
+        "wrapper_pid": os.getpid(),
+        "wrapper_start": start_ticks(os.getpid()),
+        "host": host,
+        "node": os.environ.get("SLURMD_NODENAME", host),
+        "job_id": os.environ.get("SLURM_JOB_ID"),
+        "procid": procid,
+    }
     atomic_write_json(spec["pid_path"], info)
     supervisor_alive = _supervisor_watch(manifest, host)
     while True:

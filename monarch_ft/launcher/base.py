@@ -56,9 +56,7 @@ class LauncherOptions:
 
         if isinstance(value, LauncherOptions) and not isinstance(value, cls):
             other = type(value).__module__.rsplit(".", 1)[-1]
-            raise ConfigError(
-                f"launcher.name={launcher} with launcher={other}'s options: select the launcher with launcher={launcher}, not launcher.name"
-            )
+            raise ConfigError(f"launcher.name={launcher} with launcher={other}'s options: select the launcher with launcher={launcher}, not launcher.name")
         # A dataclass carries extra keys when Hydra appended them (+launcher.options.x=...).
         given = vars(value) if isinstance(value, cls) else dict(value or {})
         known = sorted(f.name for f in dataclasses.fields(cls))
@@ -92,8 +90,7 @@ class RankProcess(ABC):
         """None while running; else the exit code, negative for a signal (as subprocess)."""
 
     @abstractmethod
-    def send_signal(self, sig: int) -> None:
-        ...
+    def send_signal(self, sig: int) -> None: ...
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

@@ -207,8 +207,7 @@ def _rank_entry_and_spec(r: RankLaunch) -> tuple[str, str]:
     if len(argv) >= 4 and argv[1:3] == ["-m", "monarch_ft.worker"]:
         return entry, argv[3]
     raise ValueError(
-        f"launcher=monarch runs ranks as actors calling train(spec); it cannot run argv {argv[:4]} "
-        "(expected [python, -m, monarch_ft.worker, SPEC.json])"
+        f"launcher=monarch runs ranks as actors calling train(spec); it cannot run argv {argv[:4]} (expected [python, -m, monarch_ft.worker, SPEC.json])"
     )
 
 
@@ -377,9 +376,7 @@ class _Group:
             t0 = time.time()
             if self.procs is not None:
                 try:
-                    self.procs.stop(f"monarch_ft: group {self.group} attempt {self.attempt} done").get(
-                        timeout=self.launcher.stop_timeout_s
-                    )
+                    self.procs.stop(f"monarch_ft: group {self.group} attempt {self.attempt} done").get(timeout=self.launcher.stop_timeout_s)
                 except Exception as e:
                     log.warning("stopping proc mesh %s: %s", self.name, e)
             left = [p for p in self.local_pids() if _alive(p)]
@@ -513,9 +510,7 @@ class MonarchLauncher(Launcher):
             from monarch_ft.launcher._monarch_actor import RankActor
 
             host = self._host_mesh(g)
-            group.procs = host.spawn_procs(
-                per_host={"procs": len(ranks)}, name=group.name, bootstrap_command=self._bootstrap(ranks, exits)
-            )
+            group.procs = host.spawn_procs(per_host={"procs": len(ranks)}, name=group.name, bootstrap_command=self._bootstrap(ranks, exits))
             group.actors = group.procs.spawn("rank", RankActor)
             group.mesh_name = group.actors._name.get(timeout=self.spawn_timeout_s)
             with _registry_lock:

@@ -78,8 +78,17 @@ class Options(LauncherOptions):
 
 
 FINAL_STATES = {
-    "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-    "DEADLINE", "OUT_OF_MEMORY", "REVOKED", "SPECIAL_EXIT",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+    "REVOKED",
+    "SPECIAL_EXIT",
 }
 # Exit code for a rank whose job ended without the rank recording one, by job state.
 _STATE_CODES = {
@@ -369,8 +378,15 @@ class SlurmLauncher(Launcher):
                     "supervisor_pid": os.getpid(),
                     "supervisor_host": _HOSTNAME,
                     "ranks": [
-                        {"rank": r.rank, "argv": r.argv, "env": r.env, "cwd": r.cwd, "log_path": r.log_path,
-                         "exit_path": r.log_path + ".exit", "pid_path": r.log_path + ".pid"}
+                        {
+                            "rank": r.rank,
+                            "argv": r.argv,
+                            "env": r.env,
+                            "cwd": r.cwd,
+                            "log_path": r.log_path,
+                            "exit_path": r.log_path + ".exit",
+                            "pid_path": r.log_path + ".pid",
+                        }
                         for r in ranks
                     ],
                 },
@@ -441,7 +457,11 @@ class SlurmLauncher(Launcher):
             try:
                 out = subprocess.run(
                     ["squeue", "--noheader", "--states=all", "-o", "%i|%T|%N", "-j", ",".join(j.job_id for j in active)],
-                    env=self.env, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+                    env=self.env,
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                    stdin=subprocess.DEVNULL,
                 )
             except (OSError, subprocess.TimeoutExpired):
                 self._snap_time = now

@@ -85,10 +85,7 @@ def run_streams(fns: List[Callable[[], None]]) -> List[Tuple[int, BaseException]
             with lock:
                 errors.append((i, e))
 
-    threads = [
-        threading.Thread(target=wrap, args=(i, fn), name=f"mft-stream-{i}", daemon=True)
-        for i, fn in enumerate(fns)
-    ]
+    threads = [threading.Thread(target=wrap, args=(i, fn), name=f"mft-stream-{i}", daemon=True) for i, fn in enumerate(fns)]
     for t in threads:
         t.start()
     for t in threads:

@@ -89,9 +89,7 @@ class TensorMeta:
     dtensor: Optional[DTensorMeta] = None
 
     def contiguous(self) -> bool:
-        return self.nbytes == _numel(self.shape) * _itemsize(self.dtype) and _is_contig(
-            self.shape, self.stride
-        )
+        return self.nbytes == _numel(self.shape) * _itemsize(self.dtype) and _is_contig(self.shape, self.stride)
 
 
 @dataclass
@@ -179,9 +177,7 @@ def _to_plain_cpu(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
-def build_header(
-    state_dict: Any, step: int, gen: int, chunk_size: int
-) -> Tuple[Header, List[torch.Tensor]]:
+def build_header(state_dict: Any, step: int, gen: int, chunk_size: int) -> Tuple[Header, List[torch.Tensor]]:
     """Flattens ``state_dict`` into a header plus one uint8 view per tensor span.
 
     The views alias the caller's CPU tensor memory (device tensors are copied to
@@ -291,9 +287,7 @@ class Deadline:
         return left
 
     def expired(self, doing: str = "") -> None:
-        raise TransferTimeoutError(
-            f"{self.what} timed out after {self.seconds:.1f}s" + (f" while {doing}" if doing else "")
-        )
+        raise TransferTimeoutError(f"{self.what} timed out after {self.seconds:.1f}s" + (f" while {doing}" if doing else ""))
 
 
 def send_msg(sock: socket.socket, obj: Any) -> None:
@@ -317,9 +311,7 @@ def recv_exact(sock: socket.socket, mv: memoryview, deadline: Optional[Deadline]
         except OSError as e:
             raise TruncatedTransferError(f"connection lost while {doing}: {e}") from e
         if r == 0:
-            raise TruncatedTransferError(
-                f"peer closed the connection while {doing} ({got} of {n} bytes received)"
-            )
+            raise TruncatedTransferError(f"peer closed the connection while {doing} ({got} of {n} bytes received)")
         got += r
 
 

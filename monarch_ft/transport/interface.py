@@ -64,10 +64,7 @@ def local_interfaces() -> Dict[str, List[str]]:
     """Interface name -> its IP addresses, as this network namespace sees them."""
     import psutil
 
-    return {
-        name: [a.address.split("%")[0] for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)]
-        for name, addrs in psutil.net_if_addrs().items()
-    }
+    return {name: [a.address.split("%")[0] for a in addrs if a.family in (socket.AF_INET, socket.AF_INET6)] for name, addrs in psutil.net_if_addrs().items()}
 
 
 def describe(interfaces: Mapping[str, Sequence[str]]) -> str:

@@ -38,8 +38,7 @@ def import_engine() -> Any:
         from mooncake.engine import TransferEngine  # type: ignore[import-not-found]
     except Exception as e:
         raise ImportError(
-            "mooncake transfer engine unavailable: pip install mooncake-transfer-engine-non-cuda "
-            f"(and apt libibverbs1 libnuma1): {type(e).__name__}: {e}"
+            f"mooncake transfer engine unavailable: pip install mooncake-transfer-engine-non-cuda (and apt libibverbs1 libnuma1): {type(e).__name__}: {e}"
         ) from e
     return TransferEngine
 
@@ -138,9 +137,7 @@ class MooncakeBackend(Backend):
                     good.add(cid)
                 elif not errs:
                     errs.append(
-                        ChecksumMismatchError(
-                            f"checksum mismatch in chunk {cid} read from {target}: got {local_crc[cid]:#010x}, sender has {rc:#010x}"
-                        )
+                        ChecksumMismatchError(f"checksum mismatch in chunk {cid} read from {target}: got {local_crc[cid]:#010x}, sender has {rc:#010x}")
                     )
         return FetchResult(good=good, errors=errs)
 

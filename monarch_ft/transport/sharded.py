@@ -277,7 +277,12 @@ class ShardedTransport(CheckpointTransport[T]):
             self._cond.notify_all()
         logger.info(
             "staged step=%d gen=%d: %d tensors, %.1f MB in %d chunks for ranks %s",
-            step, gen, len(header.tensors), header.total_bytes / 1e6, len(header.chunks), dst_ranks,
+            step,
+            gen,
+            len(header.tensors),
+            header.total_bytes / 1e6,
+            len(header.chunks),
+            dst_ranks,
         )
 
     def disallow_checkpoint(self) -> None:
@@ -307,9 +312,7 @@ class ShardedTransport(CheckpointTransport[T]):
         with self._cond:
             st = self._staged
             if not self._allowed or st is None or st.header.gen != gen:
-                raise StaleCheckpointError(
-                    f"checkpoint for step {step} is no longer served (disallowed after the step committed)"
-                )
+                raise StaleCheckpointError(f"checkpoint for step {step} is no longer served (disallowed after the step committed)")
             self._inflight += 1
         try:
             yield st
@@ -386,9 +389,7 @@ class ShardedTransport(CheckpointTransport[T]):
             # yet disallowed it and staged the new one (TorchFT's conformance test hits this
             # whenever the receiver's request overtakes the sender's disallow_checkpoint).
             # Only a newer step staged means the request can never be served: stale.
-            while not self._closed and not (
-                self._allowed and self._staged is not None and self._staged.header.step >= step
-            ):
+            while not self._closed and not (self._allowed and self._staged is not None and self._staged.header.step >= step):
                 left = end - time.monotonic()
                 if left <= 0:
                     break
@@ -520,7 +521,11 @@ class ShardedTransport(CheckpointTransport[T]):
                 dt = time.perf_counter() - t0
                 logger.info(
                     "received step=%d: %.1f MB in %.2fs (%.2f GB/s) via %s",
-                    step, h.total_bytes / 1e6, dt, h.total_bytes / max(dt, 1e-9) / 1e9, state.backend,
+                    step,
+                    h.total_bytes / 1e6,
+                    dt,
+                    h.total_bytes / max(dt, 1e-9) / 1e9,
+                    state.backend,
                 )
                 return self._assemble(state)
         if len(failures) == 1 and last is not None:
@@ -663,9 +668,7 @@ def _rebuild_dtensor(local: torch.Tensor, spec: Any, template_leaf: Any) -> torc
 
     if _is_dtensor(template_leaf):
         mesh = template_leaf.device_mesh
-        return DTensor.from_local(
-            local.to(mesh.device_type), mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride
-        )
+        return DTensor.from_local(local.to(mesh.device_type), mesh, spec.placements, run_check=False, shape=spec.shape, stride=spec.stride)
     return DTensor(local.to(spec.mesh.device_type), spec, requires_grad=False)
 
 

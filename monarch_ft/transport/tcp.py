@@ -35,6 +35,7 @@ from monarch_ft.transport.header import (
     send_msg,
 )
 
+
 def tune(sock: socket.socket) -> None:
     """Low latency for the small frame headers.
 
@@ -124,13 +125,9 @@ class TCPBackend(Backend):
                             raise StaleCheckpointError(f"{peer}: {msg}")
                         raise ProtocolError(f"{peer} failed to serve chunk {cid}: {msg}")
                     if rstep != header.step:
-                        raise StaleCheckpointError(
-                            f"stale chunk {rid} from {peer}: step {rstep}, expected step {header.step}"
-                        )
+                        raise StaleCheckpointError(f"stale chunk {rid} from {peer}: step {rstep}, expected step {header.step}")
                     if rid != cid or nbytes != header.chunk_nbytes[cid]:
-                        raise ProtocolError(
-                            f"{peer} sent chunk {rid} ({nbytes} B), expected chunk {cid} ({header.chunk_nbytes[cid]} B)"
-                        )
+                        raise ProtocolError(f"{peer} sent chunk {rid} ({nbytes} B), expected chunk {cid} ({header.chunk_nbytes[cid]} B)")
                     got = 0
                     for t_idx, off, n in header.chunks[cid]:
                         v = mvs[t_idx][off : off + n]
@@ -142,9 +139,7 @@ class TCPBackend(Backend):
                     (crc,) = CRC_TRAILER.unpack(trailer)
                     got &= 0xFFFFFFFF
                     if got != crc:
-                        raise ChecksumMismatchError(
-                            f"checksum mismatch in chunk {cid} from {peer}: got {got:#010x}, sender said {crc:#010x}"
-                        )
+                        raise ChecksumMismatchError(f"checksum mismatch in chunk {cid} from {peer}: got {got:#010x}, sender said {crc:#010x}")
                     with glock:
                         good.add(cid)
             finally:
