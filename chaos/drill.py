@@ -106,6 +106,7 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         # job's step (a group that trained on a stale state).
         "steps_lost": summary.get("steps_lost", 0),
         "step_regressions": summary.get("step_regressions", []),
+        "steps_redone": summary.get("steps_redone", []),
         "faults": analyzed,
     }
     with open(os.path.join(run_dir, "drill.json"), "w") as f:

@@ -68,6 +68,7 @@ class EventKind(StrEnum):
     JOB_ROLLBACK = "job_rollback"
     JOB_STATE_LOST = "job_state_lost"
     STEP_REGRESSION = "step_regression"
+    STEP_REDONE = "step_redone"  # a later quorum committed a step again, with other weights
     JOB_STALL = "job_stall"
     JOB_STALL_CLEARED = "job_stall_cleared"
     JOB_STALL_ESCALATED = "job_stall_escalated"

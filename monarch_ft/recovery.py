@@ -100,6 +100,32 @@ class CommitLedger:
         self._newest.clear()
 
 
+def redone_commit(seen: dict[int, tuple[int, str]], quorum_id: int, group: int, state_hash: str) -> Optional[dict]:
+    """A commit of a step another quorum committed with other weights: the step was redone.
+
+    Every member of one quorum commits a step with the same weights; two quorums commit the
+    same step only when a group trained it again from the step before. That happens when the
+    only group holding a commit dies before a healing peer joins it (TorchFT's semantics: the
+    survivor's state is the job's). The job's step does not go back, so CommitLedger sees no
+    regression, yet the dead group's update of that step is gone: a step redone. Only a
+    difference of weights proves it (a record's quorum id alone can name the next quorum,
+    configured while the step ran), so it is told from the state hashes of one rank index.
+
+    Args:
+        seen: for one step and rank index, quorum id -> (group, state hash) already committed.
+        quorum_id, group, state_hash: the new commit of that step.
+
+    Returns:
+        The earlier commit (``quorum_id``, ``group``) it contradicts, or None; ``seen`` is updated.
+    """
+    redone = None
+    for q, (g, h) in seen.items():
+        if q != quorum_id and h != state_hash and q < quorum_id:
+            redone = {"quorum_id": q, "group": g}
+    seen.setdefault(quorum_id, (group, state_hash))
+    return redone
+
+
 class OsState(StrEnum):
     """psutil's process states that matter to hang blame."""
 

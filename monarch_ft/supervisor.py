@@ -52,6 +52,7 @@ from monarch_ft.recovery import (
     find_hang,
     hang_timeout_setting,
     is_job_stall,
+    redone_commit,
     track_os_state,
     restart_backoff,
     start_gate_opens,
@@ -185,6 +186,11 @@ class Supervisor:
         self._floor_written = -1
         self.rollbacks: list[dict] = []
         self.regressions: list[dict] = []
+        # Commits of a step redone by a later quorum (recovery.redone_commit): per (step, rank
+        # index), quorum id -> (group, state hash); and what was reported once.
+        self.steps_redone: list[dict] = []
+        self._commit_hashes: dict[tuple[int, int], dict[int, tuple[int, str]]] = {}
+        self._redone_seen: set[tuple[int, int]] = set()
         # Recent committed state hashes: step -> {(group, rank): hash} (see consistent_at).
         self.step_hashes: dict[int, dict[tuple[int, int], str]] = {}
         self._stall: Optional[dict] = None
@@ -458,8 +464,17 @@ class Supervisor:
             self.events.emit(EventKind.STEP_REGRESSION, **regression)
         if rec.get("state_hash"):
             self.step_hashes.setdefault(step, {})[(g.index, rec["rank"])] = rec["state_hash"]
+            quorum = rec.get("quorum_id") or 0
+            earlier = redone_commit(self._commit_hashes.setdefault((step, rec["rank"]), {}), quorum, g.index, rec["state_hash"])
+            if earlier is not None and (step, quorum) not in self._redone_seen:
+                self._redone_seen.add((step, quorum))
+                redo = {"step": step, "group": g.index, "attempt": rec["attempt"], "quorum_id": quorum, "earlier": earlier}
+                self.steps_redone.append(redo)
+                self.events.emit(EventKind.STEP_REDONE, **redo)
             for old in [s for s in self.step_hashes if s < step - 200]:
                 del self.step_hashes[old]
+            for key in [k for k in self._commit_hashes if k[0] < step - 200]:
+                del self._commit_hashes[key]
 
     def consistent_at(self, groups: set[int], min_step: int) -> Optional[tuple[int, bool]]:
         """(step, equal) for the first step >= ``min_step`` that every rank of ``groups``
@@ -950,6 +965,12 @@ class Supervisor:
                 f"checkpoint at step {r['to_step']} ({r['reason']}: no group held the job's state)",
                 flush=True,
             )
+        for r in self.steps_redone:
+            print(
+                f"[monarch_ft] step {r['step']} was trained twice: group {r['earlier']['group']} committed it in quorum "
+                f"{r['earlier']['quorum_id']} and died before a peer held it; group {r['group']} trained it again in quorum {r['quorum_id']}",
+                flush=True,
+            )
         for r in self.regressions:
             print(
                 f"monarch_ft: error: group {r['group']} (attempt {r['attempt']}) committed step {r['step']} after the job had "
@@ -999,6 +1020,8 @@ class Supervisor:
             "steps_lost": sum(r["steps_lost"] for r in self.rollbacks),
             "rollbacks": self.rollbacks,
             "step_regressions": self.regressions,
+            # Steps committed again by a later quorum with other weights (recovery.redone_commit).
+            "steps_redone": self.steps_redone,
             "full_restarts": self._full_restarts,
             # Warm standby groups: launched, promoted, lost, and time with none ready.
             "standby": self.standby.summary(time.time()),

@@ -269,3 +269,15 @@ def test_start_gate_waits_for_every_group_or_half_the_startup_timeout():
     assert start_gate_opens(True, 0.0, 120.0)
     assert not start_gate_opens(False, 59.0, 120.0)
     assert start_gate_opens(False, 61.0, 120.0), "a group that cannot start does not hold the others"
+
+
+def test_a_step_committed_again_by_a_later_quorum_with_other_weights_was_redone():
+    from monarch_ft.recovery import redone_commit
+
+    seen: dict = {}
+    assert redone_commit(seen, 3, 0, "aaa") is None  # group 0 commits step s alone in quorum 3, then dies
+    assert redone_commit(seen, 3, 1, "aaa") is None  # a peer of the same quorum: same weights
+    assert redone_commit(seen, 4, 1, "bbb") == {"quorum_id": 3, "group": 0}  # redone from the step before
+    same: dict = {}
+    redone_commit(same, 3, 0, "aaa")
+    assert redone_commit(same, 4, 1, "aaa") is None  # a record naming the next quorum, same weights: not redone
