@@ -128,6 +128,15 @@ class RunLayout:
         """Where a standby rank reports until its promotion (then it writes the group's report)."""
         return self._p("ranks", f"{self.standby_tag(standby, rank)}.jsonl")
 
+    def next_standby_number(self) -> int:
+        """The first standby number no earlier controller of this run used: a controller that
+        attaches must not reuse a number, whose promotion file or report may already exist
+        (a new standby would take an old promotion's identity at once)."""
+        import re
+
+        used = [int(m.group(1)) for name in os.listdir(self._p("ranks")) if (m := re.match(r"sb(\d+)r\d+\.", name))] if os.path.isdir(self._p("ranks")) else []
+        return max(used, default=-1) + 1
+
     def standby_spec(self, standby: int, rank: int) -> str:
         return self._p("ranks", f"{self.standby_tag(standby, rank)}.spec.json")
 

@@ -272,10 +272,13 @@ class StandbyPool:
         first_slot: the first host/device slot a standby may use (after the groups').
         emit: the event log's emit.
         launch: ``launch(number, slot, now) -> list of RankState``.
+        first_number: the first standby number to use (RunLayout.next_standby_number: a
+            controller that attached numbers its standbys after its predecessors').
     """
 
-    def __init__(self, wanted: int, first_slot: int, emit: Callable[..., Any], launch: Callable[[int, int, float], list]) -> None:
+    def __init__(self, wanted: int, first_slot: int, emit: Callable[..., Any], launch: Callable[[int, int, float], list], first_number: int = 0) -> None:
         self.wanted = wanted
+        self.first_number = first_number
         self.first_slot = first_slot
         self._emit = emit
         self._launch = launch
@@ -307,9 +310,9 @@ class StandbyPool:
                 self.ready_s.append(now - sb.launched_at)
                 self._emit(EventKind.STANDBY_READY, standby=sb.number, slot=sb.slot, build_s=round(now - sb.launched_at, 3))
         for _ in range(standbys_to_launch(self.wanted, len(self.standbys), training_started, job_finishing, self.failed_builds)):
-            number = self.launched
+            number = self.first_number + self.launched
             self.launched += 1
-            sb = Standby(number, self.first_slot + number, [], now)
+            sb = Standby(number, self.first_slot + number - self.first_number, [], now)
             sb.ranks = self._launch(number, sb.slot, now)
             self.standbys.append(sb)
             self._emit(EventKind.STANDBY_LAUNCHED, standby=number, slot=sb.slot, niceness=STANDBY_NICENESS, pids=[rs.proc.pid for rs in sb.ranks])

@@ -212,6 +212,7 @@ class Supervisor:
             cfg.ft.replica_groups,
             self.events.emit,
             self._launch_standby,
+            first_number=self.layout.next_standby_number(),
         )
 
     # ---------------------------------------------------------------- console

@@ -215,3 +215,20 @@ def test_drill_names_the_recovery_path_of_each_fault():
     # Healed in place (no relaunch): no path.
     collective = analyze_fault({**fault, "kind": "collective"}, events[:1], metrics, False, 2, 1)
     assert collective["recovery_path"] is None
+
+
+def test_a_controller_that_attached_numbers_its_standbys_after_its_predecessors(tmp_path):
+    """A reused number would find the old standby's promotion file (and ready report) and
+    take that identity at once: numbers continue after every standby file of the run."""
+    from monarch_ft.run_layout import RunLayout
+
+    layout = RunLayout(str(tmp_path))
+    assert layout.next_standby_number() == 0  # no ranks/ folder yet
+    (tmp_path / "ranks").mkdir()
+    for name in ("g0r0.a0.jsonl", "sb0r0.jsonl", "sb2r1.spec.json"):
+        (tmp_path / "ranks" / name).write_text("")
+    assert layout.next_standby_number() == 3
+    slots = []
+    pool = StandbyPool(1, 2, lambda *a, **k: None, lambda number, slot, now: slots.append((number, slot)) or [FakeRank(1, [])], first_number=3)
+    pool.tick(1.0, training_started=True, job_finishing=False)
+    assert slots == [(3, 2)] and pool.standbys[0].number == 3  # number 3, on the first standby slot
