@@ -89,8 +89,9 @@ def analyze_fault(
         times["survivors_stepping"] = m and m["time"]
 
     new_attempt = fault["attempt"] + 1
+    was_relaunched = any(e["event"] == "group_launched" and e["group"] == g and e["attempt"] >= new_attempt for e in ev)
     # A network fault that ended in a restart: phases as for a restart from then on.
-    relaunched = network and any(e["event"] == "group_launched" and e["group"] == g and e["attempt"] >= new_attempt for e in ev)
+    relaunched = network and was_relaunched
     if restart or relaunched:
         first_ready: dict[int, float] = {}
         for e in ev:
@@ -179,21 +180,17 @@ def analyze_fault(
         if (x["group"] == g and x["attempt"] == fault["attempt"] and x["tail"]) or t0 <= x["time"] <= window_end
     ]
     recovered_from = _first(healed, lambda e: True)
-    # How the replacement came up (events.RecoveryPath): the relaunch's own event; else the
-    # first one after the fault, or cold_start for a relaunch without one (outcome.recovery_path).
-    path = _first(ev, lambda e: e["event"] == "recovery_path" and e["group"] == g and e["attempt"] == new_attempt)
     # Committed steps the job itself gave up while this fault lasted (a rollback to a
     # checkpoint because no group held its state): zero is the point of live recovery.
     rollbacks = [e for e in ev if e["event"] == "job_rollback"]
     failed = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
-    was_relaunched = any(e["event"] == "group_launched" and e["group"] == g and e["attempt"] >= new_attempt for e in ev)
     return {
         **{k: fault[k] for k in ("id", "kind", "target", "rank", "at_step", "injected_at")},
         "mode": fault.get("mode"),
         "injected": True,
         "injected_step": fault["step"],
         # How the group came back (monarch_ft.events.RecoveryPath; None: no relaunch, in place).
-        "recovery_path": path["path"] if path else recovery_path(ev, g, t0, until, was_relaunched),
+        "recovery_path": recovery_path(ev, g, t0, until, was_relaunched),
         # A hang verdict: which rank was blamed and why, and the stacks captured then.
         "blamed_rank": failed.get("rank") if failed and failed.get("reason") == "hung" else None,
         "blame": failed.get("blame") if failed else None,
