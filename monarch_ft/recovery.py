@@ -116,14 +116,16 @@ def redone_commit(seen: dict[int, tuple[int, str]], quorum_id: int, group: int, 
         quorum_id, group, state_hash: the new commit of that step.
 
     Returns:
-        The earlier commit (``quorum_id``, ``group``) it contradicts, or None; ``seen`` is updated.
+        The other quorum's commit (``quorum_id``, ``group``) it contradicts, or None; ``seen``
+        is updated. Records are read in any order (one report file after another), so the
+        other commit may be the later one: the caller tells which by the quorum ids.
     """
-    redone = None
+    other = None
     for q, (g, h) in seen.items():
-        if q != quorum_id and h != state_hash and q < quorum_id:
-            redone = {"quorum_id": q, "group": g}
+        if q != quorum_id and h != state_hash:
+            other = {"quorum_id": q, "group": g}
     seen.setdefault(quorum_id, (group, state_hash))
-    return redone
+    return other
 
 
 class OsState(StrEnum):

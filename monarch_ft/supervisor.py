@@ -466,10 +466,12 @@ class Supervisor:
         if rec.get("state_hash"):
             self.step_hashes.setdefault(step, {})[(g.index, rec["rank"])] = rec["state_hash"]
             quorum = rec.get("quorum_id") or 0
-            earlier = redone_commit(self._commit_hashes.setdefault((step, rec["rank"]), {}), quorum, g.index, rec["state_hash"])
-            if earlier is not None and (step, quorum) not in self._redone_seen:
-                self._redone_seen.add((step, quorum))
-                redo = {"step": step, "group": g.index, "attempt": rec["attempt"], "quorum_id": quorum, "earlier": earlier}
+            other = redone_commit(self._commit_hashes.setdefault((step, rec["rank"]), {}), quorum, g.index, rec["state_hash"])
+            this = {"quorum_id": quorum, "group": g.index}
+            earlier, later = sorted((this, other), key=lambda c: c["quorum_id"]) if other is not None else (None, None)
+            if later is not None and (step, later["quorum_id"]) not in self._redone_seen:
+                self._redone_seen.add((step, later["quorum_id"]))
+                redo = {"step": step, "group": later["group"], "quorum_id": later["quorum_id"], "earlier": earlier}
                 self.steps_redone.append(redo)
                 self.events.emit(EventKind.STEP_REDONE, **redo)
             for old in [s for s in self.step_hashes if s < step - 200]:

@@ -281,3 +281,11 @@ def test_a_step_committed_again_by_a_later_quorum_with_other_weights_was_redone(
     same: dict = {}
     redone_commit(same, 3, 0, "aaa")
     assert redone_commit(same, 4, 1, "aaa") is None  # a record naming the next quorum, same weights: not redone
+
+
+def test_a_redone_step_is_told_whichever_commit_is_read_first():
+    from monarch_ft.recovery import redone_commit
+
+    seen: dict = {}
+    assert redone_commit(seen, 4, 1, "bbb") is None  # the later quorum's report read first
+    assert redone_commit(seen, 3, 0, "aaa") == {"quorum_id": 4, "group": 1}  # the caller orders them by quorum id
