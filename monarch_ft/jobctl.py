@@ -172,18 +172,20 @@ def format_status(v: JobStatusView) -> str:
     return "\n".join(lines)
 
 
-def _live_ranks(state: dict) -> dict[str, ProcessIdentity]:
+def _live_ranks(state: dict) -> dict[str, tuple[ProcessIdentity, str]]:
+    """Label (``g<G>r<R>``) -> (identity, log file) of every recorded rank that still runs."""
     out = {}
     for g in state.get("groups", []):
         for r in g.get("ranks", []):
             ident = ProcessIdentity(r["pid"], r["start"]) if r.get("pid") else None
             if ident is not None and ident.alive():
-                out[f"g{g['index']}r{r['launch']['rank']}"] = ident
+                out[f"g{g['index']}r{r['launch']['rank']}"] = (ident, r["launch"].get("log_path", ""))
     return out
 
 
 def job_stacks(run_dir: str, group: Optional[int] = None) -> dict[str, str]:
-    """Every live rank's Python stacks (py-spy, monarch_ft.stacks) into stacks/cli-<ms>/; label -> file."""
+    """Every live rank's Python stacks (py-spy; the rank's faulthandler, copied from its log,
+    where py-spy cannot read it: monarch_ft.stacks) into ``stacks/cli-<ms>/``; label -> file."""
     from monarch_ft.stacks import capture_stacks
 
     layout, state = open_run(run_dir)
@@ -195,7 +197,9 @@ def job_stacks(run_dir: str, group: Optional[int] = None) -> dict[str, str]:
         ranks = {k: v for k, v in ranks.items() if k.startswith(f"g{group}r")}
     if not ranks:
         raise ConfigError(f"{run_dir}: no live rank{' in group ' + str(group) if group is not None else ''}: the job is not running")
-    return capture_stacks({k: v.pid for k, v in ranks.items()}, layout.stacks_request(int(time.time() * 1000)))
+    pids = {label: ident.pid for label, (ident, _) in ranks.items()}
+    logs = {label: log for label, (_, log) in ranks.items() if log}
+    return capture_stacks(pids, layout.stacks_capture("cli", time.time()), logs=logs)
 
 
 def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:

@@ -191,10 +191,6 @@ class RunLayout:
         """A drill's request to its watchdog: SIGKILL the controller, attach a new one later."""
         return self._p("control", "kill_controller.json")
 
-    def stacks_request(self, stamp: int) -> str:
-        """Where ``python -m monarch_ft stacks`` writes one capture."""
-        return self._p("stacks", f"cli-{stamp}")
-
     def start_gate(self, generation: int) -> str:
         """Shared gate of a launch generation: the first launch (0) and each full restart."""
         return self._p("control", f"start.{generation}" if generation else "start")

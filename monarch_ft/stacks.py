@@ -8,8 +8,9 @@ GIL, so it also answers a rank that sleeps holding it, but not a stopped one. Th
 fallback copies what the rank wrote into the stacks file when the rank's log is known.
 
 :func:`capture_stacks` is the one entry point (the supervisor's hang and stall
-verdicts, :meth:`Supervisor.capture_stacks` on demand, tools outside the job);
-:func:`live_rank_pids` finds a running job's ranks from its ``events.jsonl``.
+verdicts, :meth:`Supervisor.capture_stacks` on demand, and ``python -m monarch_ft stacks``
+from outside the job: :func:`monarch_ft.jobctl.job_stacks`, which finds the live ranks by
+the pid and start time the controller recorded).
 """
 
 from __future__ import annotations
@@ -118,48 +119,3 @@ def capture_stacks(pids: dict[str, int], folder: str, timeout_s: float = 10.0, l
     for t in threads:
         t.join(timeout_s + 2)
     return paths
-
-
-def live_rank_pids(run_dir: str) -> dict[str, int]:
-    """The ranks of the job running in ``run_dir`` that are alive now (label -> pid), from its
-    ``events.jsonl``: each rank's newest launch, not followed by its exit, whose process still
-    runs. For capturing a running job's stacks from outside the supervisor."""
-    import psutil
-
-    from monarch_ft.run_layout import RunLayout, read_jsonl
-
-    newest: dict[tuple[int, int], dict] = {}
-    exited: set[tuple[int, int, int]] = set()
-    for e in read_jsonl(RunLayout(run_dir).events):
-        if e.get("event") == "rank_launched" and e.get("pid"):
-            key = (e["group"], e["rank"])
-            if key not in newest or e["attempt"] >= newest[key]["attempt"]:
-                newest[key] = e
-        elif e.get("event") == "rank_exited":
-            exited.add((e["group"], e["rank"], e["attempt"]))
-    out = {}
-    for (group, rank), e in sorted(newest.items()):
-        if (group, rank, e["attempt"]) in exited:
-            continue
-        try:
-            if psutil.Process(e["pid"]).status() != psutil.STATUS_ZOMBIE:
-                out[f"g{group}r{rank}"] = e["pid"]
-        except psutil.Error:
-            continue
-    return out
-
-
-def capture_job_stacks(run_dir: str, tag: str = "on-demand") -> dict[str, str]:
-    """Every live rank's stacks of the job in ``run_dir``, into its ``stacks/<tag>-<ms>/``; label -> file."""
-    from monarch_ft.run_layout import RunLayout
-
-    layout = RunLayout(run_dir)
-    pids = live_rank_pids(run_dir)
-    attempts = {}
-    from monarch_ft.run_layout import read_jsonl
-
-    for e in read_jsonl(layout.events):
-        if e.get("event") == "rank_launched":
-            attempts[f"g{e['group']}r{e['rank']}"] = (e["group"], e["rank"], e["attempt"])
-    logs = {label: layout.log(*attempts[label]) for label in pids if label in attempts}
-    return capture_stacks(pids, layout.stacks_capture(tag, time.time()), logs=logs)
