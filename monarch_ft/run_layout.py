@@ -49,6 +49,18 @@ def read_json(path: str, default: Any = None) -> Any:
     return json.loads(text) if text.strip() else default
 
 
+def read_int(path: str, default: int = 0) -> int:
+    """The one integer a control file holds (a step, an epoch), or ``default`` while it is
+    missing or empty. Control files are written whole (:func:`atomic_write`), so a reader
+    never sees half a number; anything else in one is a bug, raised as ValueError."""
+    try:
+        with open(path) as f:
+            text = f.read().strip()
+    except FileNotFoundError:
+        return default
+    return int(text) if text else default
+
+
 def read_jsonl(path: str) -> list[dict[str, Any]]:
     """Every complete JSON line of ``path`` (a torn last line of a writer that died is skipped)."""
     from monarch_ft.components.metrics import ReportTail

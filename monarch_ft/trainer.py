@@ -44,7 +44,7 @@ from monarch_ft.data import TokenBatches
 from monarch_ft.devices import cross_group_backend, cuda_index, device_type, set_nccl_hostid
 from monarch_ft.launcher.base import RankExit
 from monarch_ft.recovery import Phase, StateSource
-from monarch_ft.run_layout import RunLayout, read_json
+from monarch_ft.run_layout import RunLayout, read_int, read_json
 
 
 @dataclass
@@ -109,11 +109,8 @@ class StopAt:
         self._value = steps
 
     def steps(self) -> int:
-        if self._value == self.default and os.path.exists(self.path):
-            with open(self.path) as f:
-                text = f.read().strip()
-            if text:
-                self._value = min(self.default, int(text))
+        if self._value == self.default:
+            self._value = min(self.default, read_int(self.path, self.default))
         return self._value
 
 

@@ -23,6 +23,7 @@ from torchft.checkpointing import CheckpointTransport
 
 from monarch_ft.components.lighthouse_epoch import EpochQuorumClient, LighthouseEpoch
 from monarch_ft.config import FTConfig
+from monarch_ft.run_layout import read_int
 
 logger: logging.Logger = logging.getLogger(__name__)
 
@@ -94,12 +95,7 @@ class CommitFloor:
         self.refusals = 0  # consecutive refused commits
 
     def job_step(self) -> int:
-        try:
-            with open(self.path) as f:
-                text = f.read().strip()
-        except FileNotFoundError:
-            return 0
-        return int(text) if text else 0
+        return read_int(self.path)
 
     def allows(self, step: int) -> tuple[bool, int]:
         """Whether committing ``step`` (leaving the rank at ``step + 1``) keeps up with the job.

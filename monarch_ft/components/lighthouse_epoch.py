@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from monarch_ft.run_layout import read_int
+
 EPOCH_STRIDE = 1_000_000
 
 
@@ -37,12 +39,7 @@ class LighthouseEpoch:
         self.path = path
 
     def current(self) -> int:
-        try:
-            with open(self.path) as f:
-                text = f.read().strip()
-        except OSError:
-            return 0
-        return int(text) if text.isdigit() else 0
+        return read_int(self.path)
 
     def changed_since(self, epoch: int) -> bool:
         return self.current() != epoch
