@@ -23,6 +23,26 @@ def _run(tmp_path, *overrides, timeout=60):
     return res.returncode, res.stdout + res.stderr
 
 
+def _refusal(tmp_path, overrides: str) -> str:
+    """The ConfigError the recipes' supervisor raises for ``overrides``, in this process: the
+    message ``cli.run_job`` prints as its one ``monarch_ft: error:`` line before it exits 2
+    (that path, end to end through a recipe, is tested by the subprocess tests here)."""
+    from hydra import compose, initialize_config_dir
+
+    from monarch_ft.cli import CONFIG_DIR, to_job_config
+    from monarch_ft.config import ConfigError
+    from monarch_ft.supervisor import Supervisor
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="refusal"):
+        cfg = compose(config_name="pretrain", overrides=overrides.split())
+    run = tmp_path / "run"
+    with pytest.raises(ConfigError) as e:
+        Supervisor(to_job_config(cfg), str(run))
+    assert not (run / "events.jsonl").exists() and not (run / "logs").exists(), "nothing may be launched"
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
 def _assert_one_error_line(code: int, out: str, expected: str) -> None:
     assert code == 2, out
     errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
@@ -38,7 +58,6 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
         ("ft.transport=pg", "ft.transport=pg: TorchFT's PGTransport"),
         ("training.steps=0", "training.steps=0: must be >= 1"),
         ("ft.replica_groups=64", "exceed what this machine can run"),
-        ("ft.lighthouse_addr=http://127.0.0.1:9", "cannot reach the Lighthouse at http://127.0.0.1:9"),
         ("launcher.name=carrier_pigeon", "launcher='carrier_pigeon': choose one of"),
         ("training.device=tpu", "training.device='tpu': choose one of auto, cpu, cuda"),
         ("ft.cross_group_backend=mpi", "ft.cross_group_backend='mpi': choose one of auto, nccl, gloo"),
@@ -51,8 +70,23 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):
+    assert expected in _refusal(tmp_path, override)
+
+
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        # Judged when the Lighthouse is reached, after the checks above.
+        ("ft.lighthouse_addr=http://127.0.0.1:9", "cannot reach the Lighthouse at http://127.0.0.1:9"),
+        # A check of the supervisor's constructor (above), end to end through the recipe.
+        ("model.flavor=nonsense", "model.flavor='nonsense' is not a llama3 flavor: choose one of 405B, 70B, 8B"),
+    ],
+)
+def test_bad_values_through_the_recipe_are_one_line_and_exit_2(tmp_path, override, expected):
     code, out = _run(tmp_path, *override.split())
     _assert_one_error_line(code, out, expected)
+    assert "Traceback" not in out
+    assert not list(tmp_path.glob("run/logs/g*")), "no rank may be launched"
 
 
 @pytest.mark.skipif(bool(glob.glob("/dev/nvidia*")), reason="this machine may have a GPU")
@@ -161,11 +195,8 @@ def test_validate_accepts_defaults():
     ],
 )
 def test_wrong_model_or_launcher_option_fails_before_launch(tmp_path, overrides, expected):
-    """Checked on the controller before anything starts: one line, exit 2, no rank, no Lighthouse."""
-    code, out = _run(tmp_path, *overrides.split())
-    _assert_one_error_line(code, out, expected)
-    assert "Traceback" not in out
-    assert not (tmp_path / "run" / "events.jsonl").exists() and not (tmp_path / "run" / "logs").exists(), "nothing may be launched"
+    """Checked on the controller before anything starts: one line, no rank, no Lighthouse."""
+    assert expected in _refusal(tmp_path, overrides)
 
 
 def test_wrong_flavor_refused_by_the_drill_recipe(tmp_path):
