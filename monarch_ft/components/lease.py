@@ -22,6 +22,8 @@ import os
 import time
 from typing import Callable, Optional
 
+from monarch_ft.run_layout import read_int
+
 # Steps past the one a rank is at when it notices: every group, at most a step apart in
 # a quorum, reads the file before it gets there.
 FINISH_MARGIN = 2
@@ -104,9 +106,7 @@ def finish_at(stop_at_path: str, step: int) -> int:
     try:
         os.link(tmp, stop_at_path)
     except FileExistsError:
-        with open(stop_at_path) as f:
-            text = f.read().strip()
-        target = int(text) if text else target
+        target = read_int(stop_at_path, target)
     finally:
         os.remove(tmp)
     return target
