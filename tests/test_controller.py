@@ -99,6 +99,7 @@ def test_drill_injector_state_survives_its_controller(tmp_path):
     injector continues from the saved state (the same fault in progress, the same draws)."""
     from chaos.config import FaultConfig
     from chaos.injector import ChaosInjector
+    from chaos.outcome import NotInjected
 
     faults = [FaultConfig(kind="controller", at_step=5), FaultConfig(kind="process_kill", at_step=9)]
     path = str(tmp_path / "chaos_injector.json")
@@ -107,12 +108,14 @@ def test_drill_injector_state_survives_its_controller(tmp_path):
     first.active = {"id": 0, "kind": "controller", "target": 1, "injected_at": 12.5, "attempt": 0, "step": 5, "members": [0, 1]}
     first.injected.append(first.active)
     first.next_index = 1
+    first._hold(None, NotInjected.PREVIOUS_NOT_RECOVERED, previous=0)  # why fault 1 waits
     first._save()
     second = ChaosInjector(faults, seed=3, allow_last_healthy=False, recovery_timeout_s=60, state_path=path)
     second.restore()
     assert second.started == first.started and second.next_index == 1
     assert second.active == first.active and second.active is second.injected[-1]
     assert second.rng.random() == first.rng.random()
+    assert second.blocked == {1: {"reason": NotInjected.PREVIOUS_NOT_RECOVERED.value, "previous": 0}}, second.blocked
 
 
 def test_mttr_of_control_plane_faults():
