@@ -326,7 +326,8 @@ class Controller:
     def identity(self, proc: RankProcess) -> Optional[ProcessIdentity]:
         """The rank's identity, read once (at its first save, right after launch)."""
         key = id(proc)
-        if key not in self._identities:
+        if self._identities.get(key) is None:
+            # Not known yet is asked again: a Slurm rank's pid is known once its job runs.
             ident = getattr(proc, "identity", None)
             self._identities[key] = ident if isinstance(ident, ProcessIdentity) else ProcessIdentity.of(proc.pid)
         return self._identities[key]
@@ -345,6 +346,7 @@ class Controller:
             "tokens_path": sup._tokens_path,
             "lighthouse": {"address": lh.address, "epoch": sup.lighthouse_epoch, **lh.identity()},
             "launcher": sup.launcher.describe(),
+            "launcher_handles": sup.launcher.handles(),
             "job_step": sup.ledger.job_step,
             "ledger": {str(q): s for q, s in sup.ledger._newest.items()},
             "full_restarts": sup._full_restarts,
@@ -397,6 +399,7 @@ class Controller:
         sup.rollbacks, sup.regressions = list(state.get("rollbacks", [])), list(state.get("regressions", []))
         sup.step_hashes = {int(s): {(g, r): h for g, r, h in v} for s, v in state.get("step_hashes", {}).items()}
         sup.first_step_time = state.get("first_step_time")
+        sup.launcher.restore_handles(state.get("launcher_handles") or {})
         lost = sup.events.emit(EventKind.CONTROLLER_LOST, time=last_beat, pid=state.get("controller_pid"), job_step=sup.ledger.job_step)
         decisions: dict[int, str] = {}
         failed = []
@@ -412,7 +415,8 @@ class Controller:
                 launch = RankLaunch(env={}, extra={}, **r["launch"])
                 ident = ProcessIdentity(r["pid"], r["start"]) if r["pid"] else None
                 report = self.layout.report(launch.group, launch.rank, launch.attempt)
-                proc = sup.launcher.adopt(launch, ident, report) if ident else AdoptedProcess(launch, ProcessIdentity(0, None), report)
+                # By the launcher's own handle (a Slurm job id), else by pid and start time.
+                proc = sup.launcher.adopt(launch, ident or ProcessIdentity(0, None), report)
                 tail = ReportTail(report)
                 tail.seek(r["report_offset"])
                 rs = RankState(proc, tail, last_progress=now)
@@ -421,8 +425,10 @@ class Controller:
                 # Silence and phase clocks restart now: the time unwatched is not the rank's.
                 rs.phase_seen = now
                 g.ranks.append(rs)
-                alive.append(ident is not None and ident.alive())
-                exited.append(r["exited"])
+                # A rank that ended while unsupervised: with 0 it finished (not a failure).
+                code = proc.poll() if r["exited"] is None else r["exited"]
+                alive.append(code is None)
+                exited.append(code)
             action = decide_attach(g.status, alive, exited)
             decisions[g.index] = action.value
             if action is AttachAction.FAIL:
