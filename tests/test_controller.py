@@ -152,3 +152,26 @@ def test_a_zombie_is_not_alive():
         time.sleep(0.05)
     assert ident is not None and not ident.alive()  # not reaped yet: a zombie
     child.wait()
+
+
+def test_records_relayed_before_a_kill_are_relayed_once(tmp_path):
+    """A controller killed between relaying a tick's records and saving its report offsets:
+    the next one reads from the saved offset but drops what it finds already relayed."""
+    import json
+
+    from monarch_ft.controller import ResumedTail, relayed_records
+
+    report, metrics = tmp_path / "g0r0.a0.jsonl", tmp_path / "metrics.jsonl"
+    recs = [{"type": "step", "group": 0, "rank": 0, "pid": 7, "step": s, "committed": True, "time": 100.0 + s} for s in range(4)]
+    recs.insert(2, {"type": "event", "event": "checkpoint_saved", "group": 0, "rank": 0, "pid": 7, "time": 101.5})
+    report.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    saved = len(json.dumps(recs[0])) + 1  # the last saved offset: after the first record
+    # Relayed after that save (then the kill): steps 1 (metrics.jsonl) and the event (events.jsonl).
+    metrics.write_text(json.dumps(recs[0]) + "\n" + json.dumps(recs[1]) + "\n")
+    events = [{"time": 101.5, "event": "checkpoint_saved", "group": 0, "rank": 0, "pid": 7}, {"time": 99.0, "event": "job_started"}]
+    tail = ResumedTail(str(report), relayed_records(events, str(metrics)))
+    tail.seek(saved)
+    assert [(r["type"], r.get("step")) for r in tail.read()] == [("step", 2), ("step", 3)]
+    with open(report, "a") as f:  # later records are never dropped, whatever their time
+        f.write(json.dumps({**recs[1], "time": 200.0}) + "\n")
+    assert [r["time"] for r in tail.read()] == [200.0]
