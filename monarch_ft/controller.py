@@ -490,6 +490,8 @@ class Controller:
         state, _, _ = self._restore(now)
         self._lost(state, now)
         self.ended_by = reason
+        # Its address for the record; the guard (this process's caller) is not adopted: nothing to stop.
+        self.sup.lighthouse.adopt(state.get("lighthouse", {}).get("address", ""), None, None, None, None)
         for g in sup.groups:
             if not g.ranks:
                 continue

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from monarch_ft.components.lease import heartbeat_time
 from monarch_ft.config import ConfigError
 from monarch_ft.controller import ProcessIdentity, controller_attached
-from monarch_ft.events import EventKind, RecoveryPath
+from monarch_ft.events import EventKind, JobStatus, RecoveryPath
 from monarch_ft.run_layout import RunLayout, read_json, read_jsonl
 
 # Fault events a status lists (injected by a drill, or seen by the supervisor).
@@ -180,6 +180,8 @@ def format_status(v: JobStatusView) -> str:
         lines.append("last faults:")
         for f in v.faults:
             mttr = f"mttr {f['mttr_s']:.1f}s" if f["mttr_s"] is not None else "not recovered yet"
+            if f["event"] == EventKind.CONTROLLER_LOST and f["mttr_s"] is None and v.status == JobStatus.LEASE_EXPIRED:
+                mttr = "no controller came back: the lease ended the job"
             when = time.strftime("%H:%M:%S", time.localtime(f["time"]))
             group = f" group {f['group']}" if f["group"] is not None else ""
             lines.append(f"  {when} {f['event']} {f['what']}{group}: {mttr}")

@@ -180,9 +180,10 @@ def test_controller_sigkilled_then_attached_readopts_slurm_jobs_by_id(cluster, r
     proc = start_job(run_dir, *overrides)
     metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
     try:
-        wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 120, "group 1 to step")
+        wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 180, "group 1 to step")
     except AssertionError:
-        proc.kill()
+        proc.terminate()  # the whole job stops with it (a SIGKILL would leave the job running)
+        proc.wait(60)
         raise AssertionError(console(run_dir)[-3000:])
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
