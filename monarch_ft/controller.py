@@ -523,7 +523,8 @@ class Controller:
             back = next((x for x in events[i + 1 :] if x["event"] == EventKind.CONTROLLER_ATTACHED), None)
             until = back["time"] if back else time.time()
             ended_by = "controller_attached" if back else self.ended_by
-            spans.append({"from": e["time"], "until": until, "seconds": round(until - e["time"], 3), "ended_by": ended_by})
+            seconds = back["unsupervised_s"] if back and "unsupervised_s" in back else round(until - e["time"], 3)
+            spans.append({"from": e["time"], "until": until, "seconds": seconds, "ended_by": ended_by})
         if spans:
             steps = committed_steps(self.layout.metrics, [(s["from"], s["until"]) for s in spans])
             for span, n in zip(spans, steps):
