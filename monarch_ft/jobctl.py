@@ -239,5 +239,5 @@ def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
             echo("the job has stopped")
             return 0
         time.sleep(0.5)
-    echo(f"still running after {timeout_s:.0f}s: {', '.join(sorted(left)) or 'the controller'}")
+    echo(f"still running after {timeout_s:.0f}s: {', '.join(sorted(left)) or ('the controller' if pid else 'the close-out (summary.json)')}")
     return len(left) or 1
