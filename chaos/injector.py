@@ -90,6 +90,9 @@ class ChaosInjector:
                 "injected": self.injected,
                 "finish_requested": self._finish_requested,
                 "rng": repr(self.rng.getstate()),
+                # Why a fault was held back: a reattached drill reports a fault that never
+                # fired with the reason its first controller saw, not "queued".
+                "blocked": {str(i): b for i, b in self.blocked.items()},
             }
             atomic_write_json(self.state_path, state)
 
@@ -106,11 +109,15 @@ class ChaosInjector:
         # The same dict as the last of injected (JSON made two copies).
         self.active = next((f for f in self.injected if active and f["id"] == active["id"]), None)
         self.rng.setstate(ast.literal_eval(state["rng"]))
+        self.blocked = {int(i): b for i, b in state.get("blocked", {}).items()}
 
     def tick(self, job: JobControl, now: float) -> None:
-        before = (self.next_index, self.active is None, self._finish_requested)
+        def progress() -> tuple:
+            return (self.next_index, self.active is None, self._finish_requested, self.blocked.get(self.next_index))
+
+        before = progress()
         self._tick(job, now)
-        if (self.next_index, self.active is None, self._finish_requested) != before:
+        if progress() != before:
             self._save()
 
     def _hold(self, job: JobControl, reason, **context) -> None:

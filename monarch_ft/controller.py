@@ -8,7 +8,8 @@ process dies (a laptop sleeps, an OOM, a SIGKILL), the job must not die with it.
   needs: the job's config, every live rank's pid *and* process start time, report-file
   offsets consumed, restart counts, the job's committed step, ...) atomically on every
   tick where something changed, so a SIGKILL at any instant leaves a state a new
-  controller can take over. At most the records of one watch tick are relayed twice.
+  controller can take over. Records a killed controller relayed after its last save are
+  read again by the next one and dropped (:class:`ResumedTail`): each is relayed once.
 - ``controller.attach=true`` takes the job over (:meth:`Controller.take_over`): every
   recorded rank is checked to be the *same process* (pid and start time: a reused pid is
   a different process), live groups are re-adopted as they are, a group with a rank gone
@@ -43,7 +44,8 @@ from typing import TYPE_CHECKING, Any, Optional
 from monarch_ft.components.lease import finish_at, heartbeat_time, lease_expired  # noqa: F401 (re-exported: pure lease decisions)
 from monarch_ft.config import ConfigError
 from monarch_ft.events import EventKind, GroupStatus, JobStatus, StrEnum
-from monarch_ft.launcher.base import RankLaunch, RankProcess
+from monarch_ft.components.metrics import ReportTail
+from monarch_ft.launcher.base import RankLaunch, RankProcess, describe_exit
 from monarch_ft.process import is_zombie, start_ticks
 from monarch_ft.run_layout import RunLayout, atomic_write, read_json, read_jsonl
 
@@ -238,6 +240,8 @@ class Controller:
         self._stop_seen = False
         self._beat_stop = threading.Event()
         self._beat_thread: Optional[threading.Thread] = None
+        # Why the job ended with no controller (close_out), or None.
+        self.ended_by: Optional[str] = None
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> None:
@@ -326,7 +330,8 @@ class Controller:
     def identity(self, proc: RankProcess) -> Optional[ProcessIdentity]:
         """The rank's identity, read once (at its first save, right after launch)."""
         key = id(proc)
-        if key not in self._identities:
+        if self._identities.get(key) is None:
+            # Not known yet is asked again: a Slurm rank's pid is known once its job runs.
             ident = getattr(proc, "identity", None)
             self._identities[key] = ident if isinstance(ident, ProcessIdentity) else ProcessIdentity.of(proc.pid)
         return self._identities[key]
@@ -345,6 +350,7 @@ class Controller:
             "tokens_path": sup._tokens_path,
             "lighthouse": {"address": lh.address, "epoch": sup.lighthouse_epoch, **lh.identity()},
             "launcher": sup.launcher.describe(),
+            "launcher_handles": sup.launcher.handles(),
             "job_step": sup.ledger.job_step,
             "ledger": {str(q): s for q, s in sup.ledger._newest.items()},
             "full_restarts": sup._full_restarts,
@@ -353,6 +359,7 @@ class Controller:
             "transport_owner": [[k, v] for k, v in sup._transport_owner.items()],
             "last_commit": {str(g): r for g, r in sup.last_commit.items()},
             "rollbacks": sup.rollbacks,
+            "steps_redone": sup.steps_redone,
             "regressions": sup.regressions,
             "step_hashes": {str(s): [[g, r, h] for (g, r), h in v.items()] for s, v in sorted(sup.step_hashes.items())[-20:]},
             "first_step_time": sup.first_step_time,
@@ -376,15 +383,16 @@ class Controller:
             self._last_saved = text
 
     # ------------------------------------------------------------ takeover
-    def take_over(self, now: float) -> None:
-        """Rebuild the supervisor's view from ``controller.json`` and the live processes."""
-        from monarch_ft.components.metrics import ReportTail
+    def _restore(self, now: float) -> tuple[dict, dict[int, str], list]:
+        """Rebuild the supervisor's view from ``controller.json`` and the live processes (no
+        event, no action yet). Returns the state, each group's :class:`AttachAction`, and the
+        groups to fail with their lost ranks."""
         from monarch_ft.supervisor import RankState
 
         sup = self.sup
         state = read_json(self.layout.controller_state)
-        last_beat = heartbeat_time(self.layout.controller_heartbeat) or now
         sup.events.events = read_jsonl(self.layout.events)
+        relayed = relayed_records(sup.events.events, self.layout.metrics)
         sup._started = state.get("started") or now
         sup._tokens_path = state.get("tokens_path") or ""
         sup.ledger.job_step = int(state.get("job_step", 0))
@@ -395,9 +403,10 @@ class Controller:
         sup._transport_owner = {k: tuple(v) for k, v in state.get("transport_owner", [])}
         sup.last_commit = {int(g): r for g, r in state.get("last_commit", {}).items()}
         sup.rollbacks, sup.regressions = list(state.get("rollbacks", [])), list(state.get("regressions", []))
+        sup.steps_redone = list(state.get("steps_redone", []))
         sup.step_hashes = {int(s): {(g, r): h for g, r, h in v} for s, v in state.get("step_hashes", {}).items()}
         sup.first_step_time = state.get("first_step_time")
-        lost = sup.events.emit(EventKind.CONTROLLER_LOST, time=last_beat, pid=state.get("controller_pid"), job_step=sup.ledger.job_step)
+        sup.launcher.restore_handles(state.get("launcher_handles") or {})
         decisions: dict[int, str] = {}
         failed = []
         for rec in state.get("groups", []):
@@ -412,8 +421,9 @@ class Controller:
                 launch = RankLaunch(env={}, extra={}, **r["launch"])
                 ident = ProcessIdentity(r["pid"], r["start"]) if r["pid"] else None
                 report = self.layout.report(launch.group, launch.rank, launch.attempt)
-                proc = sup.launcher.adopt(launch, ident, report) if ident else AdoptedProcess(launch, ProcessIdentity(0, None), report)
-                tail = ReportTail(report)
+                # By the launcher's own handle (a Slurm job id), else by pid and start time.
+                proc = sup.launcher.adopt(launch, ident or ProcessIdentity(0, None), report)
+                tail = ResumedTail(report, relayed)
                 tail.seek(r["report_offset"])
                 rs = RankState(proc, tail, last_progress=now)
                 for k in ("last_step", "train_done", "state_hash", "first_step_seen", "model_ready", "phase", "phase_since", "exited"):
@@ -421,14 +431,27 @@ class Controller:
                 # Silence and phase clocks restart now: the time unwatched is not the rank's.
                 rs.phase_seen = now
                 g.ranks.append(rs)
-                alive.append(ident is not None and ident.alive())
-                exited.append(r["exited"])
+                # A rank that ended while unsupervised: with 0 it finished (not a failure).
+                code = proc.poll() if r["exited"] is None else r["exited"]
+                alive.append(code is None)
+                exited.append(code)
             action = decide_attach(g.status, alive, exited)
             decisions[g.index] = action.value
             if action is AttachAction.FAIL:
                 failed.append((g, [rs.proc.launch.rank for rs, a, e in zip(g.ranks, alive, exited) if not a and e != 0]))
             if g.status == GroupStatus.WAITING:
                 g.next_launch = now
+        return state, decisions, failed
+
+    def _lost(self, state: dict, now: float) -> dict:
+        last_beat = heartbeat_time(self.layout.controller_heartbeat) or now
+        return self.sup.events.emit(EventKind.CONTROLLER_LOST, time=last_beat, pid=state.get("controller_pid"), job_step=self.sup.ledger.job_step)
+
+    def take_over(self, now: float) -> None:
+        """Take the job over: re-adopt live groups, fail the lost ones, adopt (or restart) the Lighthouse."""
+        sup = self.sup
+        state, decisions, failed = self._restore(now)
+        lost = self._lost(state, now)
         lh = state.get("lighthouse", {})
         sup.lighthouse_epoch = int(lh.get("epoch", 0))
         lighthouse = sup.lighthouse.adopt(lh.get("address", ""), lh.get("guard_pid"), lh.get("guard_start"), lh.get("server_pid"), lh.get("server_start"))
@@ -450,3 +473,130 @@ class Controller:
             sup._fail_group(g, now, reason="lost_while_unsupervised", ranks=ranks)
         sup.status = JobStatus.RUNNING
         self.save()
+
+    def close_out(self, reason: str, now: float) -> None:
+        """The job ended with no controller (its ranks' lease ran out, or a ``stop`` no
+        controller answered; :mod:`monarch_ft.closeout` runs this once nothing of the job is
+        left): read the ranks' reports to their end as a controller would have, record how
+        each rank ended, and set the job's status, so that the supervisor's own end
+        (``Supervisor._shutdown``: summary.json, job_finished, controller.json marked
+        finished) covers the whole job, the part nobody supervised included.
+
+        Args:
+            reason: why the ranks ended the job (``components.lease.ControllerLease.ended``).
+            now: the time of the close-out.
+        """
+        sup = self.sup
+        state, _, _ = self._restore(now)
+        self._lost(state, now)
+        self.ended_by = reason
+        # Its address for the record; the guard (this process's caller) is not adopted: nothing to stop.
+        self.sup.lighthouse.adopt(state.get("lighthouse", {}).get("address", ""), None, None, None, None)
+        for g in sup.groups:
+            if not g.ranks:
+                continue
+            sup._consume_reports(g, now)
+            for rs in g.ranks:
+                if rs.exited is None:
+                    # Gone by now (the guard waited for every rank): 0 if it reported rank_finished.
+                    rs.exited = rs.proc.wait(5.0)
+                    if rs.exited is not None:
+                        sup.events.emit(EventKind.RANK_EXITED, group=g.index, rank=rs.proc.launch.rank, attempt=g.attempt, **describe_exit(rs.exited))
+            if g.status in (GroupStatus.STARTING, GroupStatus.RUNNING) and all(r.exited == 0 for r in g.ranks):
+                g.status = GroupStatus.DONE
+                sup.events.emit(EventKind.GROUP_FINISHED, group=g.index, attempt=g.attempt, step=g.last_step)
+        if reason == "lease_expired":
+            sup.status = JobStatus.LEASE_EXPIRED
+        else:  # a stop: as a controller ends it
+            sup.status = JobStatus.COMPLETED if all(g.status == GroupStatus.DONE for g in sup.groups) else JobStatus.DEGRADED
+
+    # ------------------------------------------------------------ summary
+    def summary(self) -> dict[str, Any]:
+        """summary.json's ``controller`` section: the job's controllers and each span it ran
+        without one (from controller_lost to the next controller_attached, or to the job's
+        end when its lease ended it), with the steps committed meanwhile."""
+        events = self.sup.events.events
+        spans = []
+        for i, e in enumerate(events):
+            if e["event"] != EventKind.CONTROLLER_LOST:
+                continue
+            back = next((x for x in events[i + 1 :] if x["event"] == EventKind.CONTROLLER_ATTACHED), None)
+            until = back["time"] if back else time.time()
+            ended_by = "controller_attached" if back else self.ended_by
+            seconds = back["unsupervised_s"] if back and "unsupervised_s" in back else round(until - e["time"], 3)
+            spans.append({"from": e["time"], "until": until, "seconds": seconds, "ended_by": ended_by})
+        if spans:
+            steps = committed_steps(self.layout.metrics, [(s["from"], s["until"]) for s in spans])
+            for span, n in zip(spans, steps):
+                span["steps_committed"] = n
+        return {
+            "controllers": 1 + sum(1 for e in events if e["event"] == EventKind.CONTROLLER_ATTACHED),
+            "unsupervised_s": round(sum(s["seconds"] for s in spans), 3),
+            "unsupervised": spans,
+            "ended_by_lease": self.ended_by == "lease_expired",
+        }
+
+
+# ---------------------------------------------------------------- relayed once
+def relayed_records(events: list[dict], metrics_path: str, tail_bytes: int = 4 << 20) -> set[tuple]:
+    """(rank pid, record time) of every rank record already relayed to events.jsonl and
+    (the newest ``tail_bytes`` of) metrics.jsonl. A controller killed between relaying a
+    tick's records and saving its report offsets leaves them to be read again by the next:
+    :class:`ResumedTail` drops them, so each record is relayed once."""
+    keys = {(e.get("pid"), e.get("time")) for e in events if "rank" in e and "pid" in e}
+    try:
+        with open(metrics_path, "rb") as f:
+            f.seek(max(0, os.path.getsize(metrics_path) - tail_bytes))
+            lines = f.read().split(b"\n")[1:]
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        keys.add((rec.get("pid"), rec.get("time")))
+    return keys
+
+
+class ResumedTail(ReportTail):
+    """A report read on from a previous controller's saved offset, less the records it had
+    relayed after its last save (its first read covers them all: they are dropped then).
+
+    Args:
+        path: the rank's report file.
+        relayed: :func:`relayed_records`.
+    """
+
+    def __init__(self, path: str, relayed: set[tuple]) -> None:
+        super().__init__(path)
+        self._relayed: Optional[set[tuple]] = relayed
+
+    def read(self) -> list[dict[str, Any]]:
+        out = super().read()
+        if self._relayed is not None:
+            out = [r for r in out if (r.get("pid"), r.get("time")) not in self._relayed]
+            self._relayed = None
+        return out
+
+
+def committed_steps(metrics_path: str, spans: list[tuple[float, float]]) -> list[int]:
+    """How many distinct steps rank 0 of any group committed within each (from, until) span."""
+    found: list[set[int]] = [set() for _ in spans]
+    try:
+        with open(metrics_path, "rb") as f:
+            for line in f:
+                if b'"committed": true' not in line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("rank") != 0:
+                    continue
+                for i, (start, end) in enumerate(spans):
+                    if start <= rec.get("time", 0) <= end:
+                        found[i].add(rec["step"])
+    except OSError:
+        pass
+    return [len(f) for f in found]

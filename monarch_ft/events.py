@@ -141,6 +141,7 @@ class JobStatus(StrEnum):
     FAILED = "failed"
     INTERRUPTED = "interrupted"
     DETACHED = "detached"  # its controller detached; the job went on (controller.json)
+    LEASE_EXPIRED = "lease_expired"  # no controller for controller.lease_s: the ranks ended it (monarch_ft.closeout)
 
 
 # MTTR phases of a fault, in order (chaos.mttr measures them, chaos.report draws them).

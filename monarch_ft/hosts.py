@@ -95,8 +95,9 @@ class SimulatedHosts:
         except OSError as e:
             raise HostSetupError(f"cannot create {STATE_DIR} ({e.strerror}): run as root, or drop launcher.options.simulated_hosts")
         cleanup_stale()
-        # Also torn down if the process exits without close() (an error before the job ran).
-        atexit.register(self.close)
+        # Also torn down if the process exits without close() (an error before the job ran),
+        # unless its ranks still run in them (a detached controller: see _at_exit).
+        atexit.register(self._at_exit)
         with open(LOCK_PATH, "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
@@ -238,6 +239,50 @@ class SimulatedHosts:
         out = _run("ip", "netns", "pids", h.netns, check=False).stdout
         return [int(p) for p in out.split() if p.isdigit()]
 
+    # ------------------------------------------------------------------ a job that outlives its controller
+    @classmethod
+    def adopt(cls, run_id: str) -> Optional["SimulatedHosts"]:
+        """The simulated hosts of run ``run_id``, made by a controller that is gone, now this
+        process's (controller.attach): its ranks still run in them. None if they are gone
+        (every rank ended and some later run's :func:`cleanup_stale` removed them)."""
+        path = os.path.join(STATE_DIR, f"{run_id}.json")
+        try:
+            state = json.load(open(path))
+        except (OSError, ValueError):
+            return None
+        if _run("ip", "link", "show", state.get("bridge", ""), check=False).returncode != 0:
+            return None
+        self = cls.__new__(cls)
+        self.id, self.bridge, self.subnet = run_id, state["bridge"], state["subnet"]
+        self.bridge_address = f"{self.subnet}.1"
+        self.hosts = {}
+        for ns in state.get("netns", []):
+            g = int(ns.rsplit("-h", 1)[1])
+            self.hosts[g] = Host(g, ns, f"{self.subnet}.{g + 2}", f"mft{run_id}-v{g}")
+        self._shaped, self._lock, self._closed, self._state_path = set(), threading.RLock(), False, path
+        self._save()  # this process owns them now
+        atexit.register(self._at_exit)
+        return self
+
+    def heal_links(self) -> None:
+        """Every link up and unshaped: a network fault in flight when the controller that
+        made it died has no timer left to undo it."""
+        with self._lock:
+            for h in self.hosts.values():
+                _run("ip", "link", "set", h.veth, "up", check=False)
+                _run("tc", "qdisc", "del", "dev", h.veth, "root", check=False)
+                _run("tc", "-n", h.netns, "qdisc", "del", "dev", h.ifname, "root", check=False)
+            self._shaped.clear()
+
+    def in_use(self) -> bool:
+        return any(self.pids(g) for g in list(self.hosts))
+
+    def _at_exit(self) -> None:
+        """At exit without close(): torn down, unless ranks still run in them (a detached
+        controller leaves a job running there, for a new controller to adopt)."""
+        if not self._closed and not self.in_use():
+            self.close()
+
     # ------------------------------------------------------------------ teardown
     def close(self) -> None:
         """Remove every namespace, veth, the bridge and the hosts files; safe to call twice."""
@@ -311,6 +356,8 @@ def cleanup_stale() -> list[str]:
         started = start_ticks(pid) if pid else None
         if started is not None and started == state.get("start_time"):
             continue  # that run is alive
+        if any(_run("ip", "netns", "pids", ns, check=False).stdout.split() for ns in state.get("netns", [])):
+            continue  # its controller is gone but its job runs on (a new controller may adopt it)
         sid = os.path.basename(path)[: -len(".json")]
         veths = [n.replace("-h", "-v") for n in state.get("netns", [])]
         teardown(state.get("bridge", ""), state.get("netns", []), veths)

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from monarch_ft.components.lease import heartbeat_time
 from monarch_ft.config import ConfigError
 from monarch_ft.controller import ProcessIdentity, controller_attached
-from monarch_ft.events import EventKind, RecoveryPath
+from monarch_ft.events import EventKind, JobStatus, RecoveryPath
 from monarch_ft.run_layout import RunLayout, read_json, read_jsonl
 
 # Fault events a status lists (injected by a drill, or seen by the supervisor).
@@ -58,6 +58,8 @@ class JobStatusView:
     groups: list[GroupView] = field(default_factory=list)
     standby: Optional[dict] = None
     faults: list[dict] = field(default_factory=list)
+    # A finished job's summary.json in brief (how it ended, what ran without a controller).
+    ended: Optional[str] = None
 
 
 def _newest_step(layout: RunLayout, group: int, attempt: int, ranks: int) -> tuple[int, Optional[float]]:
@@ -135,6 +137,16 @@ def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
             "recoveries": {p.value: sum(1 for e in paths if e.get("path") == p.value) for p in RecoveryPath},
             "ready": [e.get("group", e.get("standby")) for e in events if e["event"] == "standby_ready"][-4:],
         }
+    summary = read_json(layout.summary) if state.get("finished") else None
+    if summary:
+        ctl = summary.get("controller") or {}
+        spans = ctl.get("unsupervised") or []
+        unsup = f", {ctl.get('unsupervised_s', 0):.1f}s unsupervised ({sum(s.get('steps_committed', 0) for s in spans)} steps)" if spans else ""
+        by = " (its lease ended it: no controller for controller.lease_s)" if ctl.get("ended_by_lease") else ""
+        view.ended = (
+            f"{summary['status']}{by}, job step {summary.get('job_step')}, steps lost {summary.get('steps_lost')}, "
+            f"weights consistent {summary.get('weights_consistent')}{unsup}: {layout.summary}"
+        )
     for e in [e for e in events if e["event"] in _FAULT_KINDS][-5:]:
         view.faults.append(
             {
@@ -160,12 +172,16 @@ def format_status(v: JobStatusView) -> str:
     for g in v.groups:
         loss = f"{g.loss:.3f}" if g.loss is not None else "-"
         lines.append(f"{g.index:<6} {g.state:<16} {g.attempt:<8} {g.step:<6} {loss:<8} {g.restarts:<9} {g.ranks_alive}/{g.ranks}")
+    if v.ended is not None:
+        lines.append(f"summary: {v.ended}")
     if v.standby is not None:
         lines.append(f"standby: recoveries by path {v.standby['recoveries']}, ready {v.standby['ready']}")
     if v.faults:
         lines.append("last faults:")
         for f in v.faults:
             mttr = f"mttr {f['mttr_s']:.1f}s" if f["mttr_s"] is not None else "not recovered yet"
+            if f["event"] == EventKind.CONTROLLER_LOST and f["mttr_s"] is None and v.status == JobStatus.LEASE_EXPIRED:
+                mttr = "no controller came back: the lease ended the job"
             when = time.strftime("%H:%M:%S", time.localtime(f["time"]))
             group = f" group {f['group']}" if f["group"] is not None else ""
             lines.append(f"  {when} {f['event']} {f['what']}{group}: {mttr}")
@@ -220,10 +236,12 @@ def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
     deadline = time.time() + timeout_s
     left: dict[str, Any] = {}
     while time.time() < deadline:
-        left = _live_ranks(read_json(layout.controller_state) or state)
-        if not left and (pid is None or controller_attached(layout) is None):
+        now_state = read_json(layout.controller_state) or state
+        left = _live_ranks(now_state)
+        # With no controller, the job's end (summary.json) is written by its last process (monarch_ft.closeout).
+        if not left and (pid is None or controller_attached(layout) is None) and (pid is not None or now_state.get("finished")):
             echo("the job has stopped")
             return 0
         time.sleep(0.5)
-    echo(f"still running after {timeout_s:.0f}s: {', '.join(sorted(left)) or 'the controller'}")
+    echo(f"still running after {timeout_s:.0f}s: {', '.join(sorted(left)) or ('the controller' if pid else 'the close-out (summary.json)')}")
     return len(left) or 1

@@ -9,7 +9,8 @@ and exits
   the Lighthouse on the same address);
 - once the job has ended without a controller (the ranks' lease ran out, or a ``stop``
   went unanswered: :mod:`monarch_ft.components.lease`) and no rank recorded in
-  ``controller.json`` is still alive (they needed it for their last quorums).
+  ``controller.json`` is still alive (they needed it for their last quorums). Being the
+  last of the job, it then writes the job's ``summary.json`` (:mod:`monarch_ft.closeout`).
 
 Killing the guard (the supervisor's ``Lighthouse.stop``) takes the server with it.
 Imports stay light (no torch, no Hydra): it starts in well under a second.
@@ -42,6 +43,15 @@ def live_ranks(state_path: str) -> int:
     return alive
 
 
+def close_out(run_dir: str, reason: str) -> None:
+    """The last of the job: write its summary.json as its controller would have
+    (:mod:`monarch_ft.closeout`, a process of its own: it loads what the supervisor does)."""
+    try:
+        subprocess.run([sys.executable, "-m", "monarch_ft.closeout", run_dir, reason], stdin=subprocess.DEVNULL, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        print(f"[lighthouse_guard] the job's close-out failed: {e}", flush=True)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 5 or argv[3] != "--":
         print("usage: python -m monarch_ft.lighthouse_guard RUN_DIR LEASE_S HEARTBEAT_S -- LIGHTHOUSE ARGV...", file=sys.stderr)
@@ -57,6 +67,7 @@ def main(argv: list[str]) -> int:
             print(f"[lighthouse_guard] the job ended without a controller ({lease.ended()}): stopping the Lighthouse", flush=True)
             server.terminate()
             server.wait(10)
+            close_out(layout.run_dir, lease.ended())
             return 0
         time.sleep(0.5)
 

@@ -1028,6 +1028,8 @@ class Supervisor:
             "full_restarts": self._full_restarts,
             # Warm standby groups: launched, promoted, lost, and time with none ready.
             "standby": self.standby.summary(time.time()),
+            # Its controllers and the spans it ran without one (monarch_ft.controller).
+            "controller": self.controller.summary(),
             "groups": groups,
             "config": dataclasses.asdict(self.cfg) if dataclasses.is_dataclass(self.cfg) else None,
         }

@@ -99,6 +99,7 @@ def test_drill_injector_state_survives_its_controller(tmp_path):
     injector continues from the saved state (the same fault in progress, the same draws)."""
     from chaos.config import FaultConfig
     from chaos.injector import ChaosInjector
+    from chaos.outcome import NotInjected
 
     faults = [FaultConfig(kind="controller", at_step=5), FaultConfig(kind="process_kill", at_step=9)]
     path = str(tmp_path / "chaos_injector.json")
@@ -107,12 +108,14 @@ def test_drill_injector_state_survives_its_controller(tmp_path):
     first.active = {"id": 0, "kind": "controller", "target": 1, "injected_at": 12.5, "attempt": 0, "step": 5, "members": [0, 1]}
     first.injected.append(first.active)
     first.next_index = 1
+    first._hold(None, NotInjected.PREVIOUS_NOT_RECOVERED, previous=0)  # why fault 1 waits
     first._save()
     second = ChaosInjector(faults, seed=3, allow_last_healthy=False, recovery_timeout_s=60, state_path=path)
     second.restore()
     assert second.started == first.started and second.next_index == 1
     assert second.active == first.active and second.active is second.injected[-1]
     assert second.rng.random() == first.rng.random()
+    assert second.blocked == {1: {"reason": NotInjected.PREVIOUS_NOT_RECOVERED.value, "previous": 0}}, second.blocked
 
 
 def test_mttr_of_control_plane_faults():
@@ -149,3 +152,26 @@ def test_a_zombie_is_not_alive():
         time.sleep(0.05)
     assert ident is not None and not ident.alive()  # not reaped yet: a zombie
     child.wait()
+
+
+def test_records_relayed_before_a_kill_are_relayed_once(tmp_path):
+    """A controller killed between relaying a tick's records and saving its report offsets:
+    the next one reads from the saved offset but drops what it finds already relayed."""
+    import json
+
+    from monarch_ft.controller import ResumedTail, relayed_records
+
+    report, metrics = tmp_path / "g0r0.a0.jsonl", tmp_path / "metrics.jsonl"
+    recs = [{"type": "step", "group": 0, "rank": 0, "pid": 7, "step": s, "committed": True, "time": 100.0 + s} for s in range(4)]
+    recs.insert(2, {"type": "event", "event": "checkpoint_saved", "group": 0, "rank": 0, "pid": 7, "time": 101.5})
+    report.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    saved = len(json.dumps(recs[0])) + 1  # the last saved offset: after the first record
+    # Relayed after that save (then the kill): steps 1 (metrics.jsonl) and the event (events.jsonl).
+    metrics.write_text(json.dumps(recs[0]) + "\n" + json.dumps(recs[1]) + "\n")
+    events = [{"time": 101.5, "event": "checkpoint_saved", "group": 0, "rank": 0, "pid": 7}, {"time": 99.0, "event": "job_started"}]
+    tail = ResumedTail(str(report), relayed_records(events, str(metrics)))
+    tail.seek(saved)
+    assert [(r["type"], r.get("step")) for r in tail.read()] == [("step", 2), ("step", 3)]
+    with open(report, "a") as f:  # later records are never dropped, whatever their time
+        f.write(json.dumps({**recs[1], "time": 200.0}) + "\n")
+    assert [r["time"] for r in tail.read()] == [200.0]

@@ -158,5 +158,14 @@ def test_detached_job_ends_itself_at_its_lease(run_dir):
         assert finished and finished[0]["steps_trained"] == step, finished
         hashes.add(finished[0]["state_hash"])
     assert len(hashes) == 1, "the groups ended with different weights"
-    assert "ended unsupervised" in _cli("status", str(run_dir)).stdout
+    # Its last process (the Lighthouse guard) wrote the job's end, as a controller would have.
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "lease_expired" and summary["weights_consistent"] and summary["job_step"] == step, summary
+    assert {g["status"] for g in summary["groups"].values()} == {"done"} and summary["steps_lost"] == 0, summary["groups"]
+    span = summary["controller"]["unsupervised"]
+    assert summary["controller"]["ended_by_lease"] and len(span) == 1 and span[0]["ended_by"] == "lease_expired", summary["controller"]
+    assert span[0]["steps_committed"] >= step - at_detach - 1 and span[0]["seconds"] > 6, span
+    assert len(_events(run_dir, "job_started")) == 1 and _events(run_dir, "job_finished")[-1]["status"] == "lease_expired"
+    out = _cli("status", str(run_dir)).stdout
+    assert out.startswith(f"job {run_dir}: lease_expired") and "its lease ended it" in out, out
     time.sleep(0.5)

@@ -171,44 +171,54 @@ def _steps(metrics, group):
     return [m for m in metrics if m["group"] == group and m["rank"] == 0 and m["committed"]]
 
 
-def test_sigkilled_rank_relaunched_as_new_slurm_job_heals_from_peer(cluster, run_dir):
-    proc = start_job(
-        run_dir,
-        *FAST,
-        "launcher=slurm",
-        f"launcher.options.slurm_conf={cluster.conf}",
-        "ft.replica_groups=2",
-        "ft.ranks_per_group=2",
-        "training.steps=150",
-    )
+def test_controller_sigkilled_then_attached_readopts_slurm_jobs_by_id(cluster, run_dir):
+    """The supervisor SIGKILLed mid-run; a rank SIGKILLed while nobody supervises; a new
+    controller re-adopts the live group's Slurm job by its id (never restarted), fails the
+    group with the lost rank, which comes back as a new Slurm job and heals from its peer;
+    the job finishes with one summary and nothing left in squeue."""
+    overrides = [*FAST, "launcher=slurm", f"launcher.options.slurm_conf={cluster.conf}", "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=150"]
+    proc = start_job(run_dir, *overrides)
     metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
     try:
-        wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 120, "group 1 to step")
+        wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 180, "group 1 to step")
     except AssertionError:
-        proc.kill()
+        proc.terminate()  # the whole job stops with it (a SIGKILL would leave the job running)
+        proc.wait(60)
         raise AssertionError(console(run_dir)[-3000:])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+    state = json.loads((run_dir / "controller.json").read_text())
+    jobs = {g: json.loads((run_dir / "logs" / f"g{g}r0.a0.log.pid").read_text())["job_id"] for g in (0, 1)}
+    assert sorted(j[0] for j in state["launcher_handles"]["jobs"]) == sorted(jobs.values()), state["launcher_handles"]
     victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
     assert victim["pid"] and victim["host"] == cluster.node
-    os.kill(victim["pid"], signal.SIGKILL)
-    code = finish_job(proc, run_dir, 240)
+    os.kill(victim["pid"], signal.SIGKILL)  # while unsupervised
+    ranks0 = [r["pid"] for r in state["groups"][0]["ranks"]]
+
+    second = start_job(run_dir, *overrides, "controller.attach=true")
+    code = finish_job(second, run_dir, 240)
     assert code == 0, console(run_dir)[-3000:]
 
     events = read_jsonl(events_path)
-    started = [e for e in events if e["event"] == "job_started"][0]
-    assert started["launcher"] == "slurm" and started["hosts"] == [cluster.node]
-    exited = [e for e in events if e["event"] == "rank_exited" and e["group"] == 1 and e.get("signal") == "SIGKILL"]
-    assert exited and exited[0]["rank"] == 1
-    assert any(e["event"] == "group_failed" and e["group"] == 1 for e in events)
-    assert [e for e in events if e["event"] == "group_launched" and e["group"] == 1 and e["attempt"] == 1], "group 1 was not relaunched"
-    jobs = {a: json.loads((run_dir / "logs" / f"g1r0.a{a}.log.pid").read_text())["job_id"] for a in (0, 1)}
-    assert jobs[0] != jobs[1], "the relaunched group is a new Slurm job"
+    attached = [e for e in events if e["event"] == "controller_attached"]
+    assert len(attached) == 1 and attached[0]["groups"] == {"0": "adopt", "1": "fail"}, attached
+    failed = [e for e in events if e["event"] == "group_failed" and e["group"] == 1]
+    assert failed and failed[0]["reason"] == "lost_while_unsupervised" and failed[0]["ranks"] == [1], failed
+    # Group 0's job was re-adopted by id: its ranks ran on to the end, never relaunched.
+    assert not any(e["event"] == "group_launched" and e["group"] == 0 and e["attempt"] > 0 for e in events)
+    assert [e for e in events if e["event"] == "rank_exited" and e["group"] == 0 and e.get("exit_code") == 0 and e["attempt"] == 0]
+    assert all(not psutil.pid_exists(p) or psutil.Process(p).status() == psutil.STATUS_ZOMBIE for p in ranks0)
+    relaunched = json.loads((run_dir / "logs" / "g1r0.a1.log.pid").read_text())["job_id"]
+    assert relaunched not in jobs.values(), "the relaunched group is a new Slurm job"
     healed = [e for e in events if e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] == 1]
     assert {e["rank"] for e in healed} == {0, 1}, "both ranks of the new group heal from a peer"
     assert all(e["src_group"] == 0 and e["bytes"] > 0 for e in healed)
-    assert not any(e["event"] == "group_launched" and e["group"] == 0 and e["attempt"] > 0 for e in events)
+    started = [e for e in events if e["event"] == "job_started"]
+    assert started[0]["launcher"] == "slurm" and started[0]["hosts"] == [cluster.node]
+    assert len(started) == 1 and len([e for e in events if e["event"] == "job_finished"]) == 1
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["weights_consistent"] is True
-    assert summary["groups"]["1"]["restarts"] == 1
-    # every job of the run ended (close() waits for them)
+    assert summary["status"] == "completed" and summary["weights_consistent"] is True, summary
+    assert summary["groups"]["1"]["restarts"] == 1 and summary["groups"]["0"]["restarts"] == 0
+    # every job of the run ended (close() waits for them, the adopted ones included)
     out = cluster.run("squeue", "--noheader", "-o", "%i|%T").stdout.strip()
     assert not out, out

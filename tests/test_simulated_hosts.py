@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -13,7 +14,9 @@ import time
 
 import pytest
 
-from conftest import assert_drill_refused, FAST, console, read_jsonl, run_drill_job, run_job
+import psutil
+
+from conftest import assert_drill_refused, FAST, console, finish_job, read_jsonl, run_drill_job, start_job, wait_for
 
 
 def _netns_refusal() -> str | None:
@@ -74,6 +77,7 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
     launcher = LocalLauncher(simulated_hosts=True)
     run_id = launcher.hosts.id
     procs = []
+    second = None
     try:
         bridge = launcher.control_host()
         assert bridge.startswith("10.213.") and bridge.endswith(".1")
@@ -102,7 +106,8 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
             rep = report(p)
             assert rep, open(p.launch.log_path).read()
             # The pid held is the rank's python itself (ip execs it): signals reach it.
-            assert rep["pid"] == p.pid and rep["pdeathsig"] == 9, rep
+            # Not tied to the controller's life (the job outlives it: monarch_ft.controller).
+            assert rep["pid"] == p.pid and rep["pdeathsig"] == 0, rep
             assert rep["bound"] == addrs[g] and rep["bridge"] == "ok", rep
             assert rep["hostname"] == f"mft{run_id}-h{g}" and rep["resolves_to"] == addrs[g], rep
             assert p.launch.host == f"mft{run_id}-h{g}"
@@ -148,6 +153,22 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
             assert "tbf" not in subprocess.run(["tc", "qdisc", "show", "dev", veth], capture_output=True, text=True).stdout
         else:
             print("SKIP part: tc tbf not available, slow_link not exercised")
+        # The controller gone (its hosts' state names a dead process): the hosts stay while
+        # ranks run in them, and a new controller's launcher adopts them, ranks and all.
+        from monarch_ft.controller import ProcessIdentity
+        from monarch_ft.hosts import cleanup_stale
+
+        state_path = f"/run/monarch_ft/hosts/{run_id}.json"
+        state = json.load(open(state_path))
+        json.dump({**state, "start_time": "0"}, open(state_path, "w"))
+        assert run_id not in cleanup_stale()
+        second = LocalLauncher(simulated_hosts=True)
+        fresh = second.hosts.id
+        second.restore_handles(launcher.handles())
+        assert second.hosts.id == run_id and second.describe()["hosts"] == desc["hosts"] and _left_behind(fresh) == []
+        assert json.load(open(state_path))["pid"] == os.getpid()
+        adopted = [second.adopt(p.launch, ProcessIdentity.of(p.pid), str(tmp_path / "no-report")) for p in procs]
+        assert [a.poll() for a in adopted] == [None, None] and reach(0) and reach(1)
         # SIGTERM from the supervisor's side reaches the rank.
         for p in procs:
             p.send_signal(15)
@@ -157,15 +178,29 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
         for p in procs:
             p.kill()
         launcher.close()
+        if second is not None:
+            second.close()
     assert _left_behind(run_id) == []
 
 
 @pytest.mark.slow
-def test_pretrain_2x2_on_simulated_hosts(run_dir):
+def test_pretrain_2x2_on_simulated_hosts_detached_and_attached(run_dir):
+    """A real job on simulated hosts; its controller detaches (SIGUSR2) mid-run and a new one
+    adopts the hosts (namespaces, bridge) and the ranks in them, and finishes the job."""
     _need_netns()
-    code = run_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=15", "launcher=local_hosts", timeout=180)
+    overrides = [*FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=40", "launcher=local_hosts"]
+    first = start_job(run_dir, *overrides)
+    wait_for(lambda: len({m["group"] for m in read_jsonl(run_dir / "metrics.jsonl") if m.get("committed")}) == 2, 150, "both groups committing")
+    first.send_signal(signal.SIGUSR2)
+    assert first.wait(30) == 0, console(run_dir)[-3000:]
+    ranks = [r["pid"] for g in json.loads((run_dir / "controller.json").read_text())["groups"] for r in g["ranks"]]
+    assert all(psutil.pid_exists(p) for p in ranks), "the ranks outlive a detached controller"
+    code = finish_job(start_job(run_dir, *overrides, "controller.attach=true"), run_dir, 180)
     assert code == 0, console(run_dir)[-3000:]
+    attached = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "controller_attached"]
+    assert len(attached) == 1 and attached[0]["groups"] == {"0": "adopt", "1": "adopt"}, attached
     summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["restarts"] == 0 and summary["job_step"] == 40 and summary["controller"]["controllers"] == 2, summary
     assert summary["status"] == "completed" and summary["weights_consistent"] is True
     hosts = summary["hosts"]
     assert set(hosts) == {"0", "1"} and hosts["0"]["address"] != hosts["1"]["address"]

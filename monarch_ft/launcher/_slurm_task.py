@@ -37,10 +37,12 @@ def _rank_env(spec: dict) -> dict[str, str]:
     return env
 
 
-def _supervisor_watch(manifest: dict, host: str):
-    """A check that the supervisor still lives when it runs on this host (else always True):
-    a SIGKILLed supervisor must not leave ranks behind on the cluster."""
-    pid = manifest.get("supervisor_pid") if manifest.get("supervisor_host") == host else None
+def _supervisor_watch(manifest: dict, spec: dict, host: str):
+    """A check that the supervisor still lives when it runs on this host (else always True),
+    for a rank that dies with its controller (a waiting warm standby). A training rank
+    outlives it: a new controller re-adopts its job by job id (controller.attach), or the
+    rank's lease ends it (components.lease)."""
+    pid = manifest.get("supervisor_pid") if manifest.get("supervisor_host") == host and spec.get("die_with_controller") else None
     started = start_ticks(pid) if pid else None
     return lambda: started is None or start_ticks(pid) == started
 
@@ -69,7 +71,7 @@ def run_task(manifest_path: str) -> int:
         "procid": procid,
     }
     atomic_write_json(spec["pid_path"], info)
-    supervisor_alive = _supervisor_watch(manifest, host)
+    supervisor_alive = _supervisor_watch(manifest, spec, host)
     while True:
         try:
             code = child.wait(timeout=1.0)

@@ -138,6 +138,16 @@ class Launcher(ABC):
         (``controller.attach=true``), as one line naming the way out; None where it can."""
         return f"launcher={self.name} cannot take over a running job (controller.attach=true): its ranks cannot be re-adopted"
 
+    def handles(self) -> dict:
+        """What a new controller needs, beyond each rank's pid and start time, to re-adopt
+        this launcher's ranks (e.g. Slurm job ids): saved in ``controller.json`` on every
+        change, so keep it small and JSON-able. None needed: {}."""
+        return {}
+
+    def restore_handles(self, handles: dict) -> None:
+        """A new controller (controller.attach) gives back what :meth:`handles` returned
+        in the previous one, before it calls :meth:`adopt` for each recorded rank."""
+
     def adopt(self, launch: RankLaunch, identity, report_path: str) -> RankProcess:
         """A rank a previous controller launched, to watch from now on (controller.attach).
 

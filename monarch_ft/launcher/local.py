@@ -35,14 +35,15 @@ class Options(LauncherOptions):
     simulated_hosts: bool = False
 
 
-def _on_host(hostname: str) -> Callable[[], None]:
-    """preexec for a rank on a simulated host: die with the supervisor (its simulated
-    hosts are torn down with it, so local_hosts cannot detach), and take the host's name
-    (its own UTS namespace: the machine's hostname is left alone)."""
+def _on_host(hostname: str, die_with_controller: bool) -> Callable[[], None]:
+    """preexec for a rank on a simulated host: take the host's name (its own UTS namespace:
+    the machine's hostname is left alone); die with the supervisor only if asked (a waiting
+    standby): the simulated hosts outlive a controller whose ranks run in them."""
     name = hostname.encode()
 
     def preexec() -> None:
-        die_with_parent()
+        if die_with_controller:
+            die_with_parent()
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         if libc.unshare(_CLONE_NEWUTS) == 0:
             libc.sethostname(name, len(name))
@@ -137,7 +138,7 @@ class LocalLauncher(Launcher):
         env = dict(r.env)
         # ShardedTransport's advertised host (when build_transport passes none).
         env.setdefault("MONARCH_FT_TRANSPORT_HOST", h.address)
-        return ["ip", "netns", "exec", h.netns, *r.argv], env, _on_host(h.netns)
+        return ["ip", "netns", "exec", h.netns, *r.argv], env, _on_host(h.netns, r.die_with_controller)
 
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
         started: list[RankProcess] = []
@@ -168,12 +169,26 @@ class LocalLauncher(Launcher):
         return started
 
     def adoption_problem(self) -> Optional[str]:
-        if self.hosts is not None:
-            return (
-                "launcher=local_hosts cannot take over a running job yet: its simulated hosts (network namespaces) belong to the "
-                "controller that made them; use launcher=local to detach and attach"
-            )
         return None
+
+    def handles(self) -> dict:
+        """The simulated hosts' run id (a new controller adopts them: they outlive the
+        controller whose ranks run in them) and where promoted standbys run."""
+        if self.hosts is None:
+            return {"placement": self._placement} if self._placement else {}
+        return {"hosts": self.hosts.id, "placement": self._placement}
+
+    def restore_handles(self, handles: dict) -> None:
+        self._placement = {int(g): s for g, s in (handles.get("placement") or {}).items()}
+        if self.hosts is None or not handles.get("hosts") or handles["hosts"] == self.hosts.id:
+            return
+        from monarch_ft.hosts import SimulatedHosts
+
+        old = SimulatedHosts.adopt(handles["hosts"])
+        if old is not None:  # else gone with every rank: lost groups relaunch on this process's own
+            self.hosts.close()
+            self.hosts = old
+            old.heal_links()
 
     def adopt(self, launch: RankLaunch, identity, report_path: str) -> RankProcess:
         """Re-adopt a rank by pid and start time (monarch_ft.controller.AdoptedProcess)."""

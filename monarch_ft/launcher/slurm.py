@@ -267,13 +267,40 @@ class SlurmRank(RankProcess):
 class SlurmLauncher(Launcher):
     name = "slurm"
 
+    # ------------------------------------------------------------ controller.attach
+    # Slurm jobs never depended on the supervisor's process (the task wrapper ends a rank
+    # with its controller only for a waiting standby): a new controller re-adopts each job
+    # by its id, saved in controller.json (handles), and watches and signals its ranks as
+    # the launching controller did (squeue/scontrol by id, .pid/.exit files, scancel --signal).
     def adoption_problem(self) -> Optional[str]:
-        # Slurm jobs never depended on the supervisor's process (they keep running, and their
-        # lease ends them), but re-adopting them by job id is not built yet.
-        return (
-            "launcher=slurm cannot take over a running job yet (re-adopting Slurm jobs by job id is not implemented): "
-            "its jobs keep running until their controller.lease_s ends them; or scancel them and resume from checkpoints"
-        )
+        return None
+
+    def handles(self) -> dict:
+        """Every job not known to have ended: its id, group and attempt (controller.json)."""
+        with self._lock:
+            return {"jobs": [[j.job_id, j.group, j.attempt, j.submitted, j.cancelled] for j in self.jobs.values() if not j.final]}
+
+    def restore_handles(self, handles: dict) -> None:
+        with self._lock:
+            for job_id, group, attempt, submitted, cancelled in handles.get("jobs", []):
+                job = _Job(str(job_id), int(group), int(attempt), float(submitted))
+                job.cancelled = bool(cancelled)
+                self.jobs[job.job_id] = job
+                if group not in self.current or self.current[group].attempt < job.attempt:
+                    self.current[group] = job
+        self._refresh(force=True)
+
+    def adopt(self, launch: RankLaunch, identity, report_path: str) -> RankProcess:
+        """The rank's task in its group's recorded job (by job id); a rank of no recorded job
+        (it ended before the last save) is watched by pid and start time like launcher=local's."""
+        job = next((j for j in self.jobs.values() if (j.group, j.attempt) == (launch.group, launch.attempt)), None)
+        if job is None:
+            from monarch_ft.controller import AdoptedProcess
+
+            return AdoptedProcess(launch, identity, report_path)
+        rank = SlurmRank(launch, job, self)
+        job.ranks.append(rank)
+        return rank
 
     def __init__(self, run_dir: str, options: Options) -> None:
         self.run_dir = os.path.abspath(run_dir)
@@ -386,6 +413,7 @@ class SlurmLauncher(Launcher):
                             "log_path": r.log_path,
                             "exit_path": r.log_path + ".exit",
                             "pid_path": r.log_path + ".pid",
+                            "die_with_controller": r.die_with_controller,
                         }
                         for r in ranks
                     ],
