@@ -279,10 +279,10 @@ def wait_for_promotion(path: str, poll_s: float = PROMOTION_POLL_S, orphaned: Op
     return why the controller will never write it (``orphaned()``, e.g. ControllerWatch.gone).
 
     Besides that, a standby is ended by a signal: the supervisor's stop at the job's end, or
-    with its controller (RankLaunch.die_with_controller: PR_SET_PDEATHSIG locally, the proc
-    mesh with monarch, the job's cancellation and the task wrapper with slurm). The
-    heartbeat check covers what those cannot: a Slurm standby on another node whose
-    controller was SIGKILLed must not hold its allocation until the job's time limit."""
+    with its controller (RankLaunch.die_with_controller: PR_SET_PDEATHSIG locally, the job's
+    cancellation and the task wrapper with slurm). The heartbeat check covers what those
+    cannot: a Slurm standby on another node, or Monarch procs (which outlive a SIGKILLed
+    controller), must not hold their allocation until the job's time limit."""
     from monarch_ft.run_layout import read_json
 
     while True:

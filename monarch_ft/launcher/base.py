@@ -30,11 +30,12 @@ class RankLaunch:
     extra: dict = field(default_factory=dict)
     # Dies with the controller that launched it (a waiting warm standby: monarch_ft.standby);
     # training ranks outlive their controller (monarch_ft.controller). Each launcher does it
-    # its own way: local, PR_SET_PDEATHSIG; monarch, every proc mesh ends with the controller
-    # that owns it anyway; slurm, the job is cancelled when the launcher closes, its task
-    # wrapper kills the rank when a controller on its host dies, and on any node a waiting
-    # standby gives up once the controller's heartbeat goes stale or names another
-    # controller (standby.controller_gone): a standby nobody can promote holds no allocation.
+    # its own way: local, PR_SET_PDEATHSIG; monarch, its mesh is stopped when the launcher
+    # closes; slurm, its job is cancelled then, and its task wrapper kills the rank when a
+    # controller on its node dies. Where none of that reaches (a SIGKILLed controller's
+    # Monarch procs were seen to live on; a Slurm node of its own), a waiting standby gives
+    # up once the controller's heartbeat goes stale or names another controller
+    # (standby.ControllerWatch): a standby nobody can promote holds no allocation.
     die_with_controller: bool = False
     # CPU niceness of the rank's process (0: the training ranks'). A warm standby runs at
     # standby.STANDBY_NICENESS so that its build yields the cores to training; each launcher
