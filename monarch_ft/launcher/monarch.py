@@ -264,8 +264,6 @@ class MonarchRank(RankProcess):
             return self.code
 
     def _verdict(self) -> Optional[int]:
-        if self.group.spawning:
-            return None
         res = self.result
         if res is not None and res[0] == "ok":
             return 0
@@ -303,10 +301,6 @@ class MonarchRank(RankProcess):
             except ProcessLookupError:
                 pass
             return
-        if self.group.actors is None or self.group.spawning:  # a standby still spawning
-            if sig in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):
-                self.group.kill()
-            return
         fut = self.group.actors.slice(procs=self.index).signal.call_one(int(sig))
         threading.Thread(target=lambda: _quiet_get(fut, 10.0), daemon=True).start()
 
@@ -338,10 +332,6 @@ class _Group:
         self.killed = False
         self.stopped = False
         self._stop_lock = threading.Lock()
-        # A standby's mesh spawning in the background (MonarchLauncher._spawn_in_background),
-        # which holds spawn_lock meanwhile: a kill waits for the spawn, then ends what it made.
-        self.spawning = False
-        self.spawn_lock = threading.RLock()
 
     def on_failure(self, report: str) -> None:
         m = _POINT.search(report)
@@ -371,7 +361,7 @@ class _Group:
         self.stop()
 
     def kill(self) -> None:
-        with self.spawn_lock, self._stop_lock:
+        with self._stop_lock:
             if not self.killed:
                 self.killed = True
                 for pid in self.local_pids():
@@ -520,31 +510,17 @@ class MonarchLauncher(Launcher):
             exits.append(path)
         entries = [_rank_entry_and_spec(r) for r in ranks]
         group.ranks = [MonarchRank(group, i, r, exits[i]) for i, r in enumerate(ranks)]
-        if ranks[0].standby is not None:
-            # A warm standby's mesh is spawned in the background: spawning (and, with
-            # allocator=slurm, allocating) takes seconds (10 s measured on 2 loaded cores), which
-            # would stall the supervisor's watch of the training groups. Its ranks report no
-            # exit meanwhile (poll() None, pid None); a failed spawn kills the group (-SIGKILL).
-            group.spawning = True
-            threading.Thread(target=self._spawn_in_background, args=(group, ranks, exits, entries), name=f"spawn-{group.name}", daemon=True).start()
-        else:
-            self._spawn(group, ranks, exits, entries)
+        # A warm standby's mesh too is spawned here, synchronously, so its spawn stalls the
+        # supervisor's loop as a cold relaunch does (3-10 s measured on 2 cores at load 20-40).
+        # Spawning it from a thread of its own was tried once and failed there ("error creating
+        # proc ... on host mesh agent", then spawn timeouts, at load 40): not investigated.
+        self._spawn(group, ranks, exits, entries)
         old = self.groups.get(g)
         if old is not None and not old.stopped:
             old.kill()
         self.groups[g] = group
         self.all_groups.append(group)
         return list(group.ranks)
-
-    def _spawn_in_background(self, group: "_Group", ranks: list[RankLaunch], exits: list[str], entries: list[tuple[str, str]]) -> None:
-        with group.spawn_lock:
-            try:
-                if not group.killed:
-                    self._spawn(group, ranks, exits, entries)
-            except BaseException as e:
-                log.warning("spawning standby mesh %s failed: %s", group.name, e)
-            finally:
-                group.spawning = False
 
     def _spawn(self, group: "_Group", ranks: list[RankLaunch], exits: list[str], entries: list[tuple[str, str]]) -> None:
         """Spawn the group's procs and actors, learn their pids and start each rank's run()."""
