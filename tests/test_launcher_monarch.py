@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -193,7 +194,12 @@ def test_pretrain_on_monarch_sigkilled_rank_restarts_and_heals_then_a_standby_me
         code = finish_job(proc, run_dir, 180)
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            # SIGTERM first: a SIGKILLed supervisor leaves its Monarch procs running.
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
     assert code == 0, console(run_dir)[-3000:]
 
     events = read_jsonl(events_path)
