@@ -171,6 +171,8 @@ def test_pretrain_on_monarch_sigkilled_rank_restarts_and_heals_then_a_standby_me
         "training.steps=100000",
         "training.state_hash_every=1",
         "ft.standby_groups=1",
+        # Not a test of startup hangs: groups and standbys start slowly on 2 shared, loaded cores.
+        "ft.startup_timeout_s=600",
     )
     metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
     try:
