@@ -514,17 +514,6 @@ class MonarchLauncher(Launcher):
         # supervisor's loop as a cold relaunch does (3-10 s measured on 2 cores at load 20-40).
         # Spawning it from a thread of its own was tried once and failed there ("error creating
         # proc ... on host mesh agent", then spawn timeouts, at load 40): not investigated.
-        self._spawn(group, ranks, exits, entries)
-        old = self.groups.get(g)
-        if old is not None and not old.stopped:
-            old.kill()
-        self.groups[g] = group
-        self.all_groups.append(group)
-        return list(group.ranks)
-
-    def _spawn(self, group: "_Group", ranks: list[RankLaunch], exits: list[str], entries: list[tuple[str, str]]) -> None:
-        """Spawn the group's procs and actors, learn their pids and start each rank's run()."""
-        g = group.group
         try:
             from monarch_ft.launcher._monarch_actor import RankActor
 
@@ -547,6 +536,12 @@ class MonarchLauncher(Launcher):
         except BaseException:
             group.kill()
             raise
+        old = self.groups.get(g)
+        if old is not None and not old.stopped:
+            old.kill()
+        self.groups[g] = group
+        self.all_groups.append(group)
+        return list(group.ranks)
 
     def place_group(self, group: int, slot: int) -> None:
         """A promoted standby's proc mesh (launched as group ``slot``) now serves ``group``: a
