@@ -132,7 +132,7 @@ class FTConfig:
     # (model sharded, optimizer state, data, transport) and waiting without joining the
     # quorum, one of which takes a failed group's place instead of a cold restart. None:
     # 1 with launcher=local/local_hosts, 0 with slurm/monarch (where a standby holds a
-    # real allocation, so it is the user's choice; standbys are not implemented there yet).
+    # real allocation, its own Slurm job or proc mesh, so K > 0 is the user's choice).
     # ft.recovery=full_restart uses none.
     standby_groups: Optional[int] = None
     restart_backoff_s: float = 0.5

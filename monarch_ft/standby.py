@@ -36,7 +36,8 @@ from monarch_ft.events import EventKind, RecoveryPath, StandbyStatus
 
 # Launchers whose standbys cost nothing but local processes: ft.standby_groups defaults to 1.
 LOCAL_LAUNCHERS = ("local", "local_hosts")
-# Launchers whose standbys would hold a real allocation (a Slurm job, a Monarch proc mesh).
+# Launchers whose standbys hold a real allocation (each its own Slurm job, its own Monarch
+# proc mesh): ft.standby_groups defaults to 0 there, K > 0 is the user's explicit choice.
 ALLOCATING_LAUNCHERS = ("slurm", "monarch")
 # Niceness of a standby while it builds and waits: below the training ranks (0), so a
 # standby being (re)built in the background does not slow the job it protects.
@@ -70,11 +71,6 @@ def standby_config_error(configured: Optional[int], launcher: str) -> Optional[s
         return None
     if configured < 0:
         return f"ft.standby_groups={configured}: must be >= 0 (0 disables warm standby groups)"
-    if configured > 0 and launcher not in LOCAL_LAUNCHERS:
-        return (
-            f"ft.standby_groups={configured} with launcher={launcher}: warm standby groups are implemented for "
-            f"launcher=local and local_hosts only so far; set ft.standby_groups=0 (failed groups then restart cold)"
-        )
     return None
 
 
@@ -210,18 +206,92 @@ def promoted_spec(spec: Any, promotion: Promotion) -> Any:
     )
 
 
-def wait_for_promotion(path: str, poll_s: float = PROMOTION_POLL_S) -> Promotion:
-    """Block until the supervisor writes ``path`` (atomically), sleeping between looks.
+# A waiting standby gives up once its controller's heartbeat is this many beats old (at
+# least ORPHAN_MIN_S, at most controller.lease_s): nothing could promote it any more.
+ORPHAN_BEATS = 10
+ORPHAN_MIN_S = 10.0
 
-    A standby is ended by a signal (the supervisor's stop, or its death through
-    PR_SET_PDEATHSIG: a waiting standby dies with its controller, see RankLaunch.die_with_controller),
-    so there is no other way out of this wait."""
+
+def orphan_after_s(heartbeat_s: float, lease_s: float) -> float:
+    """How stale the controller's heartbeat may get before a waiting standby gives up. Much
+    shorter than a training rank's lease: a standby holds no state worth waiting for, only
+    an allocation (a Slurm job, cores)."""
+    return min(lease_s, max(ORPHAN_MIN_S, ORPHAN_BEATS * heartbeat_s))
+
+
+def standby_orphaned(beat_time: Optional[float], beat_pid: Optional[int], launched_by: Optional[int], now: float, stale_s: float) -> Optional[str]:
+    """Why a waiting standby will never be promoted (its controller is gone), or None.
+
+    Args:
+        beat_time: when the controller's heartbeat (RunLayout.controller_heartbeat) was last
+            refreshed; None if there is none (then nothing is decided).
+        beat_pid: the pid the heartbeat names.
+        launched_by: the pid it named when the standby started (its own controller).
+        now: the time now.
+        stale_s: orphan_after_s.
+    """
+    if beat_time is None:
+        return None
+    if launched_by is not None and beat_pid is not None and beat_pid != launched_by:
+        # A controller that attached numbers and launches standbys of its own.
+        return f"controller {launched_by} was replaced by {beat_pid}"
+    if now - beat_time > stale_s:
+        return f"no controller heartbeat for {now - beat_time:.0f} s"
+    return None
+
+
+class ControllerWatch:
+    """A waiting standby's view of the controller that launched it (looked at once a second).
+
+    Args:
+        heartbeat_path: RunLayout.controller_heartbeat.
+        stale_s: orphan_after_s.
+    """
+
+    def __init__(self, heartbeat_path: str, stale_s: float, check_every_s: float = 1.0) -> None:
+        self.path, self.stale_s, self.check_every_s = heartbeat_path, stale_s, check_every_s
+        self.launched_by = self._beat()[1]
+        self._checked = time.time()
+
+    def _beat(self) -> tuple[Optional[float], Optional[int]]:
+        from monarch_ft.run_layout import read_json
+
+        try:
+            mtime = os.stat(self.path).st_mtime
+            pid = (read_json(self.path) or {}).get("pid")
+        except (OSError, ValueError):
+            return None, None
+        return mtime, pid
+
+    def gone(self) -> Optional[str]:
+        now = time.time()
+        if now - self._checked < self.check_every_s:
+            return None
+        self._checked = now
+        beat_time, beat_pid = self._beat()
+        if self.launched_by is None:
+            self.launched_by = beat_pid
+        return standby_orphaned(beat_time, beat_pid, self.launched_by, now, self.stale_s)
+
+
+def wait_for_promotion(path: str, poll_s: float = PROMOTION_POLL_S, orphaned: Optional[Callable[[], Optional[str]]] = None) -> Promotion | str:
+    """Block until the supervisor writes ``path`` (atomically), sleeping between looks; or
+    return why the controller will never write it (``orphaned()``, e.g. ControllerWatch.gone).
+
+    Besides that, a standby is ended by a signal: the supervisor's stop at the job's end, or
+    with its controller (RankLaunch.die_with_controller: PR_SET_PDEATHSIG locally, the job's
+    cancellation and the task wrapper with slurm). The heartbeat check covers what those
+    cannot: a Slurm standby on another node, or Monarch procs (which outlive a SIGKILLed
+    controller), must not hold their allocation until the job's time limit."""
     from monarch_ft.run_layout import read_json
 
     while True:
         data = read_json(path)
         if data:
             return Promotion(**data)
+        reason = orphaned() if orphaned is not None else None
+        if reason:
+            return reason
         time.sleep(poll_s)
 
 

@@ -355,13 +355,15 @@ class Supervisor:
                     group=slot,
                     rank=r,
                     attempt=0,
-                    argv=["nice", "-n", str(STANDBY_NICENESS), sys.executable, "-m", "monarch_ft.worker", spec_path],
+                    argv=[sys.executable, "-m", "monarch_ft.worker", spec_path],
                     env=self._rank_env(),
                     log_path=self.layout.standby_log(number, r),
                     cwd=self.run_dir,
                     # A waiting standby holds no training state: it dies with this controller
                     # (nothing else would ever promote it) and outlives it once promoted.
                     die_with_controller=True,
+                    niceness=STANDBY_NICENESS,
+                    standby=number,
                 )
             )
         procs = self.launcher.launch_group(launches)

@@ -241,12 +241,18 @@ class Trainer:
         then become the group it names: its report files, attempt and the supervisor's
         decision on where its state comes from (monarch_ft.standby)."""
         from monarch_ft.process import outlive_parent
-        from monarch_ft.standby import promoted_spec, renice_threads, wait_for_promotion
+        from monarch_ft.standby import ControllerWatch, orphan_after_s, promoted_spec, renice_threads, wait_for_promotion
 
         self.liveness.enter(Phase.STANDBY)
         self.reporter.event("standby_ready", standby=self.spec.standby)
         waited = time.time()
-        promotion = wait_for_promotion(self.spec.promotion_path)
+        ctl = self.cfg.controller
+        watch = ControllerWatch(self.layout.controller_heartbeat, orphan_after_s(ctl.heartbeat_s, ctl.lease_s))
+        promotion = wait_for_promotion(self.spec.promotion_path, orphaned=watch.gone)
+        if isinstance(promotion, str):
+            # Its controller is gone: nothing will promote it; free what it holds (a Slurm job).
+            self.reporter.event("standby_orphaned", standby=self.spec.standby, reason=promotion)
+            os._exit(0)
         # A training rank from now on: it outlives its controller (it was launched to die with it).
         outlive_parent()
         self.liveness.enter(Phase.STARTUP)

@@ -161,3 +161,25 @@ def run_dir(tmp_path):
     stray_lighthouses = lighthouse_pids() - before
     assert not left, f"processes left behind: {left}"
     assert not stray_lighthouses, f"lighthouse processes left behind: {stray_lighthouses}"
+
+
+def events_of(run_dir: Path, kind: str, **match) -> list[dict]:
+    """The job's events of ``kind`` whose fields equal ``match``."""
+    return [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == kind and all(e.get(k) == v for k, v in match.items())]
+
+
+def assert_weights_agree_after(run_dir: Path, group: int, attempt: int) -> int:
+    """Every rank of every group hashed the same state at every step two groups committed in
+    one quorum, from the first step ``group``'s ``attempt`` committed (needs
+    training.state_hash_every=1). Not across quorums: a step the only group holding it
+    committed before it died is trained again by its healing peer in a quorum of its own
+    (supervisor: step_redone). Returns how many (step, rank, quorum) were compared."""
+    metrics = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m.get("state_hash")]
+    back = min(m["step"] for m in metrics if m["group"] == group and m["attempt"] == attempt)
+    by_step: dict = {}
+    for m in metrics:
+        if m["step"] >= back:
+            by_step.setdefault((m["step"], m["rank"], m["quorum_id"]), {})[m["group"]] = m["state_hash"]
+    shared = [h for h in by_step.values() if len(h) >= 2]
+    assert shared and all(len(set(h.values())) == 1 for h in shared), shared[:3]
+    return len(shared)

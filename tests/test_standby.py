@@ -7,6 +7,7 @@ waiting, a second fault taking the cold path) are in tests/test_standby_jobs.py.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -40,8 +41,50 @@ def test_defaults_per_launcher_and_full_restart_uses_none():
 def test_config_errors_name_the_fix():
     assert standby_config_error(None, "slurm") is None
     assert standby_config_error(0, "monarch") is None
-    assert "ft.standby_groups=0" in standby_config_error(1, "slurm")
+    # Every launcher runs standbys; on slurm and monarch (default 0) K > 0 is the user's choice.
+    for launcher in ("local", "local_hosts", "slurm", "monarch"):
+        assert standby_config_error(1, launcher) is None
     assert "must be >= 0" in standby_config_error(-1, "local")
+
+
+def test_a_waiting_standby_gives_up_when_its_controller_is_gone(tmp_path):
+    from monarch_ft.run_layout import atomic_write_json
+    from monarch_ft.standby import ControllerWatch, orphan_after_s, standby_orphaned, wait_for_promotion
+
+    # Much sooner than a training rank's lease, never later.
+    assert orphan_after_s(1.0, 600.0) == 10.0 and orphan_after_s(5.0, 600.0) == 50.0 and orphan_after_s(5.0, 20.0) == 20.0
+    assert standby_orphaned(None, None, 7, 100.0, 10.0) is None  # no heartbeat yet: nothing decided
+    assert standby_orphaned(95.0, 7, 7, 100.0, 10.0) is None
+    assert "heartbeat" in standby_orphaned(85.0, 7, 7, 100.0, 10.0)
+    assert "replaced by 8" in standby_orphaned(99.0, 8, 7, 100.0, 10.0)  # a controller that attached
+    # The real files: a fresh heartbeat of the launching controller keeps it waiting; another
+    # controller's heartbeat ends the wait at once, with the reason instead of a promotion.
+    beat = tmp_path / "controller"
+    atomic_write_json(str(beat), {"pid": 111, "time": 0})
+    watch = ControllerWatch(str(beat), stale_s=10.0, check_every_s=0.0)
+    assert watch.launched_by == 111 and watch.gone() is None
+    atomic_write_json(str(beat), {"pid": 222, "time": 0})
+    assert "replaced by 222" in wait_for_promotion(str(tmp_path / "promote.json"), poll_s=0.001, orphaned=watch.gone)
+    os.utime(beat, (1.0, 1.0))  # stale
+    assert "no controller heartbeat" in ControllerWatch(str(beat), stale_s=10.0, check_every_s=0.0).gone()
+
+
+def test_local_launcher_applies_a_ranks_niceness_to_its_process(tmp_path):
+    import sys
+
+    from monarch_ft.launcher.base import RankLaunch
+    from monarch_ft.launcher.local import LocalLauncher
+
+    code = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    outs = []
+    for niceness in (0, 10):
+        log = tmp_path / f"n{niceness}.log"
+        launch = RankLaunch(0, 0, 0, [sys.executable, "-c", code], dict(os.environ), str(log), str(tmp_path), niceness=niceness, die_with_controller=True)
+        (p,) = LocalLauncher().launch_group([launch])
+        assert p.wait(30) == 0
+        outs.append(int(log.read_text().strip()))
+    assert outs == [base, min(19, base + 10)]  # argv stays the rank's own command
 
 
 def test_no_standby_before_the_groups_are_up_nor_when_finishing():
@@ -232,3 +275,16 @@ def test_a_controller_that_attached_numbers_its_standbys_after_its_predecessors(
     pool = StandbyPool(1, 2, lambda *a, **k: None, lambda number, slot, now: slots.append((number, slot)) or [FakeRank(1, [])], first_number=3)
     pool.tick(1.0, training_started=True, job_finishing=False)
     assert slots == [(3, 2)] and pool.standbys[0].number == 3  # number 3, on the first standby slot
+
+
+def test_slurm_place_group_makes_the_promoted_standbys_job_and_node_the_groups(tmp_path):
+    """What a later node fault or cancel_group on the group hits (no cluster needed: bookkeeping)."""
+    from monarch_ft.launcher.slurm import Options, SlurmLauncher, _Job
+
+    launcher = SlurmLauncher(str(tmp_path), Options(nodes=["n0", "n1", "n2"]))
+    standby_job = _Job("42", 2, 0, 0.0)  # a standby is launched as group = its slot
+    launcher.current.update({1: _Job("41", 1, 0, 0.0), 2: standby_job})
+    assert launcher._group_node(1) == "n1"
+    launcher.place_group(1, 2)
+    assert launcher.current[1] is standby_job and 2 not in launcher.current
+    assert launcher._group_node(1) == "n2"

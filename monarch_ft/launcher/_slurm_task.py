@@ -55,10 +55,18 @@ def run_task(manifest_path: str) -> int:
     spec = manifest["ranks"][procid]
     for sig in _SURVIVED:
         signal.signal(sig, lambda *_: None)
+    niceness = int(spec.get("niceness") or 0)
+
+    def preexec() -> None:
+        # The rank dies with this wrapper, whatever kills it; and runs at its niceness
+        # (RankLaunch.niceness: a warm standby below the training ranks).
+        die_with_parent()
+        if niceness:
+            os.nice(niceness)
+
     with open(spec["log_path"], "ab") as log:
-        # die_with_parent: the rank dies with this wrapper, whatever kills it.
         child = subprocess.Popen(
-            spec["argv"], env=_rank_env(spec), cwd=spec["cwd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent
+            spec["argv"], env=_rank_env(spec), cwd=spec["cwd"], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, preexec_fn=preexec
         )
     host = socket.gethostname()
     info = {

@@ -29,8 +29,23 @@ class RankLaunch:
     host: str = "localhost"
     extra: dict = field(default_factory=dict)
     # Dies with the controller that launched it (a waiting warm standby: monarch_ft.standby);
-    # training ranks outlive their controller (monarch_ft.controller).
+    # training ranks outlive their controller (monarch_ft.controller). Each launcher does it
+    # its own way: local, PR_SET_PDEATHSIG; monarch, its mesh is stopped when the launcher
+    # closes; slurm, its job is cancelled then, and its task wrapper kills the rank when a
+    # controller on its node dies. Where none of that reaches (a SIGKILLed controller's
+    # Monarch procs were seen to live on; a Slurm node of its own), a waiting standby gives
+    # up once the controller's heartbeat goes stale or names another controller
+    # (standby.ControllerWatch): a standby nobody can promote holds no allocation.
     die_with_controller: bool = False
+    # CPU niceness of the rank's process (0: the training ranks'). A warm standby runs at
+    # standby.STANDBY_NICENESS so that its build yields the cores to training; each launcher
+    # applies it its own way (a child's setpriority, the Slurm task wrapper, the Monarch
+    # proc's bootstrap shell), never as an argv prefix, so argv stays the rank's own command.
+    niceness: int = 0
+    # The warm standby this rank belongs to (None: a replica group's rank). Its ``group`` is
+    # then the standby's host/device slot; launchers name its job/mesh by the standby and
+    # do not block on its start (a standby waiting for resources must not hold up the job).
+    standby: Optional[int] = None
 
 
 @dataclass

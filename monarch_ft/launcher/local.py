@@ -51,6 +51,20 @@ def _on_host(hostname: str, die_with_controller: bool) -> Callable[[], None]:
     return preexec
 
 
+def _niced(preexec: Optional[Callable[[], None]], niceness: int) -> Optional[Callable[[], None]]:
+    """``preexec`` followed by ``niceness`` (RankLaunch.niceness), applied in the child before
+    it execs: every thread the rank later starts inherits it."""
+    if not niceness:
+        return preexec
+
+    def run() -> None:
+        if preexec is not None:
+            preexec()
+        os.nice(niceness)
+
+    return run
+
+
 class LocalProcess(RankProcess):
     def __init__(self, launch: RankLaunch, proc: subprocess.Popen) -> None:
         self.launch = launch
@@ -159,7 +173,7 @@ class LocalLauncher(Launcher):
                         # life (no PR_SET_PDEATHSIG): a new controller takes them over
                         # (monarch_ft.controller), or their lease ends them.
                         start_new_session=True,
-                        preexec_fn=preexec,
+                        preexec_fn=_niced(preexec, r.niceness),
                     )
                 started.append(LocalProcess(r, proc))
         except Exception:

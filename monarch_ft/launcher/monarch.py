@@ -127,11 +127,13 @@ class Options(LauncherOptions):
 
 
 # The proc runs under sh: cd, send all output to the rank's log, run the Python proc in the
-# foreground, record its $? atomically, exit with it (Monarch then sees the same status).
+# foreground at the rank's niceness (RankLaunch.niceness; nice execs it, so the proc is still
+# the shell's child and $? its status), record its $? atomically, exit with it (Monarch then
+# sees the same status).
 _WRAPPER = (
     'cd "$MONARCH_FT_CWD" || exit 97; '
     'exec >>"$MONARCH_FT_LOG" 2>&1 </dev/null; '
-    '"$0" "$@"; code=$?; '
+    'nice -n "${MONARCH_FT_NICE:-0}" "$0" "$@"; code=$?; '
     'echo "$code" >"$MONARCH_FT_EXIT.tmp" && mv -f "$MONARCH_FT_EXIT.tmp" "$MONARCH_FT_EXIT"; '
     "exit $code"
 )
@@ -317,11 +319,12 @@ def _quiet_get(fut, timeout: float) -> None:
 class _Group:
     """One launch attempt of one replica group: a proc mesh and its rank actors."""
 
-    def __init__(self, launcher: "MonarchLauncher", group: int, attempt: int) -> None:
+    def __init__(self, launcher: "MonarchLauncher", group: int, attempt: int, standby: Optional[int] = None) -> None:
         self.launcher = launcher
         self.group = group
         self.attempt = attempt
-        self.name = f"g{group}a{attempt}"
+        # A warm standby is a proc mesh of its own, named by its number (launched as group = its slot).
+        self.name = f"sb{standby}" if standby is not None else f"g{group}a{attempt}"
         self.procs = None
         self.actors = None
         self.mesh_name: Optional[str] = None
@@ -425,6 +428,7 @@ class MonarchLauncher(Launcher):
         self._host_meshes: dict[int, Any] = {}
         self._slurm_jobs: dict[int, Any] = {}
         self._slurm_hosts: dict[int, list[str]] = {}
+        self._retired_jobs: list[Any] = []  # allocations of groups a promoted standby replaced
         self._status_dir = os.path.join(self.run_dir, "monarch")
         os.makedirs(self._status_dir, exist_ok=True)
         os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", options.supervision_poll)
@@ -486,7 +490,7 @@ class MonarchLauncher(Launcher):
         def per_rank(point) -> "BootstrapCommand":
             i = point.rank % len(ranks)
             r = ranks[i]
-            env = {**r.env, **base_env, "MONARCH_FT_CWD": r.cwd, "MONARCH_FT_LOG": r.log_path, "MONARCH_FT_EXIT": exits[i]}
+            env = {**r.env, **base_env, "MONARCH_FT_CWD": r.cwd, "MONARCH_FT_LOG": r.log_path, "MONARCH_FT_EXIT": exits[i], "MONARCH_FT_NICE": str(r.niceness)}
             return BootstrapCommand("/bin/sh", None, ["-c", _WRAPPER, base.program, *base.args], env, False)
 
         return per_rank
@@ -495,7 +499,7 @@ class MonarchLauncher(Launcher):
         if not ranks:
             return []
         g, attempt = ranks[0].group, ranks[0].attempt
-        group = _Group(self, g, attempt)
+        group = _Group(self, g, attempt, ranks[0].standby)
         exits = []
         for r in ranks:
             os.makedirs(os.path.dirname(r.log_path), exist_ok=True)
@@ -506,6 +510,10 @@ class MonarchLauncher(Launcher):
             exits.append(path)
         entries = [_rank_entry_and_spec(r) for r in ranks]
         group.ranks = [MonarchRank(group, i, r, exits[i]) for i, r in enumerate(ranks)]
+        # A warm standby's mesh too is spawned here, synchronously, so its spawn stalls the
+        # supervisor's loop as a cold relaunch does (3-10 s measured on 2 cores at load 20-40).
+        # Spawning it from a thread of its own was tried once and failed there ("error creating
+        # proc ... on host mesh agent", then spawn timeouts, at load 40): not investigated.
         try:
             from monarch_ft.launcher._monarch_actor import RankActor
 
@@ -535,6 +543,20 @@ class MonarchLauncher(Launcher):
         self.all_groups.append(group)
         return list(group.ranks)
 
+    def place_group(self, group: int, slot: int) -> None:
+        """A promoted standby's proc mesh (launched as group ``slot``) now serves ``group``: a
+        cold relaunch of ``group`` replaces (kills) it, and with ``allocator=slurm`` the
+        group's hosts are the standby's allocation (the old one is released at close)."""
+        mesh = self.groups.pop(slot, None)
+        if mesh is not None:
+            self.groups[group] = mesh
+        if slot in self._host_meshes:
+            if group in self._slurm_jobs:
+                self._retired_jobs.append(self._slurm_jobs.pop(group))
+            for held in (self._host_meshes, self._slurm_jobs, self._slurm_hosts):
+                if slot in held:
+                    held[group] = held.pop(slot)
+
     def close(self) -> None:
         for group in self.all_groups:
             if group.stopped:
@@ -544,12 +566,13 @@ class MonarchLauncher(Launcher):
                 group._stop_when_exited()  # finished ranks end themselves: no SIGKILL
             else:
                 group.kill()
-        for job in self._slurm_jobs.values():
+        for job in [*self._slurm_jobs.values(), *self._retired_jobs]:
             try:
                 job.kill()
             except Exception as e:
                 log.warning("releasing the Slurm allocation: %s", e)
         self._slurm_jobs.clear()
+        self._retired_jobs.clear()
 
 
 def build(cfg, run_dir: str) -> MonarchLauncher:

@@ -315,6 +315,8 @@ class SlurmLauncher(Launcher):
         self._snap_time = 0.0
         self._lock = threading.Lock()
         self._nodes_cache: Optional[list[str]] = None
+        # group -> the slot of the promoted standby now serving it (place_group).
+        self._placement: dict[int, int] = {}
 
     # ------------------------------------------------------------ commands
     def _cmd(self, *argv: str, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess:
@@ -363,7 +365,17 @@ class SlurmLauncher(Launcher):
 
     def _group_node(self, group: int) -> Optional[str]:
         pinned = self.options.nodes
-        return pinned[group % len(pinned)] if pinned else None
+        slot = self._placement.get(group, group)  # a group a promoted standby serves: its slot
+        return pinned[slot % len(pinned)] if pinned else None
+
+    def place_group(self, group: int, slot: int) -> None:
+        """A promoted standby's job (launched as group ``slot``) is now ``group``'s current job:
+        a node fault or cancel_group on ``group`` hits it, and its pinned node is the group's."""
+        with self._lock:
+            job = self.current.pop(slot, None)
+            if job is not None:
+                self.current[group] = job
+        self._placement[group] = self._placement.pop(slot, slot)
 
     def group_host(self, group: int) -> str:
         node = self._group_node(group)
@@ -388,10 +400,12 @@ class SlurmLauncher(Launcher):
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
         if not ranks:
             return []
-        group, attempt = ranks[0].group, ranks[0].attempt
+        group, attempt, standby = ranks[0].group, ranks[0].attempt, ranks[0].standby
         d = os.path.join(self.run_dir, "slurm")
         os.makedirs(d, exist_ok=True)
-        tag = f"g{group}.a{attempt}"
+        # A warm standby is a job of its own (a node fault on a group's job never takes it),
+        # named by its number; its group is the slot it is placed on (see place_group).
+        tag = f"sb{standby}" if standby is not None else f"g{group}.a{attempt}"
         manifest = os.path.join(d, f"{tag}.json")
         ranks = sorted(ranks, key=lambda r: r.rank)
         for r in ranks:
@@ -414,6 +428,8 @@ class SlurmLauncher(Launcher):
                             "exit_path": r.log_path + ".exit",
                             "pid_path": r.log_path + ".pid",
                             "die_with_controller": r.die_with_controller,
+                            # Applied by the task wrapper to the rank's process (a standby's build yields the cores).
+                            "niceness": r.niceness,
                         }
                         for r in ranks
                     ],
@@ -424,7 +440,7 @@ class SlurmLauncher(Launcher):
         m = len(ranks)
         lines = [
             "#!/bin/bash",
-            f"#SBATCH --job-name={o.job_name}-g{group}a{attempt}",
+            f"#SBATCH --job-name={o.job_name}-{tag.replace('.', '')}",
             f"#SBATCH --ntasks={m}",
             "#SBATCH --nodes=1",
             f"#SBATCH --cpus-per-task={o.cpus_per_task}",
@@ -457,7 +473,8 @@ class SlurmLauncher(Launcher):
         with self._lock:
             self.jobs[job_id] = job
             self.current[group] = job
-        self._wait_started(job)
+        if standby is None:  # a standby still pending must not hold up the supervisor
+            self._wait_started(job)
         return list(job.ranks)
 
     def _wait_started(self, job: _Job) -> None:
