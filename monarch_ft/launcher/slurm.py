@@ -40,6 +40,7 @@ from typing import Any, List, Optional
 from monarch_ft.config import ConfigError
 from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess
 from monarch_ft.process import start_ticks
+from monarch_ft.run_layout import RunLayout
 
 
 @dataclass
@@ -428,6 +429,8 @@ class SlurmLauncher(Launcher):
                             "exit_path": r.log_path + ".exit",
                             "pid_path": r.log_path + ".pid",
                             "die_with_controller": r.die_with_controller,
+                            # Once this file exists the standby trains as a group: it outlives the controller.
+                            "promotion_path": RunLayout(self.run_dir).promotion(standby) if standby is not None else None,
                             # Applied by the task wrapper to the rank's process (a standby's build yields the cores).
                             "niceness": r.niceness,
                         }
