@@ -28,9 +28,12 @@ does (train() leaves torchft threads behind, which made a graceful ``ProcMesh.st
 ~8 s), and the mesh is then stopped in the background.
 
 Known weak spot: the Monarch controller is this launcher's process, i.e. the supervisor. It owns
-every proc mesh and receives all supervision; if it dies, the meshes die with it
-(``mesh_bootstrap_enable_pdeathsig``) and nothing restarts the job. It is a single point of
-failure, as for the local launcher; TorchFT's Lighthouse is equally a single process.
+every proc mesh and receives all supervision, and no other process can talk to its actors, so a
+new controller cannot take the job over (:meth:`MonarchLauncher.adoption_problem`). Seen here: a
+SIGKILLed controller does not take its procs with it (``mesh_bootstrap_enable_pdeathsig`` did
+not end them); their ranks train on unsupervised until their lease ends them with a checkpoint
+(``controller.lease_s``, components.lease), and a waiting warm standby gives up when the
+controller's heartbeat goes stale (monarch_ft.standby). The job resumes from those checkpoints.
 """
 
 from __future__ import annotations
@@ -407,11 +410,11 @@ class MonarchLauncher(Launcher):
 
     def adoption_problem(self) -> Optional[str]:
         # What it can and cannot reattach: nothing. A proc mesh and its actors belong to the
-        # process that spawned them (Monarch supervision ends them with it), so a new
-        # controller has no ranks to take over; the job's checkpoints remain.
+        # process that spawned them (only it can call or supervise them), so a new controller
+        # has no ranks it can take over; their lease ends them with a checkpoint.
         return (
             "launcher=monarch cannot take over a running job (controller.attach=true): its proc meshes belong to the controller "
-            "process that made them and end with it; resume from the job's checkpoints instead (checkpoint.resume=true in a new run)"
+            "process that made them; resume from the job's checkpoints instead (checkpoint.resume=true in a new run)"
         )
 
     def __init__(self, run_dir: str, options: Options) -> None:
