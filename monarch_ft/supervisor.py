@@ -40,6 +40,7 @@ from monarch_ft.lighthouse import Lighthouse
 from monarch_ft.net import free_port
 from monarch_ft.recovery import (
     CommitLedger,
+    CpuSample,
     Hang,
     HangLimits,
     JobStateLost,
@@ -47,12 +48,14 @@ from monarch_ft.recovery import (
     RankView,
     StepTimeLearner,
     StateSource,
+    asleep_compute_timeout,
     auto_hang_timeout,
     decide_state_source,
     find_hang,
     hang_timeout_setting,
     is_job_stall,
     redone_commit,
+    track_cpu,
     track_os_state,
     restart_backoff,
     start_gate_opens,
@@ -92,6 +95,8 @@ class RankState:
     phase_seen: float = 0.0
     # Its OS state, sampled every tick, and since when it has held (recovery.track_os_state).
     os_sample: Optional[OsSample] = None
+    # Its CPU seconds, sampled every tick: since when it has used next to none (recovery.track_cpu).
+    cpu_sample: Optional[CpuSample] = None
 
 
 @dataclass
@@ -538,7 +543,9 @@ class Supervisor:
 
         # Every tick: a state held for ft.os_stall_s needs every sample in between to see it.
         for rs in live:
-            rs.os_sample = track_os_state(rs.os_sample, process_status(rs.proc.pid), now, self.cfg.ft.os_stall_s)
+            state, cpu_s = process_sample(rs.proc.pid)
+            rs.os_sample = track_os_state(rs.os_sample, state, now, self.cfg.ft.os_stall_s)
+            rs.cpu_sample = track_cpu(rs.cpu_sample, cpu_s, now)
         views = [
             RankView(
                 rank=rs.proc.launch.rank,
@@ -549,10 +556,20 @@ class Supervisor:
                 os_state=rs.os_sample.state,
                 os_state_s=rs.os_sample.held_s,
                 finished=rs.train_done,
+                asleep_s=rs.cpu_sample.asleep_s if rs.cpu_sample else None,
             )
             for rs in live
         ]
-        return find_hang(views, self._hang_limits)
+        limits = self._hang_limits
+        # A rank of this group silent and asleep is frozen by itself only while ranks elsewhere beat.
+        others_beating = any(
+            self._watched(rs.last_progress, now) < limits.suspect_silence_s
+            for o in self.groups
+            if o is not g and o.active
+            for rs in o.ranks
+            if rs.exited is None
+        )
+        return find_hang(views, limits, others_beating)
 
     @property
     def hang_timeout_s(self) -> float:
@@ -572,6 +589,8 @@ class Supervisor:
             self.cfg.checkpoint.save_timeout_s,
             ft.quorum_timeout_s + 2 * ft.timeout_s,
             os_stall_s=ft.os_stall_s,
+            asleep_s=ft.asleep_s,
+            asleep_compute_s=asleep_compute_timeout(self.step_times.p99(), ft.asleep_s),
         )
 
     def _judge_hangs(self, hangs: dict[int, Hang], now: float) -> None:
@@ -629,6 +648,7 @@ class Supervisor:
                 silent_s=h.silent_s,
                 process_status=h.os_state,
                 process_status_s=h.os_state_s,
+                asleep_s=h.asleep_s,
                 rank_status={str(r): st for r, st in h.rank_states.items()},
                 phase=h.phase,
                 phase_s=h.phase_s,
@@ -884,6 +904,8 @@ class Supervisor:
             for g in self.groups:
                 if g.active:
                     self._consume_reports(g, now)
+            for g in self.groups:
+                if g.active:
                     hang = self._check_group(g, now)
                     if hang is not None:
                         hangs[g.index] = hang
@@ -1039,6 +1061,20 @@ def request_finish(run_dir: str, step: int) -> None:
     The ranks read this file once (see trainer.StopAt), so it is written whole.
     """
     atomic_write(RunLayout(run_dir).stop_at_step, str(step))
+
+
+def process_sample(pid: Optional[int]) -> tuple[Optional[str], Optional[float]]:
+    """A rank's psutil state and its CPU seconds (every thread's user + system), read at once;
+    (None, None) without a pid (a rank the launcher does not run here), ("gone", None) once gone."""
+    if pid is None:
+        return None, None
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            times = p.cpu_times()
+            return p.status(), times.user + times.system
+    except psutil.Error:
+        return "gone", None
 
 
 def process_status(pid: Optional[int]) -> Optional[str]:
