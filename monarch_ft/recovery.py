@@ -333,12 +333,14 @@ class HangLimits:
         thread was seen sleeping at every sample. Both, because each alone misleads: a rank
         computing on a loaded machine may get little CPU but is runnable, not sleeping; a rank
         waiting in a collective sleeps between samples yet its peers' work wakes it. Not in
-        startup or a save (their I/O has its own budget), nor once it is on its way out."""
+        startup (imports, a model build: its own budget), nor once it is on its way out. A
+        save counts: its writes use CPU or wait in disk-sleep (healthy ranks were seen silent
+        for 3.4 s in a save on a machine at load 30), never asleep with every thread stopped."""
         return (
             seconds is not None
             and r.started
             and not r.finished
-            and r.phase not in IO_PHASES
+            and r.phase not in (Phase.STARTUP.value, None)
             and r.asleep_s is not None
             and r.asleep_s >= seconds
             and r.os_state == OsState.SLEEPING.value

@@ -323,6 +323,9 @@ def test_a_rank_holding_the_gil_is_hung_in_about_a_second_not_its_waiting_peer()
     # Not before ft.asleep_s, and then only by the old silence rule (hang timeout 6 s here).
     assert find_hang([peer, _rank(1, silent=0.9, asleep=0.9, held=0.9)], ASLEEP, others_beating=True) is None
     assert find_hang([peer, gil], LIMITS, others_beating=True) is None  # the rules off: 6 s of silence
+    # Frozen in a checkpoint save (the signal came while it saved): the same.
+    in_save = dataclasses.replace(gil, phase=Phase.SAVE.value)
+    assert find_hang([peer, in_save], ASLEEP, others_beating=True).reason == BlameReason.FROZEN
 
 
 def test_a_silent_rank_that_still_works_or_waits_for_cpu_is_not_frozen():
@@ -335,8 +338,10 @@ def test_a_silent_rank_that_still_works_or_waits_for_cpu_is_not_frozen():
     assert find_hang([_rank(0, silent=1.5, held=0.4)], ASLEEP, **others) is None
     # Nobody beats anywhere: a shared cause (the filesystem, the machine), not this rank.
     assert find_hang([_rank(0, silent=1.5), _rank(1, silent=1.4)], ASLEEP, others_beating=False) is None
-    # Its own phases: a save, startup (their I/O), a group not stepping yet, a rank on its way out.
-    assert find_hang([_rank(0, phase=Phase.SAVE, silent=1.5)], ASLEEP, **others) is None
+    # A save that writes: CPU, or disk-sleep (not sleeping); startup, a group not stepping yet,
+    # a rank on its way out.
+    assert find_hang([_rank(0, phase=Phase.SAVE, silent=1.5, asleep=0.3)], ASLEEP, **others) is None
+    assert find_hang([_rank(0, phase=Phase.SAVE, silent=1.5, state="disk-sleep", held=0.4)], ASLEEP, **others) is None
     assert find_hang([_rank(0, phase=Phase.STARTUP, silent=1.5, started=False)], ASLEEP, **others) is None
     assert find_hang([_rank(0, silent=1.5, started=False)], ASLEEP, **others) is None
     assert find_hang([dataclasses.replace(_rank(0, silent=1.5), finished=True)], ASLEEP, **others) is None
