@@ -461,17 +461,27 @@ def find_hang(ranks: Sequence[RankView], limits: HangLimits, others_beating: boo
     )
 
 
-# The asleep-in-compute bound is at least this many learned compute times: where a step is
-# long (a big model on a GPU, whose host thread may block without spinning while the device
-# computes), a rank is not judged asleep within its own normal step.
+# On a GPU the asleep-in-compute bound is at least this many learned compute times: the
+# host thread may block without spinning while the device computes a long step.
 ASLEEP_STEP_FACTOR = 4.0
 
 
-def asleep_compute_timeout(compute_p99_s: Optional[float], asleep_s: float) -> float:
-    """How long a rank may be asleep in compute: max(``ft.asleep_s``, ASLEEP_STEP_FACTOR x the
-    learned p99 compute seconds); ``asleep_s`` before any step was learned (the rule needs a
-    stepping group anyway)."""
-    return max(asleep_s, ASLEEP_STEP_FACTOR * compute_p99_s) if compute_p99_s is not None else asleep_s
+def asleep_compute_timeout(compute_p99_s: Optional[float], asleep_s: float, on_cpu: bool) -> float:
+    """How long a rank may be asleep in compute.
+
+    On a CPU, ``ft.asleep_s``: computing is CPU work there, so no step time, however long
+    (the learned one grows tenfold on a loaded machine, and learns the hung step itself),
+    excuses a process that uses none. On a GPU, max(``asleep_s``, ASLEEP_STEP_FACTOR x the
+    learned p99 compute seconds), ``asleep_s`` before any step was learned.
+
+    Args:
+        compute_p99_s: StepTimeLearner.p99(), None before any step.
+        asleep_s: ``ft.asleep_s``.
+        on_cpu: the ranks compute on the CPU (``training.device``).
+    """
+    if on_cpu or compute_p99_s is None:
+        return asleep_s
+    return max(asleep_s, ASLEEP_STEP_FACTOR * compute_p99_s)
 
 
 # ---------------------------------------------------------------- ft.hang_timeout_s=auto

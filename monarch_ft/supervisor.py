@@ -34,6 +34,7 @@ from monarch_ft.config import ConfigError, JobConfig, validate
 from monarch_ft.control import JobControl
 from monarch_ft.controller import DETACH_SIGNAL, DETACHED_EXIT, Controller
 from monarch_ft.data import prepare_data
+from monarch_ft.devices import gpu_device_nodes
 from monarch_ft.events import EventKind, EventLog, GroupStatus, JobStatus, RecoveryPath
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
 from monarch_ft.lighthouse import Lighthouse
@@ -202,6 +203,8 @@ class Supervisor:
         # ft.hang_timeout_s: a fixed number, or None for auto (learned from the step times).
         self._hang_timeout_fixed = hang_timeout_setting(cfg.ft.hang_timeout_s)
         self.step_times = StepTimeLearner()
+        # Ranks compute on the CPU (no GPU on this host, or training.device=cpu): see asleep_compute_timeout.
+        self._compute_on_cpu = cfg.training.device == "cpu" or (cfg.training.device == "auto" and not gpu_device_nodes())
         self._fatal: Optional[str] = None
         self._last_tick = 0.0
         self._stall_grace_until = 0.0
@@ -590,7 +593,7 @@ class Supervisor:
             ft.quorum_timeout_s + 2 * ft.timeout_s,
             os_stall_s=ft.os_stall_s,
             asleep_s=ft.asleep_s,
-            asleep_compute_s=asleep_compute_timeout(self.step_times.p99(), ft.asleep_s),
+            asleep_compute_s=asleep_compute_timeout(self.step_times.p99(), ft.asleep_s, self._compute_on_cpu),
         )
 
     def _judge_hangs(self, hangs: dict[int, Hang], now: float) -> None:

@@ -369,9 +369,12 @@ def test_a_group_waiting_for_another_group_or_for_a_slow_peer_is_not_asleep_in_c
     # A slow peer on a loaded machine: rank 0 waits for it in compute, but rank 1 computes.
     slow = [_rank(0, phase_s=1.6, asleep=1.5), _rank(1, phase_s=1.5, asleep=0.1, state="running", held=0.2)]
     assert find_hang(slow, ASLEEP, others_beating=True) is None
-    # Long steps (a big model on a GPU): within a few learned compute times, not judged.
-    long_steps = dataclasses.replace(ASLEEP, asleep_compute_s=asleep_compute_timeout(2.0, 1.0))
-    assert long_steps.asleep_compute_s == 8.0 and asleep_compute_timeout(0.1, 1.0) == 1.0 and asleep_compute_timeout(None, 1.0) == 1.0
+    # Long steps on a GPU (the host thread may block while the device computes): within a few
+    # learned compute times, not judged. On a CPU computing is CPU work: ft.asleep_s, however
+    # long the learned steps (a loaded machine, or the hung step itself learned).
+    long_steps = dataclasses.replace(ASLEEP, asleep_compute_s=asleep_compute_timeout(2.0, 1.0, on_cpu=False))
+    assert long_steps.asleep_compute_s == 8.0 and asleep_compute_timeout(0.1, 1.0, on_cpu=False) == 1.0
+    assert asleep_compute_timeout(None, 1.0, on_cpu=False) == 1.0 and asleep_compute_timeout(8.0, 1.0, on_cpu=True) == 1.0
     assert find_hang([_rank(0, phase_s=3.0, asleep=3.0, held=3.0)], long_steps) is None
     # A member missing beats: not this rule's; frozen decides once it is silent for ft.asleep_s.
     group = [_rank(0, phase_s=1.6), _rank(1, phase=Phase.SYNC, phase_s=1.2, silent=0.8)]
