@@ -407,9 +407,11 @@ class Hang:
     asleep_s: Optional[float] = None  # the culprit's asleep spell (CpuSample), None: unknown
 
 
-# Verdicts that point at the culprit itself, not merely at a rank past a time limit: its
-# OS state, or its process asleep while it should run (a job-wide stall has neither).
-_SELF_EXPLAINED = (BlameReason.OS_STALL, BlameReason.OS_STATE, BlameReason.FROZEN, BlameReason.ASLEEP)
+# Verdicts that point at the culprit itself, not merely at a rank past a time limit: its OS
+# state, or frozen while ranks elsewhere beat (a job-wide cause is excluded by the rule itself).
+# Not ASLEEP: a group asleep in compute may be every group of the job stuck at once (the last
+# group holding its state), which is_job_stall waits out rather than killing it.
+_SELF_EXPLAINED = (BlameReason.OS_STALL, BlameReason.OS_STATE, BlameReason.FROZEN)
 
 
 def find_hang(ranks: Sequence[RankView], limits: HangLimits, others_beating: bool = False) -> Optional[Hang]:

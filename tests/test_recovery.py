@@ -353,7 +353,7 @@ def test_the_rank_asleep_in_compute_its_group_waits_for_is_hung_in_about_a_secon
     waiting = _rank(0, phase=Phase.SYNC, phase_s=0.9, asleep=1.2)
     stuck = _rank(1, phase=Phase.COMPUTE, phase_s=1.3, asleep=1.2)
     hang = find_hang([waiting, stuck], ASLEEP)
-    assert hang.rank == 1 and hang.reason == BlameReason.ASLEEP and hang.self_explained
+    assert hang.rank == 1 and hang.reason == BlameReason.ASLEEP
     assert find_hang([stuck], ASLEEP).reason == BlameReason.ASLEEP  # a group of one rank
     assert find_hang([waiting, _rank(1, phase_s=0.9, asleep=0.9, held=0.9)], ASLEEP) is None  # not yet
 
@@ -382,7 +382,12 @@ def test_a_group_waiting_for_another_group_or_for_a_slow_peer_is_not_asleep_in_c
     assert find_hang([group[0], dataclasses.replace(group[1], silent_s=1.0)], ASLEEP).reason == BlameReason.FROZEN
 
 
-def test_frozen_and_asleep_verdicts_are_faults_of_their_own_not_a_job_stall():
+def test_a_frozen_rank_is_a_fault_of_its_own_every_group_asleep_in_compute_is_one_stall():
     hang = find_hang([_rank(0, silent=1.2, asleep=1.2, held=1.2)], ASLEEP, others_beating=True)
-    assert hang.reason == BlameReason.FROZEN
+    assert hang.reason == BlameReason.FROZEN and hang.self_explained
     assert not is_job_stall({0: hang, 1: _hang()}, stepping=[0, 1])
+    # The job's only group asleep in compute (the last one holding its state): waited out as a
+    # stall, never killed by the detector; with another group stepping, that group alone fails.
+    asleep = find_hang([_rank(0)], ASLEEP)
+    assert asleep.reason == BlameReason.ASLEEP and not asleep.self_explained
+    assert is_job_stall({0: asleep}, stepping=[0]) and not is_job_stall({0: asleep}, stepping=[0, 1])
