@@ -121,7 +121,7 @@ class FTConfig:
     # sample, next to no CPU: recovery.track_cpu) is hung, without waiting for the hang
     # timeout, when it is also silent while ranks elsewhere beat (a thread holds the GIL
     # while it waits: hang mode gil), or when it is in compute with its whole group asleep and
-    # waiting for it (a collective it never joined; at least 4 x the learned compute p99).
+    # waiting for it (a collective it never joined; on a GPU at least 4 x the learned compute p99).
     # A busy rank on a loaded machine may miss beats for a second, but it uses CPU.
     asleep_s: float = 1.0
     # A freshly launched group must report its first step within this long.
