@@ -62,8 +62,8 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
     # for it in the commit vote is not, nor any survivor.
     coll = faults[7]
     assert coll["blame"] == "asleep" and coll["blamed_rank"] == coll["rank"] and coll["phases"]["detected"] <= 4.0, coll
-    during = [e for e in events if e["event"] == "group_failed" and coll["injected_at"] <= e["time"] <= coll["injected_at"] + coll["mttr_s"]]
-    assert [(e["group"], e["reason"]) for e in during] == [(0, "hung")], during
+    coll_failed = [e for e in events if e["event"] == "group_failed" and coll["injected_at"] <= e["time"] <= coll["injected_at"] + coll["mttr_s"]]
+    assert [(e["group"], e["reason"]) for e in coll_failed] == [(0, "hung")], coll_failed
     stacks = during[0]["stacks"]
     assert set(stacks) == {"g1r0", "g1r1"} and stacks == gil["stacks"]
     assert "sleep_holding_the_gil" in open(stacks["g1r1"]).read(), open(stacks["g1r1"]).read()[:2000]
