@@ -117,6 +117,13 @@ class FTConfig:
     # A rank stopped (SIGSTOP), a zombie, or in uninterruptible sleep (disk-sleep, outside
     # startup and saves) this long without a break is hung at once.
     os_stall_s: float = 0.5
+    # A stepping rank whose process is asleep this long (its main thread sleeping at every
+    # sample, next to no CPU: recovery.track_cpu) is hung, without waiting for the hang
+    # timeout, when it is also silent while ranks elsewhere beat (a thread holds the GIL
+    # while it waits: hang mode gil), or when it is in compute with its whole group asleep and
+    # waiting for it (a collective it never joined; on a GPU at least 4 x the learned compute p99).
+    # A busy rank on a loaded machine may miss beats for a second, but it uses CPU.
+    asleep_s: float = 1.0
     # A freshly launched group must report its first step within this long.
     startup_timeout_s: float = 120.0
     # Every stepping group silent at once is one job-wide stall, not N faults: the
@@ -367,6 +374,7 @@ def validate(cfg: JobConfig) -> None:
     _require(ft.hang_min_s > 0, f"ft.hang_min_s={ft.hang_min_s}: must be > 0")
     _require(ft.hang_step_factor >= 1, f"ft.hang_step_factor={ft.hang_step_factor}: must be >= 1 (a multiple of the p99 step time)")
     _require(ft.os_stall_s > 0, f"ft.os_stall_s={ft.os_stall_s}: must be > 0")
+    _require(ft.asleep_s > 0, f"ft.asleep_s={ft.asleep_s}: must be > 0")
     _require(
         0 <= ft.lighthouse_port <= 65535,
         f"ft.lighthouse_port={ft.lighthouse_port}: must be 0 (a free port) or 1-65535",

@@ -196,11 +196,52 @@ def track_os_state(prev: Optional[OsSample], state: Optional[str], now: float, m
     return OsSample(state, now, now)
 
 
+# A process that used at most this much CPU (seconds: a few clock ticks of 10 ms, the
+# kernel's resolution, plus this share of one core over the spell) is asleep: its liveness
+# thread's beats and TorchFT's heartbeats cost a fraction of that; a rank that computes,
+# even starved on a loaded machine, uses far more.
+ASLEEP_CPU_BASE_S = 0.03
+ASLEEP_CPU_SHARE = 0.05
+
+
+@dataclass(frozen=True)
+class CpuSample:
+    """Since when a rank's process has used next to no CPU (an asleep spell), from its CPU
+    seconds (every thread's user + system time) sampled every tick."""
+
+    cpu_s: float  # its CPU seconds at ``since``
+    since: float  # the sample that last saw it working: the spell's start
+    seen: float
+
+    @property
+    def asleep_s(self) -> float:
+        return self.seen - self.since
+
+
+def track_cpu(prev: Optional[CpuSample], cpu_s: Optional[float], now: float) -> Optional[CpuSample]:
+    """The rank's CPU seconds sampled at ``now``: the asleep spell goes on while it used at
+    most ``ASLEEP_CPU_BASE_S + ASLEEP_CPU_SHARE`` x the spell's length, and starts over at a
+    sample that saw more. CPU time is a counter, so samples the supervisor missed lose
+    nothing (unlike an OS state, which must be seen at every sample). None: not readable."""
+    if cpu_s is None:
+        return None
+    if prev is None or cpu_s - prev.cpu_s > ASLEEP_CPU_BASE_S + ASLEEP_CPU_SHARE * (now - prev.since):
+        return CpuSample(cpu_s, now, now)
+    return CpuSample(prev.cpu_s, prev.since, now)
+
+
 class BlameReason(StrEnum):
     """Why a rank of a hung group is the one to blame, strongest first."""
 
     OS_STALL = "os_stall"  # stopped, zombie or in disk-sleep for ft.os_stall_s without a break
     OS_STATE = "os_state"  # stopped or traced right now (not yet for os_stall_s)
+    # Asleep (next to no CPU, its main thread sleeping) and silent for ft.asleep_s while ranks
+    # elsewhere beat: a thread holds the GIL while it waits (nothing of it runs Python).
+    FROZEN = "frozen"
+    # Asleep in compute for ft.asleep_s (or a few learned compute times) with its whole group
+    # asleep too, every rank beating, and in its phase the longest: nothing of the group runs,
+    # and the rest of it waits for this rank (a collective it never joined).
+    ASLEEP = "asleep"
     SILENT = "silent"  # its liveness thread is frozen (stopped, or the GIL held) while peers beat
     PHASE = "phase"  # past its phase's budget, still beating (stuck computing, or waiting)
 
@@ -220,6 +261,7 @@ class RankView:
     os_state: Optional[str] = None
     os_state_s: float = 0.0  # how long os_state has been seen without a break (OsSample.held_s)
     finished: bool = False  # it reported train_done: it is on its way out
+    asleep_s: Optional[float] = None  # how long its process has used next to no CPU (CpuSample); None: unknown
 
 
 @dataclass(frozen=True)
@@ -240,6 +282,12 @@ class HangLimits:
             its I/O phases) this long without a break is hung at once.
         suspect_silence_s: once its group is hung, a rank silent this long (a few missed
             liveness beats) is blamed before peers that still beat: they wait for it.
+        asleep_s: ``ft.asleep_s``: a stepping rank whose process has been asleep this long
+            (its main thread sleeping at every sample, next to no CPU) is hung when it is
+            also silent while ranks elsewhere beat (:attr:`BlameReason.FROZEN`).
+        asleep_compute_s: the same for a rank asleep in compute with its whole group asleep
+            (:attr:`BlameReason.ASLEEP`): ``asleep_s``, or a few learned compute times where
+            steps are long (:func:`asleep_compute_timeout`). None: that rule is off.
     """
 
     hang_timeout_s: float
@@ -248,6 +296,8 @@ class HangLimits:
     sync_budget_s: float
     os_stall_s: float = 0.5
     suspect_silence_s: float = 0.75
+    asleep_s: Optional[float] = None
+    asleep_compute_s: Optional[float] = None
 
     def silent_limit(self, r: RankView) -> float:
         return self.hang_timeout_s if r.started else self.startup_timeout_s
@@ -278,6 +328,56 @@ class HangLimits:
             return False
         return not (r.os_state == OsState.DISK_SLEEP.value and r.phase in IO_PHASES)
 
+    def asleep(self, r: RankView, seconds: Optional[float]) -> bool:
+        """``r`` has stepped, and for ``seconds`` its process used next to no CPU while its main
+        thread was seen sleeping at every sample. Both, because each alone misleads: a rank
+        computing on a loaded machine may get little CPU but is runnable, not sleeping; a rank
+        waiting in a collective sleeps between samples yet its peers' work wakes it. Not in
+        startup (imports, a model build: its own budget), nor once it is on its way out. A
+        save counts: its writes use CPU or wait in disk-sleep (healthy ranks were seen silent
+        for 3.4 s in a save on a machine at load 30), never asleep with every thread stopped."""
+        return (
+            seconds is not None
+            and r.started
+            and not r.finished
+            and r.phase not in (Phase.STARTUP.value, None)
+            and r.asleep_s is not None
+            and r.asleep_s >= seconds
+            and r.os_state == OsState.SLEEPING.value
+            and r.os_state_s >= seconds
+        )
+
+    def frozen(self, r: RankView, others_beating: bool) -> bool:
+        """Asleep and silent for ``asleep_s`` while ranks elsewhere still beat.
+
+        Its liveness thread cannot have been waiting for CPU (the process is asleep, not
+        runnable) nor for its main thread's waits (TorchFT and collectives release the GIL):
+        a thread holds the GIL while it sleeps. Only with ranks elsewhere beating: if nobody
+        beats, the cause is shared (a stalled filesystem, the whole machine), not this rank."""
+        return others_beating and self.asleep(r, self.asleep_s) and r.silent_s >= (self.asleep_s or 0.0)
+
+    def asleep_in_compute(self, ranks: Sequence[RankView]) -> Optional[RankView]:
+        """The rank stuck asleep in compute, if its whole group is asleep with it; else None.
+
+        On a CPU, computing is CPU work: a rank in compute for ``asleep_compute_s`` using none
+        is not computing. It may be waiting in one of its group's collectives, so the rule
+        needs the whole group asleep (a slow peer that still computes uses CPU), every rank
+        beating (a silent one is :meth:`frozen`'s), and this rank the longest in its phase:
+        a group waiting in TorchFT for another group (a quorum, a heal from a hung peer) has
+        its waiting rank in sync since before the others entered compute (TorchFT's quorum and
+        commit vote wait for every rank of the group), so the blame stays with that wait and
+        its own budget, never with a survivor.
+        """
+        live = [r for r in ranks if not r.finished]
+        if self.asleep_compute_s is None or not live:
+            return None
+        if not all(self.asleep(r, self.asleep_s) and r.silent_s < self.suspect_silence_s for r in live):
+            return None
+        oldest = max(live, key=lambda r: r.phase_s)
+        if oldest.phase == Phase.COMPUTE.value and oldest.phase_s >= self.asleep_compute_s and self.asleep(oldest, self.asleep_compute_s):
+            return oldest
+        return None
+
     def blame(self, r: RankView) -> Optional[BlameReason]:
         """Why ``r`` would be blamed if its group is hung (None: nothing points at it)."""
         if self.os_stalled(r):
@@ -304,33 +404,86 @@ class Hang:
     # Every live rank's OS state at the verdict (rank -> psutil state), sampled once.
     rank_states: dict = field(default_factory=dict)
     os_state_s: float = 0.0
+    asleep_s: Optional[float] = None  # the culprit's asleep spell (CpuSample), None: unknown
 
 
-def find_hang(ranks: Sequence[RankView], limits: HangLimits) -> Optional[Hang]:
+# Verdicts that point at the culprit itself, not merely at a rank past a time limit: its OS
+# state, or frozen while ranks elsewhere beat (a job-wide cause is excluded by the rule itself).
+# Not ASLEEP: a group asleep in compute may be every group of the job stuck at once (the last
+# group holding its state), which is_job_stall waits out rather than killing it.
+_SELF_EXPLAINED = (BlameReason.OS_STALL, BlameReason.OS_STATE, BlameReason.FROZEN)
+
+
+def find_hang(ranks: Sequence[RankView], limits: HangLimits, others_beating: bool = False) -> Optional[Hang]:
     """The rank to blame when some rank of a group is hung, else None.
 
-    A group is hung when a rank is OS-stalled (hung at once) or past its limit (silence,
-    phase budget). One stuck rank soon stalls its group peers too (they wait in its
-    collectives, inside their own budgets, or even past them): so blame, among all ranks,
-    one whose OS state explains it, then one whose liveness thread is frozen (silent while
-    its peers beat: SIGSTOP, or sleeping with the GIL held, which from outside looks like
-    the peers' state), then the one longest in its phase.
+    A group is hung when a rank is OS-stalled (hung at once), frozen or asleep in compute
+    (hung after ``asleep_s``: see :meth:`HangLimits.frozen`, :meth:`HangLimits.asleep_in_compute`),
+    or past its limit (silence, phase budget). One stuck rank soon stalls its group peers too
+    (they wait in its collectives, inside their own budgets, or even past them): so blame,
+    among all ranks, one whose OS state explains it, then one frozen (asleep and silent while
+    its peers beat: sleeping with the GIL held, which from outside looks like the peers'
+    state), then the one asleep in compute that its group waits for, then one merely silent,
+    then the one longest in its phase.
+
+    Args:
+        ranks: the group's live ranks.
+        limits: the bounds (HangLimits).
+        others_beating: some rank outside this group reported within the last
+            ``suspect_silence_s``: a rank of this group silent and asleep is frozen by itself.
     """
-    if not any(limits.os_stalled(r) or limits.overdue(r) for r in ranks):
+    frozen = {r.rank for r in ranks if limits.frozen(r, others_beating or any(p.silent_s < limits.suspect_silence_s for p in ranks if p is not r))}
+    stuck = limits.asleep_in_compute(ranks)
+    if not frozen and stuck is None and not any(limits.os_stalled(r) or limits.overdue(r) for r in ranks):
         return None
-    blamed = [(r, b) for r in ranks if (b := limits.blame(r)) is not None]
+
+    def reason_of(r: RankView) -> Optional[BlameReason]:
+        b = limits.blame(r)
+        if b in (BlameReason.OS_STALL, BlameReason.OS_STATE):
+            return b
+        if r.rank in frozen:
+            return BlameReason.FROZEN
+        if stuck is not None and r.rank == stuck.rank:
+            return BlameReason.ASLEEP
+        return b
+
+    blamed = [(r, b) for r in ranks if (b := reason_of(r)) is not None]
     culprit, reason = min(blamed, key=lambda rb: (_BLAME_ORDER.index(rb[1]), -rb[0].silent_s, -rb[0].phase_s))
     return Hang(
         rank=culprit.rank,
         silent_s=round(culprit.silent_s, 2),
         os_state=culprit.os_state,
-        self_explained=reason in (BlameReason.OS_STALL, BlameReason.OS_STATE),
+        self_explained=reason in _SELF_EXPLAINED,
         phase=culprit.phase,
         phase_s=round(culprit.phase_s, 2),
         reason=reason.value,
         rank_states={r.rank: r.os_state for r in ranks},
         os_state_s=round(culprit.os_state_s, 2),
+        asleep_s=None if culprit.asleep_s is None else round(culprit.asleep_s, 2),
     )
+
+
+# On a GPU the asleep-in-compute bound is at least this many learned compute times: the
+# host thread may block without spinning while the device computes a long step.
+ASLEEP_STEP_FACTOR = 4.0
+
+
+def asleep_compute_timeout(compute_p99_s: Optional[float], asleep_s: float, on_cpu: bool) -> float:
+    """How long a rank may be asleep in compute.
+
+    On a CPU, ``ft.asleep_s``: computing is CPU work there, so no step time, however long
+    (the learned one grows tenfold on a loaded machine, and learns the hung step itself),
+    excuses a process that uses none. On a GPU, max(``asleep_s``, ASLEEP_STEP_FACTOR x the
+    learned p99 compute seconds), ``asleep_s`` before any step was learned.
+
+    Args:
+        compute_p99_s: StepTimeLearner.p99(), None before any step.
+        asleep_s: ``ft.asleep_s``.
+        on_cpu: the ranks compute on the CPU (``training.device``).
+    """
+    if on_cpu or compute_p99_s is None:
+        return asleep_s
+    return max(asleep_s, ASLEEP_STEP_FACTOR * compute_p99_s)
 
 
 # ---------------------------------------------------------------- ft.hang_timeout_s=auto

@@ -34,12 +34,14 @@ from monarch_ft.config import ConfigError, JobConfig, validate
 from monarch_ft.control import JobControl
 from monarch_ft.controller import DETACH_SIGNAL, DETACHED_EXIT, Controller
 from monarch_ft.data import prepare_data
+from monarch_ft.devices import gpu_device_nodes
 from monarch_ft.events import EventKind, EventLog, GroupStatus, JobStatus, RecoveryPath
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
 from monarch_ft.lighthouse import Lighthouse
 from monarch_ft.net import free_port
 from monarch_ft.recovery import (
     CommitLedger,
+    CpuSample,
     Hang,
     HangLimits,
     JobStateLost,
@@ -47,12 +49,14 @@ from monarch_ft.recovery import (
     RankView,
     StepTimeLearner,
     StateSource,
+    asleep_compute_timeout,
     auto_hang_timeout,
     decide_state_source,
     find_hang,
     hang_timeout_setting,
     is_job_stall,
     redone_commit,
+    track_cpu,
     track_os_state,
     restart_backoff,
     start_gate_opens,
@@ -92,6 +96,8 @@ class RankState:
     phase_seen: float = 0.0
     # Its OS state, sampled every tick, and since when it has held (recovery.track_os_state).
     os_sample: Optional[OsSample] = None
+    # Its CPU seconds, sampled every tick: since when it has used next to none (recovery.track_cpu).
+    cpu_sample: Optional[CpuSample] = None
 
 
 @dataclass
@@ -197,6 +203,8 @@ class Supervisor:
         # ft.hang_timeout_s: a fixed number, or None for auto (learned from the step times).
         self._hang_timeout_fixed = hang_timeout_setting(cfg.ft.hang_timeout_s)
         self.step_times = StepTimeLearner()
+        # Ranks compute on the CPU (no GPU on this host, or training.device=cpu): see asleep_compute_timeout.
+        self._compute_on_cpu = cfg.training.device == "cpu" or (cfg.training.device == "auto" and not gpu_device_nodes())
         self._fatal: Optional[str] = None
         self._last_tick = 0.0
         self._stall_grace_until = 0.0
@@ -540,7 +548,9 @@ class Supervisor:
 
         # Every tick: a state held for ft.os_stall_s needs every sample in between to see it.
         for rs in live:
-            rs.os_sample = track_os_state(rs.os_sample, process_status(rs.proc.pid), now, self.cfg.ft.os_stall_s)
+            state, cpu_s = process_sample(rs.proc.pid)
+            rs.os_sample = track_os_state(rs.os_sample, state, now, self.cfg.ft.os_stall_s)
+            rs.cpu_sample = track_cpu(rs.cpu_sample, cpu_s, now)
         views = [
             RankView(
                 rank=rs.proc.launch.rank,
@@ -551,10 +561,20 @@ class Supervisor:
                 os_state=rs.os_sample.state,
                 os_state_s=rs.os_sample.held_s,
                 finished=rs.train_done,
+                asleep_s=rs.cpu_sample.asleep_s if rs.cpu_sample else None,
             )
             for rs in live
         ]
-        return find_hang(views, self._hang_limits)
+        limits = self._hang_limits
+        # A rank of this group silent and asleep is frozen by itself only while ranks elsewhere beat.
+        others_beating = any(
+            self._watched(rs.last_progress, now) < limits.suspect_silence_s
+            for o in self.groups
+            if o is not g and o.active
+            for rs in o.ranks
+            if rs.exited is None
+        )
+        return find_hang(views, limits, others_beating)
 
     @property
     def hang_timeout_s(self) -> float:
@@ -574,6 +594,8 @@ class Supervisor:
             self.cfg.checkpoint.save_timeout_s,
             ft.quorum_timeout_s + 2 * ft.timeout_s,
             os_stall_s=ft.os_stall_s,
+            asleep_s=ft.asleep_s,
+            asleep_compute_s=asleep_compute_timeout(self.step_times.p99(), ft.asleep_s, self._compute_on_cpu),
         )
 
     def _judge_hangs(self, hangs: dict[int, Hang], now: float) -> None:
@@ -631,6 +653,7 @@ class Supervisor:
                 silent_s=h.silent_s,
                 process_status=h.os_state,
                 process_status_s=h.os_state_s,
+                asleep_s=h.asleep_s,
                 rank_status={str(r): st for r, st in h.rank_states.items()},
                 phase=h.phase,
                 phase_s=h.phase_s,
@@ -776,10 +799,13 @@ class Supervisor:
             for rs in g.ranks:
                 if rs.exited is None:
                     rs.exited = rs.proc.wait(max(0.0, deadline - time.time()))
-        for rs in g.ranks:
-            if rs.exited is None or rs.proc.poll() is None:
-                rs.proc.kill()  # SIGKILL also ends a SIGSTOPped rank
-                rs.exited = rs.proc.wait(10.0)
+        # Every rank signalled before any is waited for: the kernel tears them down together
+        # (a rank's exit frees its whole address space: tenths of a second on a loaded machine).
+        doomed = [rs for rs in g.ranks if rs.exited is None or rs.proc.poll() is None]
+        for rs in doomed:
+            rs.proc.kill()  # SIGKILL also ends a SIGSTOPped rank
+        for rs in doomed:
+            rs.exited = rs.proc.wait(10.0)
 
     @property
     def _gate_path(self) -> str:
@@ -886,6 +912,8 @@ class Supervisor:
             for g in self.groups:
                 if g.active:
                     self._consume_reports(g, now)
+            for g in self.groups:
+                if g.active:
                     hang = self._check_group(g, now)
                     if hang is not None:
                         hangs[g.index] = hang
@@ -1043,6 +1071,20 @@ def request_finish(run_dir: str, step: int) -> None:
     The ranks read this file once (see trainer.StopAt), so it is written whole.
     """
     atomic_write(RunLayout(run_dir).stop_at_step, str(step))
+
+
+def process_sample(pid: Optional[int]) -> tuple[Optional[str], Optional[float]]:
+    """A rank's psutil state and its CPU seconds (every thread's user + system), read at once;
+    (None, None) without a pid (a rank the launcher does not run here), ("gone", None) once gone."""
+    if pid is None:
+        return None, None
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            times = p.cpu_times()
+            return p.status(), times.user + times.system
+    except psutil.Error:
+        return "gone", None
 
 
 def process_status(pid: Optional[int]) -> Optional[str]:

@@ -21,12 +21,14 @@ from monarch_ft.recovery import (
     RankView,
     StateSource,
     StepTimeLearner,
+    asleep_compute_timeout,
     auto_hang_timeout,
     decide_state_source,
     find_hang,
     hang_timeout_setting,
     is_job_stall,
     percentile,
+    track_cpu,
     track_os_state,
 )
 from monarch_ft.run_layout import RunLayout, atomic_write, read_json
@@ -289,3 +291,103 @@ def test_a_redone_step_is_told_whichever_commit_is_read_first():
     seen: dict = {}
     assert redone_commit(seen, 4, 1, "bbb") is None  # the later quorum's report read first
     assert redone_commit(seen, 3, 0, "aaa") == {"quorum_id": 4, "group": 1}  # the caller orders them by quorum id
+
+
+# ---------------------------------------------------------------- asleep: hung in about a second
+ASLEEP = dataclasses.replace(LIMITS, asleep_s=1.0, asleep_compute_s=1.0)
+
+
+def _rank(rank, phase=Phase.COMPUTE, phase_s=1.5, silent=0.1, asleep=1.5, state="sleeping", held=1.5, started=True):
+    return RankView(rank, silent, started, phase.value, phase_s, state, held, asleep_s=asleep)
+
+
+def test_cpu_track_keeps_an_asleep_spell_until_the_process_works():
+    s = track_cpu(None, 10.0, now=100.0)
+    s = track_cpu(s, 10.02, now=100.5)  # a beat or two: still asleep
+    s = track_cpu(s, 10.05, now=101.2)
+    assert s.asleep_s == pytest.approx(1.2)
+    woke = track_cpu(s, 10.3, now=101.3)  # a quarter of a CPU second: it computes
+    assert woke.asleep_s == 0 and woke.cpu_s == 10.3
+    assert track_cpu(s, None, 101.3) is None  # not readable (no local pid): unknown, never asleep
+    # A counter: a supervisor that did not sample for a while still knows what was used.
+    assert track_cpu(track_cpu(None, 5.0, 0.0), 5.1, 3.0).asleep_s == 3.0
+
+
+def test_a_rank_holding_the_gil_is_hung_in_about_a_second_not_its_waiting_peer():
+    # The gil rank: silent, asleep, its main thread sleeping. Its peer waits for it in a
+    # collective of the group (compute, asleep too, since before) but its liveness thread beats.
+    peer = _rank(0, phase_s=1.6, asleep=1.1)
+    gil = _rank(1, phase_s=1.4, silent=1.1, asleep=1.1, held=1.1)
+    hang = find_hang([peer, gil], ASLEEP, others_beating=True)
+    assert hang.rank == 1 and hang.reason == BlameReason.FROZEN and hang.self_explained and hang.asleep_s == 1.1
+    # Not before ft.asleep_s, and then only by the old silence rule (hang timeout 6 s here).
+    assert find_hang([peer, _rank(1, silent=0.9, asleep=0.9, held=0.9)], ASLEEP, others_beating=True) is None
+    assert find_hang([peer, gil], LIMITS, others_beating=True) is None  # the rules off: 6 s of silence
+    # Frozen in a checkpoint save (the signal came while it saved): the same.
+    in_save = dataclasses.replace(gil, phase=Phase.SAVE.value)
+    assert find_hang([peer, in_save], ASLEEP, others_beating=True).reason == BlameReason.FROZEN
+
+
+def test_a_silent_rank_that_still_works_or_waits_for_cpu_is_not_frozen():
+    others = dict(others_beating=True)
+    # Busy on a loaded machine: misses beats for 1.5 s, but its process uses CPU.
+    assert find_hang([_rank(0, silent=1.5, asleep=0.2)], ASLEEP, **others) is None
+    # Starved: runnable, not sleeping (it got next to no CPU for a while).
+    assert find_hang([_rank(0, silent=1.5, state="running", held=1.5)], ASLEEP, **others) is None
+    # Sleeping at every sample but seen so only for a moment (a sample missed, py-spy's stop).
+    assert find_hang([_rank(0, silent=1.5, held=0.4)], ASLEEP, **others) is None
+    # Nobody beats anywhere: a shared cause (the filesystem, the machine), not this rank.
+    assert find_hang([_rank(0, silent=1.5), _rank(1, silent=1.4)], ASLEEP, others_beating=False) is None
+    # A save that writes: CPU, or disk-sleep (not sleeping); startup, a group not stepping yet,
+    # a rank on its way out.
+    assert find_hang([_rank(0, phase=Phase.SAVE, silent=1.5, asleep=0.3)], ASLEEP, **others) is None
+    assert find_hang([_rank(0, phase=Phase.SAVE, silent=1.5, state="disk-sleep", held=0.4)], ASLEEP, **others) is None
+    assert find_hang([_rank(0, phase=Phase.STARTUP, silent=1.5, started=False)], ASLEEP, **others) is None
+    assert find_hang([_rank(0, silent=1.5, started=False)], ASLEEP, **others) is None
+    assert find_hang([dataclasses.replace(_rank(0, silent=1.5), finished=True)], ASLEEP, **others) is None
+
+
+def test_the_rank_asleep_in_compute_its_group_waits_for_is_hung_in_about_a_second():
+    # collective hang: rank 1 sleeps before its allreduce (it still beats); rank 0 did its
+    # allreduce and waits in the commit vote for it, since after rank 1 entered compute.
+    waiting = _rank(0, phase=Phase.SYNC, phase_s=0.9, asleep=1.2)
+    stuck = _rank(1, phase=Phase.COMPUTE, phase_s=1.3, asleep=1.2)
+    hang = find_hang([waiting, stuck], ASLEEP)
+    assert hang.rank == 1 and hang.reason == BlameReason.ASLEEP
+    assert find_hang([stuck], ASLEEP).reason == BlameReason.ASLEEP  # a group of one rank
+    assert find_hang([waiting, _rank(1, phase_s=0.9, asleep=0.9, held=0.9)], ASLEEP) is None  # not yet
+
+
+def test_a_group_waiting_for_another_group_or_for_a_slow_peer_is_not_asleep_in_compute():
+    # Survivors waiting in TorchFT for a hung group (allreduce, quorum): asleep, in sync.
+    survivors = [_rank(0, phase=Phase.SYNC, phase_s=2.5, asleep=2.5), _rank(1, phase=Phase.SYNC, phase_s=2.4, asleep=2.4)]
+    assert find_hang(survivors, ASLEEP, others_beating=True) is None
+    # A group healing from a hung peer: rank 1 still receives (sync, since the quorum), rank 0
+    # healed first and waits in compute for rank 1 in its first collective.
+    healing = [_rank(0, phase=Phase.COMPUTE, phase_s=1.5, asleep=1.5), _rank(1, phase=Phase.SYNC, phase_s=1.7, asleep=1.7)]
+    assert find_hang(healing, ASLEEP, others_beating=True) is None
+    # A slow peer on a loaded machine: rank 0 waits for it in compute, but rank 1 computes.
+    slow = [_rank(0, phase_s=1.6, asleep=1.5), _rank(1, phase_s=1.5, asleep=0.1, state="running", held=0.2)]
+    assert find_hang(slow, ASLEEP, others_beating=True) is None
+    # Long steps on a GPU (the host thread may block while the device computes): within a few
+    # learned compute times, not judged. On a CPU computing is CPU work: ft.asleep_s, however
+    # long the learned steps (a loaded machine, or the hung step itself learned).
+    long_steps = dataclasses.replace(ASLEEP, asleep_compute_s=asleep_compute_timeout(2.0, 1.0, on_cpu=False))
+    assert long_steps.asleep_compute_s == 8.0 and asleep_compute_timeout(0.1, 1.0, on_cpu=False) == 1.0
+    assert asleep_compute_timeout(None, 1.0, on_cpu=False) == 1.0 and asleep_compute_timeout(8.0, 1.0, on_cpu=True) == 1.0
+    assert find_hang([_rank(0, phase_s=3.0, asleep=3.0, held=3.0)], long_steps) is None
+    # A member missing beats: not this rule's; frozen decides once it is silent for ft.asleep_s.
+    group = [_rank(0, phase_s=1.6), _rank(1, phase=Phase.SYNC, phase_s=1.2, silent=0.8)]
+    assert find_hang(group, ASLEEP) is None
+    assert find_hang([group[0], dataclasses.replace(group[1], silent_s=1.0)], ASLEEP).reason == BlameReason.FROZEN
+
+
+def test_a_frozen_rank_is_a_fault_of_its_own_every_group_asleep_in_compute_is_one_stall():
+    hang = find_hang([_rank(0, silent=1.2, asleep=1.2, held=1.2)], ASLEEP, others_beating=True)
+    assert hang.reason == BlameReason.FROZEN and hang.self_explained
+    assert not is_job_stall({0: hang, 1: _hang()}, stepping=[0, 1])
+    # The job's only group asleep in compute (the last one holding its state): waited out as a
+    # stall, never killed by the detector; with another group stepping, that group alone fails.
+    asleep = find_hang([_rank(0)], ASLEEP)
+    assert asleep.reason == BlameReason.ASLEEP and not asleep.self_explained
+    assert is_job_stall({0: asleep}, stepping=[0]) and not is_job_stall({0: asleep}, stepping=[0, 1])
