@@ -135,6 +135,11 @@ class FTConfig:
     # real allocation, so it is the user's choice; standbys are not implemented there yet).
     # ft.recovery=full_restart uses none.
     standby_groups: Optional[int] = None
+    # A relaunch with no standby ready forks its ranks from a fork server that imported
+    # torch/TorchTitan/TorchFT at launch (monarch_ft/forkserver.py: recovery path warm_fork)
+    # instead of fresh interpreters (cold_start). launcher=local/local_hosts only (others
+    # start cold and say so); ft.recovery=full_restart never uses it. false: always cold.
+    warm_fork: bool = True
     restart_backoff_s: float = 0.5
     restart_backoff_max_s: float = 8.0
     # How groups synchronise (monarch_ft/components/sync.py):

@@ -79,6 +79,9 @@ class EventKind(StrEnum):
     STANDBY_READY = "standby_ready"  # every rank built and waiting for a promotion
     STANDBY_PROMOTED = "standby_promoted"  # it took a failed group's identity
     STANDBY_LOST = "standby_lost"  # it died (or was stopped) while waiting; rebuilt, never promoted
+    # Warm fork servers (monarch_ft.forkserver): imports done on a host; one died (restarted).
+    FORK_SERVER_READY = "fork_server_ready"
+    FORK_SERVER_LOST = "fork_server_lost"
     # Written by the ranks (their report files), relayed by the supervisor.
     RANK_STARTED = "rank_started"
     MODEL_READY = "model_ready"

@@ -13,7 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 @dataclass
@@ -31,6 +31,24 @@ class RankLaunch:
     # Dies with the controller that launched it (a waiting warm standby: monarch_ft.standby);
     # training ranks outlive their controller (monarch_ft.controller).
     die_with_controller: bool = False
+
+
+@dataclass
+class ForkHost:
+    """Where a fork server for a group's ranks runs (monarch_ft.forkserver): the host the
+    launcher would start the group's ranks on, and how it puts a process there."""
+
+    # One fork server per key (the host: "localhost", or a simulated host's namespace).
+    key: str
+    # argv prefix and preexec that start a process on the host (``ip netns exec <ns>``).
+    argv_prefix: list[str]
+    preexec: Optional[Callable[[], None]]
+    # Env the launcher adds for a rank on that host (setdefault), and the name it records.
+    rank_env: dict[str, str] = field(default_factory=dict)
+    host: str = "localhost"
+    # The ranks it starts die with the controller (there: with the fork server, which dies
+    # with the controller): as the launcher's own preexec makes them.
+    ranks_die_with_controller: bool = False
 
 
 @dataclass
@@ -132,6 +150,12 @@ class Launcher(ABC):
     @abstractmethod
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
         """Start every rank of one replica group (all or none)."""
+
+    def fork_host(self, group: int) -> Optional[ForkHost]:
+        """Where ``group``'s relaunched ranks can be forked from a warm fork server
+        (monarch_ft.forkserver, ``ft.warm_fork``); None where an engine starts the ranks
+        (Slurm, Monarch): their relaunches start cold."""
+        return None
 
     def adoption_problem(self) -> Optional[str]:
         """Why this launcher cannot take over the ranks a previous controller launched
