@@ -43,8 +43,8 @@ Protocol: newline-delimited JSON over a socketpair inherited by the server (fd i
   ``refused`` (id, error), ``exited`` (id, pid, code: negative for a signal, as subprocess);
 - supervisor -> server: ``fork`` (id, argv, env, cwd, log_path, die_with_parent).
 
-Run as ``python -m monarch_ft.forkserver FD [MODULE ...]`` (extra modules to preload: the
-job's TorchTitan model package).
+Run as ``python -m monarch_ft.forkserver FD [MODULE ...]``, the modules to import (the
+supervisor passes :data:`PRELOAD` and the job's TorchTitan model package).
 """
 
 from __future__ import annotations
@@ -229,11 +229,12 @@ def other_threads() -> list[str]:
 
 
 # ---------------------------------------------------------------- the server (zygote)
-def serve(fd: int, extra: Iterable[str] = ()) -> int:
-    """The fork server's main loop, on the socket ``fd`` (a socketpair end from the supervisor)."""
+def serve(fd: int, preload: Iterable[str] = ()) -> int:
+    """The fork server's main loop, on the socket ``fd`` (a socketpair end from the supervisor),
+    after importing ``preload`` (the supervisor passes :data:`PRELOAD` and the model package)."""
     sock = socket.socket(fileno=fd)
     started = time.time()
-    for name in (*PRELOAD, *extra):
+    for name in preload:
         importlib.import_module(name)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -297,9 +298,8 @@ def _fork(msg: dict, inherited: tuple[int, ...], sel: selectors.BaseSelector) ->
     spec = worker_spec(msg["argv"])
     if spec is None:
         return {"op": ForkOp.REFUSED, "id": msg["id"], "error": f"not a rank launch: {msg['argv'][:4]}"}
-    import torch
-
-    unsafe = fork_unsafe(other_threads(), torch.cuda.is_initialized())
+    torch = sys.modules.get("torch")
+    unsafe = fork_unsafe(other_threads(), torch is not None and torch.cuda.is_initialized())
     if unsafe:
         return {"op": ForkOp.REFUSED, "id": msg["id"], "error": unsafe}
     server = os.getpid()
@@ -382,7 +382,7 @@ class ForkServer:
         env: its environment (the ranks' own: see the module docstring).
         log_path: its own output.
         cwd: its working directory.
-        preload: extra modules to import (the job's model package).
+        preload: the modules it imports before it is ready.
     """
 
     def __init__(self, host: ForkHost, env: dict[str, str], log_path: str, cwd: str, preload: Iterable[str] = ()) -> None:
@@ -553,7 +553,7 @@ class WarmForks:
         env: the ranks' environment (Supervisor._rank_env).
         cwd: the servers' working directory (the run directory).
         emit: the event log's emit.
-        preload: extra modules every server imports (the job's model package).
+        preload: modules every server imports besides :data:`PRELOAD` (the job's model package).
     """
 
     def __init__(
@@ -572,7 +572,7 @@ class WarmForks:
         self._env = env
         self._cwd = cwd
         self._emit = emit
-        self._preload = tuple(preload)
+        self._preload = (*PRELOAD, *preload)
         self.servers: dict[str, ForkServer] = {}
         self._announced: set[int] = set()  # pids whose ready/lost was emitted
         self._starts: dict[str, int] = {}
