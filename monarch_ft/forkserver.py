@@ -22,7 +22,10 @@ never joins a quorum). Before every fork it checks that it is still single-threa
 that CUDA is not initialised, and refuses otherwise (the relaunch then starts cold).
 Environment read at import time (``OMP_NUM_THREADS`` by libgomp when torch loads it) is
 the ranks' own: the server is started with the ranks' environment, and the child applies
-its launch's environment to ``os.environ`` before the worker reads anything.
+its launch's environment to ``os.environ`` before the worker reads anything. Two native
+pools start at import all the same, and are dealt with: numpy's OpenBLAS (sized from the
+environment: the server sets ``OPENBLAS_NUM_THREADS=1`` unless the ranks' environment sizes
+it) and pyarrow's jemalloc purger (:data:`FORK_SAFE_THREADS`).
 
 The child becomes the rank the local launcher would start: its own session (a Ctrl-C in the
 terminal reaches the supervisor only), the launch's cwd, environment and log file on
@@ -395,6 +398,11 @@ class ForkServer:
         self._next_id = 0
         self._cond = threading.Condition()
         self._send_lock = threading.Lock()
+        # numpy's OpenBLAS starts its thread pool when it loads, sized from OMP_NUM_THREADS
+        # (the ranks' training.threads_per_rank): one thread, no pool, in the server. A forked
+        # rank keeps it (numpy only slices token batches; torch's own threads are set by the
+        # trainer), where a cold rank with threads_per_rank > 1 would have a pool there.
+        env = {**env, "OPENBLAS_NUM_THREADS": env.get("OPENBLAS_NUM_THREADS", "1")}
         ours, theirs = socket.socketpair()
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         try:
@@ -454,8 +462,9 @@ class ForkServer:
         with self._cond:
             return self._exits.get(rid)
 
-    def fork(self, launch: RankLaunch, die_with_parent: bool, timeout: float = FORK_REPLY_TIMEOUT_S) -> "ForkedProcess":
-        """Start ``launch`` as a child of the server.
+    def fork(self, launch: RankLaunch, die_with_parent: bool, report_path: str = "", timeout: float = FORK_REPLY_TIMEOUT_S) -> "ForkedProcess":
+        """Start ``launch`` as a child of the server (``report_path``: its report file, read
+        for its verdict should the server die before it).
 
         Raises:
             ForkError: the server refused, is gone, or did not answer within ``timeout``.
@@ -481,7 +490,7 @@ class ForkServer:
             reply = self._replies.pop(rid)
         if reply["op"] is ForkOp.REFUSED:
             raise ForkError(f"the fork server refused: {reply['error']}")
-        return ForkedProcess(launch, self, rid, reply["pid"])
+        return ForkedProcess(launch, self, rid, reply["pid"], report_path)
 
     def alive(self) -> bool:
         return self.state is not ServerState.GONE and self.proc.poll() is None
@@ -507,8 +516,9 @@ class ForkedProcess(RankProcess):
     by init: watched by pid and start time, its status read from its report
     (as :class:`monarch_ft.controller.AdoptedProcess`)."""
 
-    def __init__(self, launch: RankLaunch, server: ForkServer, rid: int, pid: int) -> None:
+    def __init__(self, launch: RankLaunch, server: ForkServer, rid: int, pid: int, report_path: str = "") -> None:
         self.launch = launch
+        self.report_path = report_path
         self.server = server
         self.rid = rid
         self._pid = pid
@@ -528,9 +538,7 @@ class ForkedProcess(RankProcess):
             # The exit may still be on its way: the server's last words are read before GONE.
             self._code = self.server.exit_code(self.rid)
             if self._code is None:
-                spec = worker_spec(self.launch.argv)
-                report = json.load(open(spec)).get("report_path", "") if spec else ""
-                self._code = 0 if report and report_finished(report) else LOST_EXIT
+                self._code = 0 if self.report_path and report_finished(self.report_path) else LOST_EXIT
         return self._code
 
     def send_signal(self, sig: int) -> None:
@@ -643,7 +651,9 @@ class WarmForks:
                 env = dict(r.env)
                 for k, v in host.rank_env.items():
                     env.setdefault(k, v)
-                forked = server.fork(dataclasses.replace(r, env=env), die_with_parent=r.die_with_controller or host.ranks_die_with_controller)
+                with open(worker_spec(r.argv) or os.devnull) as f:
+                    report = (json.loads(f.read() or "{}")).get("report_path", "")
+                forked = server.fork(dataclasses.replace(r, env=env), r.die_with_controller or host.ranks_die_with_controller, report)
                 forked.launch = r
                 started.append(forked)
         except ForkError:
