@@ -960,9 +960,10 @@ class Supervisor:
         # Standbys belong to this controller (they die with it, see _launch_standby): a
         # controller that attaches later builds its own.
         self.standby.stop()
-        self.warm_forks.close()  # the fork servers are this controller's too
         if self.status == JobStatus.DETACHED:
-            # The job keeps training: leave every rank and the Lighthouse alone.
+            # The job keeps training: leave every rank and the Lighthouse alone. The fork
+            # servers are this controller's (their forked ranks live on, adopted by init).
+            self.warm_forks.close()
             self.controller.close(finished=False)
             print(
                 f"[monarch_ft] detached: the job keeps training; take it over with controller.attach=true hydra.run.dir={self.run_dir} "
@@ -977,6 +978,7 @@ class Supervisor:
                 self._stop_ranks(g, graceful=True)
                 if g.status not in (GroupStatus.DONE, GroupStatus.GIVEN_UP):
                     self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt, reason=self.status)
+        self.warm_forks.close()  # after the ranks: their exit codes come back through it
         self.lighthouse.stop()
         if self.lighthouse.proc is not None:
             self.events.emit(EventKind.LIGHTHOUSE_STOPPED)
