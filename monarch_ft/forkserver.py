@@ -46,8 +46,10 @@ Protocol: newline-delimited JSON over a socketpair inherited by the server (fd i
   ``refused`` (id, error), ``exited`` (id, pid, code: negative for a signal, as subprocess);
 - supervisor -> server: ``fork`` (id, argv, env, cwd, log_path, die_with_parent).
 
-Run as ``python -m monarch_ft.forkserver FD [MODULE ...]``, the modules to import (the
-supervisor passes :data:`PRELOAD` and the job's TorchTitan model package).
+Run as ``python -m monarch_ft.forkserver FD RUN_DIR [MODULE ...]``: the modules to import (the
+supervisor passes :data:`PRELOAD` and the job's TorchTitan model package); ``RUN_DIR`` names
+the run in its command line, as a rank's spec path does, and leaves room for a forked rank
+to write its own command line over it (:func:`set_cmdline`).
 """
 
 from __future__ import annotations
@@ -315,6 +317,27 @@ def _fork(msg: dict, inherited: tuple[int, ...], sel: selectors.BaseSelector) ->
     return {"op": ForkOp.FORKED, "id": msg["id"], "pid": pid}
 
 
+def set_cmdline(argv: list[str]) -> bool:
+    """Make ``/proc/self/cmdline`` read ``argv`` (what ps, psutil and the run's own leak checks
+    match a rank by), as setproctitle does: over the original argv memory, which CPython copied
+    at start-up, the new line, a NUL, and padding with a non-NUL last byte (the kernel then
+    reads up to that NUL). A line longer than the original is cut. False where it cannot."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (stat fields 48, 49)
+        size = end - start
+        if size < 2:
+            return False
+        title = " ".join(argv).encode()[: size - 2]
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(title + b"\0" + b" " * (size - len(title) - 1))
+        return True
+    except (OSError, IndexError, ValueError):
+        return False
+
+
 def _become_rank(msg: dict, spec: str, server: int, inherited: tuple[int, ...], sel: selectors.BaseSelector) -> None:
     """In the child: become ``python -m monarch_ft.worker SPEC`` as the local launcher starts it."""
     code = 1
@@ -329,6 +352,7 @@ def _become_rank(msg: dict, spec: str, server: int, inherited: tuple[int, ...], 
             except OSError:
                 pass
         os.setsid()  # its own session, as start_new_session=True
+        set_cmdline(msg["argv"])  # it reads as the rank it becomes, not as the server
         if msg["die_with_parent"]:
             from monarch_ft.process import die_with_parent
 
@@ -363,10 +387,10 @@ def _become_rank(msg: dict, spec: str, server: int, inherited: tuple[int, ...], 
 
 
 def main(argv: list[str]) -> int:
-    if not argv or not argv[0].isdigit():
-        print("usage: python -m monarch_ft.forkserver FD [MODULE ...]", file=sys.stderr)
+    if len(argv) < 2 or not argv[0].isdigit():
+        print("usage: python -m monarch_ft.forkserver FD RUN_DIR [MODULE ...]", file=sys.stderr)
         return 2
-    code = serve(int(argv[0]), argv[1:])
+    code = serve(int(argv[0]), argv[2:])
     sys.stdout.flush()
     # Nothing to finalise, and tearing down torch's modules only costs time.
     os._exit(code)
@@ -384,7 +408,7 @@ class ForkServer:
         host: where it runs (the launcher's :class:`ForkHost`).
         env: its environment (the ranks' own: see the module docstring).
         log_path: its own output.
-        cwd: its working directory.
+        cwd: its working directory, the run directory (named in its command line).
         preload: the modules it imports before it is ready.
     """
 
@@ -408,7 +432,7 @@ class ForkServer:
         try:
             with open(log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    [*host.argv_prefix, sys.executable, "-m", "monarch_ft.forkserver", str(theirs.fileno()), *preload],
+                    [*host.argv_prefix, sys.executable, "-m", "monarch_ft.forkserver", str(theirs.fileno()), cwd, *preload],
                     env=env,
                     cwd=cwd,
                     stdout=log,

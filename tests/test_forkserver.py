@@ -134,6 +134,8 @@ def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
         b = server.fork(_launch(tmp_path, "b", str(fifos[1])), die_with_parent=False)
         pa = psutil.Process(a.pid)
         assert pa.ppid() == server.pid and os.getsid(a.pid) == a.pid and pa.cwd() == str(tmp_path)
+        # It reads as the rank it is (ps, psutil, a run's leak check), not as the server.
+        assert pa.cmdline() == a.launch.argv, pa.cmdline()
         assert a.poll() is None
         a.send_signal(signal.SIGSTOP)
         _wait(lambda: pa.status() == psutil.STATUS_STOPPED, 10, "the rank stopped")

@@ -43,6 +43,7 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
         run_dir,
         *FAST,
         "ft.standby_groups=1",
+        "ft.warm_fork=true",
         "launcher=local_hosts",
         "ft.replica_groups=2",
         "ft.ranks_per_group=2",
