@@ -72,7 +72,8 @@ class EventKind(StrEnum):
     JOB_STALL = "job_stall"
     JOB_STALL_CLEARED = "job_stall_cleared"
     JOB_STALL_ESCALATED = "job_stall_escalated"
-    # How a failed group came back (RecoveryPath): one per relaunch, before its ranks start.
+    # How a failed group came back (RecoveryPath): one per relaunch, before its group_launched
+    # (cold_because: why a relaunch without a standby did not fork from a warm fork server).
     RECOVERY_PATH = "recovery_path"
     # Warm standby groups (monarch_ft.standby), written by the supervisor.
     STANDBY_LAUNCHED = "standby_launched"
