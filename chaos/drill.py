@@ -80,6 +80,8 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         "recovery": cfg.ft.recovery,
         # Warm standby groups (ft.standby_groups, where this build has them): a sweep axis.
         "standby_groups": getattr(cfg.ft, "standby_groups", None),
+        # Warm fork (ft.warm_fork): a relaunch with no standby ready forks from a fork server.
+        "warm_fork": getattr(cfg.ft, "warm_fork", None),
         # The hang timeout setting (auto: learned from the step times).
         "hang_timeout_s": cfg.ft.hang_timeout_s,
         # ft.mode: a sweep axis; in localsgd/diloco a fault can cost up to a window of steps.

@@ -570,11 +570,15 @@ def _mean_of(values: Iterable[Any]) -> float | None:
 
 
 def _recovery_key(d: Mapping[str, Any]) -> str:
-    """The recovery mode, with ``+standby`` when live recovery had warm standby groups and the
-    sync mode when it is not hsdp (``live+standby``, ``live+diloco``)."""
+    """The recovery mode, with ``+standby`` when live recovery had warm standby groups, else
+    ``+fork`` when its relaunches forked from a warm fork server (``ft.warm_fork``; plain
+    ``live`` is the cold path), and the sync mode when it is not hsdp (``live+standby``,
+    ``live+fork``, ``live+diloco``)."""
     recovery, mode = str(d.get("recovery", "unknown")), d.get("mode", "hsdp")
     if recovery != BASELINE_RECOVERY and d.get("standby_groups"):
         recovery += "+standby"
+    elif recovery != BASELINE_RECOVERY and d.get("warm_fork"):
+        recovery += "+fork"
     return recovery if mode == "hsdp" else f"{recovery}+{mode}"
 
 
@@ -688,9 +692,12 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
     standby = next((m for m in ours_modes if m.startswith("live+standby")), None)
     # The issue's target ratio: live recovery with a standby over a full restart (lower is better).
     standby_over_full = {k: _ratio(mean_mttr(k, standby), mean_mttr(k, BASELINE_RECOVERY)) for k in kinds} if standby else {}
+    # Warm fork over the cold path, both live without a standby (lower is better).
+    fork_over_cold = {k: _ratio(mean_mttr(k, "live+fork"), mean_mttr(k, "live")) for k in kinds} if {"live+fork", "live"} <= set(modes) else {}
     summary = {
         "drills": len(drills),
         "standby_over_full_restart": standby_over_full,
+        "fork_over_cold": fork_over_cold,
         "recoveries": modes,
         "ours": ours,
         "baseline": BASELINE_RECOVERY,

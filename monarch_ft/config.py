@@ -142,6 +142,11 @@ class FTConfig:
     # real allocation, its own Slurm job or proc mesh, so K > 0 is the user's choice).
     # ft.recovery=full_restart uses none.
     standby_groups: Optional[int] = None
+    # A relaunch with no standby ready forks its ranks from a fork server that imported
+    # torch/TorchTitan/TorchFT at launch (monarch_ft/forkserver.py: recovery path warm_fork)
+    # instead of fresh interpreters (cold_start). launcher=local/local_hosts only (others
+    # start cold and say so); ft.recovery=full_restart never uses it. false: always cold.
+    warm_fork: bool = True
     restart_backoff_s: float = 0.5
     restart_backoff_max_s: float = 8.0
     # How groups synchronise (monarch_ft/components/sync.py):

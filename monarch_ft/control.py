@@ -57,7 +57,8 @@ class JobControl:
     def standby_pending(self) -> bool:
         """Fewer warm standby groups ready than configured (one is being built or rebuilt)."""
         pool = self._sup.standby
-        return len(pool.ready()) < pool.wanted
+        # A warm fork server still importing counts too: a fault then would start cold.
+        return len(pool.ready()) < pool.wanted or self._sup.warm_forks.pending()
 
     def attempt(self, group: int) -> int:
         return self._sup.groups[group].attempt

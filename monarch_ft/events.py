@@ -72,13 +72,17 @@ class EventKind(StrEnum):
     JOB_STALL = "job_stall"
     JOB_STALL_CLEARED = "job_stall_cleared"
     JOB_STALL_ESCALATED = "job_stall_escalated"
-    # How a failed group came back (RecoveryPath): one per relaunch, before its ranks start.
+    # How a failed group came back (RecoveryPath): one per relaunch, before its group_launched
+    # (cold_because: why a relaunch without a standby did not fork from a warm fork server).
     RECOVERY_PATH = "recovery_path"
     # Warm standby groups (monarch_ft.standby), written by the supervisor.
     STANDBY_LAUNCHED = "standby_launched"
     STANDBY_READY = "standby_ready"  # every rank built and waiting for a promotion
     STANDBY_PROMOTED = "standby_promoted"  # it took a failed group's identity
     STANDBY_LOST = "standby_lost"  # it died (or was stopped) while waiting; rebuilt, never promoted
+    # Warm fork servers (monarch_ft.forkserver): imports done on a host; one died (restarted).
+    FORK_SERVER_READY = "fork_server_ready"
+    FORK_SERVER_LOST = "fork_server_lost"
     # Written by the ranks (their report files), relayed by the supervisor.
     RANK_STARTED = "rank_started"
     MODEL_READY = "model_ready"

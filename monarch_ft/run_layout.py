@@ -162,6 +162,10 @@ class RunLayout:
     def lighthouse_log(self) -> str:
         return self._p("logs", "lighthouse.log")
 
+    def fork_server_log(self, host: str, number: int) -> str:
+        """A warm fork server's own output (monarch_ft.forkserver): one per host and start."""
+        return self._p("logs", f"forkserver.{host}.{number}.log")
+
     # ------------------------------------------------------------ control channel
     @property
     def control_dir(self) -> str:

@@ -36,6 +36,7 @@ from monarch_ft.controller import DETACH_SIGNAL, DETACHED_EXIT, Controller
 from monarch_ft.data import prepare_data
 from monarch_ft.devices import gpu_device_nodes
 from monarch_ft.events import EventKind, EventLog, GroupStatus, JobStatus, RecoveryPath
+from monarch_ft.forkserver import ForkError, WarmForks
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
 from monarch_ft.lighthouse import Lighthouse
 from monarch_ft.net import free_port
@@ -222,6 +223,17 @@ class Supervisor:
             self._launch_standby,
             first_number=self.layout.next_standby_number(),
         )
+        # Warm fork servers (monarch_ft.forkserver): a relaunch with no standby ready forks its
+        # ranks from one instead of starting fresh interpreters.
+        self.warm_forks = WarmForks(
+            cfg.ft.warm_fork and cfg.ft.recovery != "full_restart",
+            self.launcher,
+            self.layout.fork_server_log,
+            self._rank_env,
+            self.run_dir,
+            self.events.emit,
+            preload=(f"torchtitan.models.{cfg.model.name}",),
+        )
 
     # ---------------------------------------------------------------- console
     def _echo(self, e: dict) -> None:
@@ -292,8 +304,7 @@ class Supervisor:
         g.gate_decided = False
         store_host = self.launcher.group_host(g.index)
         store_port = free_port(store_host)
-        if g.attempt > 0:
-            self.events.emit(EventKind.RECOVERY_PATH, group=g.index, attempt=g.attempt, path=RecoveryPath.COLD_START)
+        path, why = self.warm_forks.path_for(g.index, self.cfg.ft.recovery, self.cfg.ft.warm_fork) if g.attempt > 0 else (None, None)
         launches = []
         for r in range(self.cfg.ft.ranks_per_group):
             spec = self._rank_spec(g.index, r, g.attempt, store_host, store_port)
@@ -316,7 +327,16 @@ class Supervisor:
                     cwd=self.run_dir,
                 )
             )
-        procs = self.launcher.launch_group(launches)
+        procs = None
+        if path is RecoveryPath.WARM_FORK:
+            try:
+                procs = self.warm_forks.launch_group(launches)
+            except ForkError as e:
+                path, why = RecoveryPath.COLD_START, str(e)
+        if procs is None:
+            procs = self.launcher.launch_group(launches)
+        if path is not None:
+            self.events.emit(EventKind.RECOVERY_PATH, group=g.index, attempt=g.attempt, path=path, **({"cold_because": why} if why else {}))
         g.ranks = [RankState(p, ReportTail(self.layout.report(g.index, p.launch.rank, g.attempt)), last_progress=now) for p in procs]
         g.status, g.launched_at, g.train_done = GroupStatus.STARTING, now, False
         self.events.emit(EventKind.GROUP_LAUNCHED, group=g.index, attempt=g.attempt, launcher=self.launcher.name)
@@ -908,6 +928,7 @@ class Supervisor:
                 if g.status == GroupStatus.WAITING and now >= g.next_launch:
                     self._launch(g, now)
             self._tick_standbys(now)
+            self.warm_forks.tick(g.index for g in self.groups if g.status not in (GroupStatus.DONE, GroupStatus.GIVEN_UP))
             hangs: dict[int, Hang] = {}
             for g in self.groups:
                 if g.active:
@@ -970,7 +991,9 @@ class Supervisor:
         # controller that attaches later builds its own.
         self.standby.stop()
         if self.status == JobStatus.DETACHED:
-            # The job keeps training: leave every rank and the Lighthouse alone.
+            # The job keeps training: leave every rank and the Lighthouse alone. The fork
+            # servers are this controller's (their forked ranks live on, adopted by init).
+            self.warm_forks.close()
             self.controller.close(finished=False)
             print(
                 f"[monarch_ft] detached: the job keeps training; take it over with controller.attach=true hydra.run.dir={self.run_dir} "
@@ -985,6 +1008,7 @@ class Supervisor:
                 self._stop_ranks(g, graceful=True)
                 if g.status not in (GroupStatus.DONE, GroupStatus.GIVEN_UP):
                     self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt, reason=self.status)
+        self.warm_forks.close()  # after the ranks: their exit codes come back through it
         self.lighthouse.stop()
         if self.lighthouse.proc is not None:
             self.events.emit(EventKind.LIGHTHOUSE_STOPPED)

@@ -5,7 +5,8 @@
     python recipes/mttr_bench.py -m ft.mode=hsdp,diloco ft.sync_every=10 'bench.kinds=[process_kill]' 'bench.modes=[live]'
 
 Modes (``bench.modes``, see MODES): ``live_standby`` (live recovery with a warm standby group,
-``ft.standby_groups=1``), ``live`` (no standby, ``ft.standby_groups=0``), ``full_restart``
+``ft.standby_groups=1``), ``live_fork`` (no standby: relaunches forked from a warm fork server,
+``ft.warm_fork=true``), ``live`` (no standby, cold: fresh interpreters), ``full_restart``
 (the baseline). A build whose config has no ``ft.standby_groups`` skips ``live_standby``
 with a printed line and runs the rest. Kinds (``bench.kinds``): a fault kind, with its mode
 after a colon (``hang:gil``, ``collective:hang``). Each (mode, kind) is one drill of
@@ -37,11 +38,14 @@ from chaos.config import FAULT_KINDS, FAULT_MODES, ChaosConfig, DrillConfig, Fau
 from monarch_ft.hydra_entry import hydra_main  # noqa: E402
 from monarch_ft.config import ConfigError  # noqa: E402
 
-# A sweep mode: ft.recovery and the warm standby groups it runs with (None: not set).
+# A sweep mode: ft.recovery, the warm standby groups and ft.warm_fork it runs with.
 MODES = {
-    "live_standby": ("live", 1),
-    "live": ("live", 0),
-    "full_restart": ("full_restart", 0),
+    "live_standby": ("live", 1, True),
+    # No standby: relaunches fork from a warm fork server (monarch_ft.forkserver) ...
+    "live_fork": ("live", 0, True),
+    # ... or start fresh interpreters (the cold path).
+    "live": ("live", 0, False),
+    "full_restart": ("full_restart", 0, False),
 }
 
 
@@ -95,7 +99,7 @@ def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], 
     for mode in b.modes:
         if mode not in MODES:
             raise ConfigError(f"bench.modes: {mode!r}: choose among {', '.join(MODES)}")
-        recovery, standby = MODES[mode]
+        recovery, standby, warm_fork = MODES[mode]
         if standby and not hasattr(job.ft, "standby_groups"):
             skipped.append(f"{mode}: this build's config has no ft.standby_groups (warm standby groups are not merged yet)")
             continue
@@ -105,6 +109,8 @@ def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], 
             cfg.ft.recovery = recovery
             if hasattr(cfg.ft, "standby_groups"):
                 cfg.ft.standby_groups = standby
+            if hasattr(cfg.ft, "warm_fork"):
+                cfg.ft.warm_fork = warm_fork
             faults = [
                 FaultConfig(kind=kind, mode=fault_mode, at_step=b.first_step + i * b.every_steps, duration_s=b.collective_hang_s) for i in range(b.repeats)
             ]

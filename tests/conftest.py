@@ -27,6 +27,9 @@ FAST = [
     # No warm standby (it would build a model on the shared cores in every job test);
     # the standby tests set ft.standby_groups themselves.
     "ft.standby_groups=0",
+    # No warm fork server either (it imports torch at launch in every job test);
+    # tests/test_standby_jobs.py relaunches through it.
+    "ft.warm_fork=false",
 ]
 
 
@@ -56,9 +59,12 @@ def run_job(run_dir: Path, *overrides: str, timeout: float = 240, recipe: Path =
 
 def run_drill_job(run_dir: Path, *overrides: str, timeout: float = 300) -> dict:
     """Run recipes/drill.py to a clean exit and return its drill.json (with no warm standby
-    unless the test sets ft.standby_groups: faults then wait for none to be built)."""
+    unless the test sets ft.standby_groups: faults then wait for none to be built; and no warm
+    fork server unless it sets ft.warm_fork: its relaunches are the cold path)."""
     if not any(o.startswith("ft.standby_groups=") for o in overrides):
         overrides = ("ft.standby_groups=0", *overrides)
+    if not any(o.startswith("ft.warm_fork=") for o in overrides):
+        overrides = ("ft.warm_fork=false", *overrides)
     code = run_job(run_dir, *overrides, timeout=timeout, recipe=DRILL)
     assert code == 0, console(run_dir)[-4000:]
     return json.loads((run_dir / "drill.json").read_text())

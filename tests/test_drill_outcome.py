@@ -88,6 +88,17 @@ def test_the_bench_plans_modes_by_kinds_and_skips_what_this_build_lacks():
     gil = next(cfg for m, k, cfg in drills if k == "hang:gil")
     assert [(f.kind, f.mode, f.at_step) for f in gil.chaos.faults] == [("hang", "gil", 10), ("hang", "gil", 25)]
     assert next(cfg for m, _, cfg in drills if m == "full_restart").ft.recovery == "full_restart"
+    # Without a standby, live is the cold path and live_fork forks from a warm fork server;
+    # the aggregate keeps them apart (live, live+fork) and the baseline never forks.
+    from chaos.report import _recovery_key
+
+    job.bench.kinds, job.bench.modes = ["process_kill"], ["live_fork", "live", "full_restart"]
+    by_mode = {m: cfg for m, _, cfg in bench.plan(job)[0]}
+    assert [by_mode[m].ft.warm_fork for m in ("live_fork", "live", "full_restart")] == [True, False, False]
+    assert by_mode["live_fork"].ft.standby_groups == by_mode["live"].ft.standby_groups == 0
+    keys = [_recovery_key({"recovery": c.ft.recovery, "standby_groups": c.ft.standby_groups, "warm_fork": c.ft.warm_fork}) for c in by_mode.values()]
+    assert keys == ["live+fork", "live", "full_restart"]
+    assert _recovery_key({"recovery": "live", "standby_groups": 1, "warm_fork": True}) == "live+standby"
     job.bench.kinds = ["hang:sideways"]
     with pytest.raises(ConfigError, match="hang has modes sigstop, gil"):
         bench.plan(job)

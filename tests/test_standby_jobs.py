@@ -4,7 +4,9 @@ One job (launcher=local_hosts: a network namespace per group and per standby) co
 row: a standby killed while waiting is rebuilt and never promoted; a node fault (every rank
 of a group killed, its scratch and checkpoint files deleted) is recovered by the rebuilt
 standby, which lives on a host of its own, back in quorum with bit-identical weights; a
-second fault right after, while the next standby is still being built, takes the cold path.
+second fault right after, while the next standby is still being built, takes the warm fork
+path (no standby ready: its ranks forked from the fork server on its host, which imported
+everything at launch; monarch_ft.forkserver), back in quorum with the same weights.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 
+import psutil
 import pytest
 
 from conftest import FAST, console, finish_job, read_jsonl, start_job, wait_for
@@ -39,6 +43,7 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
         run_dir,
         *FAST,
         "ft.standby_groups=1",
+        "ft.warm_fork=true",
         "launcher=local_hosts",
         "ft.replica_groups=2",
         "ft.ranks_per_group=2",
@@ -64,10 +69,19 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
         (promoted,) = wait_for(lambda: _events(run_dir, "standby_promoted", group=1), 30, "a promotion")
         assert promoted["standby"] == 1 and promoted["attempt"] == 1
         wait_for(lambda: _events(run_dir, "group_stepping", group=1, attempt=1), 60, "group 1 stepping again")
-        # 3. A second fault at once, while standby 2 is being built: the cold path.
+        # 3. A second fault at once, while standby 2 is being built: no standby ready, so the
+        #    ranks are forked from the fork server on group 0's host (the warm fork path).
         assert not _events(run_dir, "standby_ready", standby=2)
         os.kill(_pid(run_dir, 0, 0, 0), signal.SIGKILL)
-        wait_for(lambda: _events(run_dir, "group_stepping", group=0, attempt=1), 240, "group 0 back (cold)")
+        wait_for(lambda: _events(run_dir, "group_stepping", group=0, attempt=1), 240, "group 0 back (warm fork)")
+        host0 = _events(run_dir, "rank_launched", group=0, rank=0, attempt=0)[0]["host"]
+        (server,) = _events(run_dir, "fork_server_ready", host=host0)
+        for r in (0, 1):
+            forked = _events(run_dir, "rank_launched", group=0, rank=r, attempt=1)[0]
+            # The server's children, in the group's own host (network namespace), in sessions of their own.
+            assert forked["host"] == host0 and psutil.Process(forked["pid"]).ppid() == server["pid"], (forked, server)
+            netns = subprocess.run(["ip", "netns", "identify", str(forked["pid"])], capture_output=True, text=True).stdout.strip()
+            assert netns == host0 and os.getsid(forked["pid"]) == forked["pid"], netns
         wait_for(lambda: [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["group"] == 0 and m["attempt"] == 1 and m["committed"]], 60, "a commit")
         step = max(m["step"] for m in read_jsonl(run_dir / "metrics.jsonl"))
         request_finish(str(run_dir), step + 5)
@@ -83,7 +97,9 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
     assert sb["promoted"] == 1 and sb["lost"] == 1 and sb["launched"] >= 3 and sb["seconds_without_ready_standby"] > 0, sb
     # One recovery_path per relaunch, naming the path.
     paths = {(e["group"], e["attempt"]): e["path"] for e in _events(run_dir, "recovery_path")}
-    assert paths == {(1, 1): "standby", (0, 1): "cold_start"}, paths
+    assert paths == {(1, 1): "standby", (0, 1): "warm_fork"}, paths
+    # The forked ranks' exit codes came back through their fork server (not the supervisor's children).
+    assert sorted((e["rank"], e["exit_code"]) for e in _events(run_dir, "rank_exited", group=0, attempt=1)) == [(0, 0), (1, 0)]
     assert not _events(run_dir, "standby_promoted", standby=0), "a dead standby was promoted"
     # The promoted ranks are the standby's processes, healed from the peer.
     assert {e["rank"]: e["pid"] for e in _events(run_dir, "weights_recovered", group=1, attempt=1)} == {

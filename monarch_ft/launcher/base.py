@@ -13,7 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 
 @dataclass
@@ -46,6 +46,24 @@ class RankLaunch:
     # then the standby's host/device slot; launchers name its job/mesh by the standby and
     # do not block on its start (a standby waiting for resources must not hold up the job).
     standby: Optional[int] = None
+
+
+@dataclass
+class ForkHost:
+    """Where a fork server for a group's ranks runs (monarch_ft.forkserver): the host the
+    launcher would start the group's ranks on, and how it puts a process there."""
+
+    # One fork server per key (the host: "localhost", or a simulated host's namespace).
+    key: str
+    # argv prefix and preexec that start a process on the host (``ip netns exec <ns>``).
+    argv_prefix: list[str]
+    preexec: Optional[Callable[[], None]]
+    # Env the launcher adds for a rank on that host (setdefault), and the name it records.
+    rank_env: dict[str, str] = field(default_factory=dict)
+    host: str = "localhost"
+    # The ranks it starts die with the controller (there: with the fork server, which dies
+    # with the controller): as the launcher's own preexec makes them.
+    ranks_die_with_controller: bool = False
 
 
 @dataclass
@@ -147,6 +165,12 @@ class Launcher(ABC):
     @abstractmethod
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
         """Start every rank of one replica group (all or none)."""
+
+    def fork_host(self, group: int) -> Optional[ForkHost]:
+        """Where ``group``'s relaunched ranks can be forked from a warm fork server
+        (monarch_ft.forkserver, ``ft.warm_fork``); None where an engine starts the ranks
+        (Slurm, Monarch): their relaunches start cold."""
+        return None
 
     def adoption_problem(self) -> Optional[str]:
         """Why this launcher cannot take over the ranks a previous controller launched

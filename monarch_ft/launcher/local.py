@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess
+from monarch_ft.launcher.base import ForkHost, Launcher, LauncherOptions, RankLaunch, RankProcess
 from monarch_ft.process import die_with_parent
 
 _CLONE_NEWUTS = 0x04000000
@@ -181,6 +181,16 @@ class LocalLauncher(Launcher):
                 p.kill()
             raise
         return started
+
+    def fork_host(self, group: int) -> Optional[ForkHost]:
+        """One fork server per host (monarch_ft.forkserver): for local_hosts in the group's
+        namespace, with its host name, so the ranks it forks live there as _argv_env's do."""
+        if self.hosts is None:
+            return ForkHost("localhost", [], die_with_parent)
+        h = self.hosts.host(self._slot(group))
+        return ForkHost(
+            h.netns, ["ip", "netns", "exec", h.netns], _on_host(h.netns), {"MONARCH_FT_TRANSPORT_HOST": h.address}, h.netns, ranks_die_with_controller=True
+        )
 
     def adoption_problem(self) -> Optional[str]:
         return None

@@ -1,0 +1,697 @@
+"""Warm fork: relaunched ranks forked from a parent that has already imported everything.
+
+A cold relaunch (no warm standby ready: two faults close together, or ``ft.standby_groups=0``)
+spends most of its time in a fresh interpreter importing torch, TorchTitan and TorchFT. A
+*fork server* (a "zygote", as Android starts its apps) does those imports once, at launch,
+and then waits; a relaunch asks it to ``fork()`` each rank, which then runs exactly what
+``python -m monarch_ft.worker SPEC`` runs, minus the imports (:data:`RecoveryPath.WARM_FORK`).
+
+Where it runs: one fork server per host the launcher places ranks on (``Launcher.fork_host``):
+one for ``launcher=local``, one per simulated host for ``local_hosts``, started inside that
+host's network, mount and UTS namespaces (``ip netns exec``, the host's name), because a
+forked process stays in its parent's namespaces. Other launchers start ranks through an
+engine (Slurm, Monarch): their relaunches stay cold, and the ``recovery_path`` event says why.
+
+Fork safety, which is why the server does *nothing* but import: ``fork()`` copies only the
+calling thread. A lock held by another thread at that instant (an OpenMP or intra-op pool,
+a gloo or TorchFT runtime thread, the CUDA driver's) stays locked forever in the child, and
+a CUDA context cannot be used across a fork at all. So the server imports modules and runs
+no torch op, starts no thread pool, opens no process group, never touches CUDA and never
+constructs a TorchFT ``Manager`` (which would heartbeat the Lighthouse as a replica that
+never joins a quorum). Before every fork it checks that it is still single-threaded and
+that CUDA is not initialised, and refuses otherwise (the relaunch then starts cold).
+Environment read at import time (``OMP_NUM_THREADS`` by libgomp when torch loads it) is
+the ranks' own: the server is started with the ranks' environment, and the child applies
+its launch's environment to ``os.environ`` before the worker reads anything. Two native
+pools start at import all the same, and are dealt with: numpy's OpenBLAS (sized from the
+environment: the server sets ``OPENBLAS_NUM_THREADS=1`` unless the ranks' environment sizes
+it) and pyarrow's jemalloc purger (:data:`FORK_SAFE_THREADS`).
+
+The child becomes the rank the local launcher would start: its own session (a Ctrl-C in the
+terminal reaches the supervisor only), the launch's cwd, environment and log file on
+stdout/stderr, stdin from /dev/null, and the launcher's life rule: ranks outlive the
+controller (``launcher=local``, issue 11) or die with it (``local_hosts``: with
+``PR_SET_PDEATHSIG`` on the server, which itself dies with the controller). Being the
+server's child, not the supervisor's, its exit status comes back through the server, which
+reaps it on ``SIGCHLD`` and reports ``exited`` with the code; signals, psutil and /proc go to
+its pid as for any rank. If the server dies, its children are re-parented (to init) and
+watched by pid and start time, as a new controller watches adopted ranks
+(:class:`monarch_ft.controller.AdoptedProcess`); the server is restarted, and relaunches
+meanwhile start cold.
+
+Protocol: newline-delimited JSON over a socketpair inherited by the server (fd in argv),
+``op`` naming the message (:class:`ForkOp`):
+
+- server -> supervisor: ``ready`` (pid, import seconds, threads), ``forked`` (id, pid),
+  ``refused`` (id, error), ``exited`` (id, pid, code: negative for a signal, as subprocess);
+- supervisor -> server: ``fork`` (id, argv, env, cwd, log_path, die_with_parent).
+
+Run as ``python -m monarch_ft.forkserver FD RUN_DIR [MODULE ...]``: the modules to import (the
+supervisor passes :data:`PRELOAD` and the job's TorchTitan model package); ``RUN_DIR`` names
+the run in its command line, as a rank's spec path does, and leaves room for a forked rank
+to write its own command line over it (:func:`set_cmdline`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable, Iterable, Optional
+
+from monarch_ft.events import EventKind, RecoveryPath, StrEnum
+from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch, RankProcess
+from monarch_ft.process import is_running, start_ticks
+
+# What a rank imports before it reads its spec (monarch_ft.worker -> monarch_ft.trainer) and
+# what the trainer imports lazily while building: everything whose import a relaunch skips.
+# Imports only: see the module docstring on fork safety.
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.distributed.device_mesh",
+    "torch.distributed.tensor",
+    "torch.distributed.fsdp",
+    "torch.distributed.checkpoint.state_dict",
+    "omegaconf",
+    "torchtitan.components.lr_scheduler",
+    "torchtitan.components.optimizer",
+    "torchtitan.components.checkpoint",
+    "torchtitan.config.job_config",
+    "torchtitan.models.llama3.infra.parallelize",
+    "torchft",
+    "torchft.process_group",
+    "torchft.local_sgd",
+    "torchft.checkpointing.http_transport",
+    "monarch_ft.worker",
+    "monarch_ft.trainer",
+    "monarch_ft.standby",
+    "monarch_ft.transport.factory",
+    "monarch_ft.transport.sharded",
+    "monarch_ft.transport.interface",
+)
+WORKER_MODULE = "monarch_ft.worker"
+# How long the supervisor waits for the server to answer one fork.
+FORK_REPLY_TIMEOUT_S = 10.0
+# A server that dies before it is ready this many times in a row on one host is not restarted.
+MAX_FAILED_STARTS = 3
+
+
+class ForkOp(StrEnum):
+    """The protocol's messages (``op``)."""
+
+    READY = "ready"  # server -> supervisor: imports done, waiting for forks
+    FORK = "fork"  # supervisor -> server: start one rank
+    FORKED = "forked"  # the rank runs, with this pid
+    REFUSED = "refused"  # the fork was not made (unsafe, or it failed): start it cold
+    EXITED = "exited"  # a forked rank exited (reaped by the server), with its code
+
+
+class ServerState(StrEnum):
+    STARTING = "starting"  # importing
+    READY = "ready"
+    GONE = "gone"  # exited or closed
+
+
+class ProtocolError(ValueError):
+    """A line that is not a message of the protocol."""
+
+
+_FIELDS: dict[ForkOp, tuple[str, ...]] = {
+    ForkOp.READY: ("pid", "import_s", "threads"),
+    ForkOp.FORK: ("id", "argv", "env", "cwd", "log_path", "die_with_parent"),
+    ForkOp.FORKED: ("id", "pid"),
+    ForkOp.REFUSED: ("id", "error"),
+    ForkOp.EXITED: ("id", "pid", "code"),
+}
+
+
+# ---------------------------------------------------------------- pure parts
+def encode(op: ForkOp, **fields: Any) -> bytes:
+    """One message as a line of JSON."""
+    return (json.dumps({"op": op.value, **fields}) + "\n").encode()
+
+
+def decode(line: bytes) -> dict:
+    """One line -> the message (``op`` a :class:`ForkOp`), every field its op needs present.
+
+    Raises:
+        ProtocolError: not JSON, not an object, an unknown op or a missing field.
+    """
+    try:
+        msg = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ProtocolError(f"not JSON: {line[:80]!r} ({e})") from None
+    if not isinstance(msg, dict):
+        raise ProtocolError(f"not an object: {line[:80]!r}")
+    try:
+        msg["op"] = ForkOp(msg.get("op"))
+    except ValueError:
+        raise ProtocolError(f"unknown op {msg.get('op')!r}") from None
+    missing = [f for f in _FIELDS[msg["op"]] if f not in msg]
+    if missing:
+        raise ProtocolError(f"{msg['op']} without {', '.join(missing)}")
+    return msg
+
+
+def worker_spec(argv: list[str]) -> Optional[str]:
+    """The spec path of a plain rank launch (``PYTHON -m monarch_ft.worker SPEC``), else None:
+    anything else (a ``nice`` prefix, another program) is not what a fork can become."""
+    if len(argv) == 4 and argv[1] == "-m" and argv[2] == WORKER_MODULE:
+        return argv[3]
+    return None
+
+
+def relaunch_path(recovery: str, warm_fork: bool, launcher_problem: Optional[str], server: Optional[ServerState]) -> tuple[RecoveryPath, Optional[str]]:
+    """How a group relaunched without a standby comes up, and why not warm when it is cold.
+
+    Args:
+        recovery: ``ft.recovery``; the ``full_restart`` baseline keeps its meaning (cold).
+        warm_fork: ``ft.warm_fork``.
+        launcher_problem: why the launcher cannot fork ranks (None: it can).
+        server: the state of the fork server on the group's host (None: there is none).
+    """
+    if recovery == "full_restart":
+        return RecoveryPath.COLD_START, "ft.recovery=full_restart (the baseline starts every rank cold)"
+    if not warm_fork:
+        return RecoveryPath.COLD_START, "ft.warm_fork=false"
+    if launcher_problem:
+        return RecoveryPath.COLD_START, launcher_problem
+    if server is ServerState.READY:
+        return RecoveryPath.WARM_FORK, None
+    if server is ServerState.STARTING:
+        return RecoveryPath.COLD_START, "the fork server is still importing"
+    return RecoveryPath.COLD_START, "no fork server on the group's host (gone; restarting)"
+
+
+# Native threads a fork is safe with. jemalloc (pyarrow's allocator, loaded through
+# TorchTitan's datasets import) starts a background purging thread at load; jemalloc takes
+# every lock of its own in a pthread_atfork handler before the fork and re-initialises them
+# and its background threads in the child, so the child's allocator is consistent.
+FORK_SAFE_THREADS = frozenset({"jemalloc_bg_thd"})
+
+
+def fork_unsafe(threads: list[str], cuda_initialized: bool) -> Optional[str]:
+    """Why forking now would hand the child a broken runtime, or None (see the module docstring).
+
+    Args:
+        threads: the names of every thread but the main one.
+        cuda_initialized: ``torch.cuda.is_initialized()``.
+    """
+    unsafe = sorted(t for t in threads if t not in FORK_SAFE_THREADS)
+    if unsafe:
+        return f"the fork server runs other threads ({', '.join(unsafe)}): a fork copies only one, their locks would stay held"
+    if cuda_initialized:
+        return "CUDA is initialised in the fork server (a CUDA context does not survive a fork)"
+    return None
+
+
+def other_threads() -> list[str]:
+    """Names of this process's threads other than the main one, native ones included."""
+    names = []
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    for tid in tids:
+        if int(tid) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass  # it ended meanwhile
+    return names
+
+
+# ---------------------------------------------------------------- the server (zygote)
+def serve(fd: int, preload: Iterable[str] = ()) -> int:
+    """The fork server's main loop, on the socket ``fd`` (a socketpair end from the supervisor),
+    after importing ``preload`` (the supervisor passes :data:`PRELOAD` and the model package)."""
+    sock = socket.socket(fileno=fd)
+    started = time.time()
+    for name in preload:
+        importlib.import_module(name)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    rpipe, wpipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wpipe)
+    # A handler (not SIG_IGN: then the kernel would reap the children, status lost): its
+    # only job is the wake-up byte; the loop reaps.
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel = selectors.DefaultSelector()
+    sel.register(sock, selectors.EVENT_READ)
+    sel.register(rpipe, selectors.EVENT_READ)
+    children: dict[int, int] = {}  # pid -> request id
+    sock.sendall(encode(ForkOp.READY, pid=os.getpid(), import_s=round(time.time() - started, 3), threads=other_threads()))
+    print(f"[forkserver {os.getpid()}] ready: imported in {time.time() - started:.2f}s, other threads: {other_threads()}", flush=True)
+    buf = b""
+    inherited = (fd, rpipe, wpipe)
+    while True:
+        for key, _ in sel.select(timeout=1.0):
+            if key.fd == rpipe:
+                try:
+                    os.read(rpipe, 4096)
+                except BlockingIOError:
+                    pass
+                continue
+            data = sock.recv(65536)
+            if not data:
+                # The supervisor closed the channel (or died): the server's work is over. Its
+                # children live on (or die by their own PDEATHSIG), adopted by init.
+                return 0
+            buf += data
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    msg = decode(line)
+                except ProtocolError as e:
+                    print(f"[forkserver] ignored: {e}", file=sys.stderr, flush=True)
+                    continue
+                if msg["op"] is not ForkOp.FORK:
+                    print(f"[forkserver] ignored {msg['op']}", file=sys.stderr, flush=True)
+                    continue
+                reply = _fork(msg, inherited, sel)
+                if reply["op"] is ForkOp.FORKED:
+                    children[reply["pid"]] = msg["id"]
+                sock.sendall(encode(**reply))
+        _reap(children, sock)
+
+
+def _reap(children: dict[int, int], sock: socket.socket) -> None:
+    while children:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        rid = children.pop(pid, None)
+        sock.sendall(encode(ForkOp.EXITED, id=rid, pid=pid, code=os.waitstatus_to_exitcode(status)))
+
+
+def _fork(msg: dict, inherited: tuple[int, ...], sel: selectors.BaseSelector) -> dict:
+    spec = worker_spec(msg["argv"])
+    if spec is None:
+        return {"op": ForkOp.REFUSED, "id": msg["id"], "error": f"not a rank launch: {msg['argv'][:4]}"}
+    torch = sys.modules.get("torch")
+    unsafe = fork_unsafe(other_threads(), torch is not None and torch.cuda.is_initialized())
+    if unsafe:
+        return {"op": ForkOp.REFUSED, "id": msg["id"], "error": unsafe}
+    server = os.getpid()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        return {"op": ForkOp.REFUSED, "id": msg["id"], "error": f"fork: {e}"}
+    if pid == 0:
+        _become_rank(msg, spec, server, inherited, sel)  # never returns
+    return {"op": ForkOp.FORKED, "id": msg["id"], "pid": pid}
+
+
+def set_cmdline(argv: list[str]) -> bool:
+    """Make ``/proc/self/cmdline`` read ``argv`` (what ps, psutil and the run's own leak checks
+    match a rank by), as setproctitle does: over the original argv memory, which CPython copied
+    at start-up, the new line, a NUL, and padding with a non-NUL last byte (the kernel then
+    reads up to that NUL). A line longer than the original is cut. False where it cannot."""
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (stat fields 48, 49)
+        size = end - start
+        if size < 2:
+            return False
+        title = " ".join(argv).encode()[: size - 2]
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(title + b"\0" + b" " * (size - len(title) - 1))
+        return True
+    except (OSError, IndexError, ValueError):
+        return False
+
+
+def _become_rank(msg: dict, spec: str, server: int, inherited: tuple[int, ...], sel: selectors.BaseSelector) -> None:
+    """In the child: become ``python -m monarch_ft.worker SPEC`` as the local launcher starts it."""
+    code = 1
+    try:
+        # The server's own plumbing: a child holding the channel would hide the server's death.
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        sel.close()
+        for fd in inherited:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        os.setsid()  # its own session, as start_new_session=True
+        set_cmdline(msg["argv"])  # it reads as the rank it becomes, not as the server
+        if msg["die_with_parent"]:
+            from monarch_ft.process import die_with_parent
+
+            die_with_parent()
+            if os.getppid() != server:  # the server died before the line above
+                os._exit(1)
+        os.chdir(msg["cwd"])
+        os.environ.clear()
+        os.environ.update(msg["env"])
+        os.makedirs(os.path.dirname(msg["log_path"]) or ".", exist_ok=True)
+        log = os.open(msg["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+        os.close(null)
+        worker = importlib.import_module(WORKER_MODULE)
+        sys.argv = [worker.__file__, spec]
+        code = worker.main([spec])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code if isinstance(code, int) else 1)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or not argv[0].isdigit():
+        print("usage: python -m monarch_ft.forkserver FD RUN_DIR [MODULE ...]", file=sys.stderr)
+        return 2
+    code = serve(int(argv[0]), argv[2:])
+    sys.stdout.flush()
+    # Nothing to finalise, and tearing down torch's modules only costs time.
+    os._exit(code)
+
+
+# ---------------------------------------------------------------- the supervisor's side
+class ForkError(RuntimeError):
+    """A fork the server did not make (the relaunch starts cold instead)."""
+
+
+class ForkServer:
+    """The supervisor's handle on one fork server: start it, ask it for ranks, read their exits.
+
+    Args:
+        host: where it runs (the launcher's :class:`ForkHost`).
+        env: its environment (the ranks' own: see the module docstring).
+        log_path: its own output.
+        cwd: its working directory, the run directory (named in its command line).
+        preload: the modules it imports before it is ready.
+    """
+
+    def __init__(self, host: ForkHost, env: dict[str, str], log_path: str, cwd: str, preload: Iterable[str] = ()) -> None:
+        self.host = host
+        self.log_path = log_path
+        self.state = ServerState.STARTING
+        self.ready_info: dict = {}
+        self._exits: dict[int, int] = {}
+        self._replies: dict[int, dict] = {}
+        self._next_id = 0
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        # numpy's OpenBLAS starts its thread pool when it loads, sized from OMP_NUM_THREADS
+        # (the ranks' training.threads_per_rank): one thread, no pool, in the server. A forked
+        # rank keeps it (numpy only slices token batches; torch's own threads are set by the
+        # trainer), where a cold rank with threads_per_rank > 1 would have a pool there.
+        env = {**env, "OPENBLAS_NUM_THREADS": env.get("OPENBLAS_NUM_THREADS", "1")}
+        ours, theirs = socket.socketpair()
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        try:
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [*host.argv_prefix, sys.executable, "-m", "monarch_ft.forkserver", str(theirs.fileno()), cwd, *preload],
+                    env=env,
+                    cwd=cwd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                    # It dies with this controller (a controller that attaches starts its own).
+                    preexec_fn=host.preexec,
+                )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock = ours
+        self.started_at = time.time()
+        self._reader = threading.Thread(target=self._read, name=f"forkserver-{host.key}", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self) -> None:
+        f = self._sock.makefile("rb")
+        try:
+            for line in f:
+                try:
+                    msg = decode(line)
+                except ProtocolError:
+                    continue
+                with self._cond:
+                    if msg["op"] is ForkOp.READY:
+                        self.ready_info = {k: msg[k] for k in ("pid", "import_s", "threads")}
+                        self.state = ServerState.READY
+                    elif msg["op"] is ForkOp.EXITED and msg["id"] is not None:
+                        self._exits[msg["id"]] = msg["code"]
+                    elif msg["op"] in (ForkOp.FORKED, ForkOp.REFUSED):
+                        self._replies[msg["id"]] = msg
+                    self._cond.notify_all()
+        except (OSError, ValueError):
+            pass
+        finally:
+            with self._cond:
+                self.state = ServerState.GONE
+                self._cond.notify_all()
+
+    def exit_code(self, rid: int) -> Optional[int]:
+        """The exit code the server reported for fork ``rid``, or None (running, or unknown)."""
+        with self._cond:
+            return self._exits.get(rid)
+
+    def fork(self, launch: RankLaunch, die_with_parent: bool, report_path: str = "", timeout: float = FORK_REPLY_TIMEOUT_S) -> "ForkedProcess":
+        """Start ``launch`` as a child of the server (``report_path``: its report file, read
+        for its verdict should the server die before it).
+
+        Raises:
+            ForkError: the server refused, is gone, or did not answer within ``timeout``.
+        """
+        with self._cond:
+            if self.state is not ServerState.READY:
+                raise ForkError(f"the fork server is {self.state}")
+            rid = self._next_id
+            self._next_id += 1
+        request = dict(id=rid, argv=launch.argv, env=launch.env, cwd=launch.cwd, log_path=launch.log_path, die_with_parent=die_with_parent)
+        try:
+            with self._send_lock:
+                self._sock.sendall(encode(ForkOp.FORK, **request))
+        except OSError as e:
+            raise ForkError(f"the fork server's channel is closed ({e})") from None
+        deadline = time.time() + timeout
+        with self._cond:
+            while rid not in self._replies:
+                left = deadline - time.time()
+                if self.state is ServerState.GONE or left <= 0:
+                    raise ForkError("the fork server is gone" if self.state is ServerState.GONE else f"no answer from the fork server in {timeout:g}s")
+                self._cond.wait(left)
+            reply = self._replies.pop(rid)
+        if reply["op"] is ForkOp.REFUSED:
+            raise ForkError(f"the fork server refused: {reply['error']}")
+        return ForkedProcess(launch, self, rid, reply["pid"], report_path)
+
+    def alive(self) -> bool:
+        return self.state is not ServerState.GONE and self.proc.poll() is None
+
+    def close(self) -> None:
+        """Stop the server (its forked ranks are left alone: the supervisor stops those)."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        try:
+            self.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5.0)
+        self._reader.join(2.0)
+
+
+class ForkedProcess(RankProcess):
+    """A rank forked by a fork server: signalled and probed by pid like any local rank; its
+    exit code is the one the server reaped. With the server gone, it is an orphan adopted
+    by init: watched by pid and start time, its status read from its report
+    (as :class:`monarch_ft.controller.AdoptedProcess`)."""
+
+    def __init__(self, launch: RankLaunch, server: ForkServer, rid: int, pid: int, report_path: str = "") -> None:
+        self.launch = launch
+        self.report_path = report_path
+        self.server = server
+        self.rid = rid
+        self._pid = pid
+        self._start = start_ticks(pid)
+        self._code: Optional[int] = None
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._pid
+
+    def poll(self) -> Optional[int]:
+        if self._code is None:
+            self._code = self.server.exit_code(self.rid)
+        if self._code is None and self.server.state is ServerState.GONE and not is_running(self._pid, self._start):
+            from monarch_ft.controller import LOST_EXIT, report_finished
+
+            # The exit may still be on its way: the server's last words are read before GONE.
+            self._code = self.server.exit_code(self.rid)
+            if self._code is None:
+                self._code = 0 if self.report_path and report_finished(self.report_path) else LOST_EXIT
+        return self._code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self._pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+# ---------------------------------------------------------------- one per host, for the supervisor
+class WarmForks:
+    """The supervisor's fork servers: one per host its groups run on, started at launch,
+    restarted when one dies, asked for a relaunched group's ranks (``ft.warm_fork``).
+
+    Args:
+        enabled: ``ft.warm_fork`` and not the ``full_restart`` baseline.
+        launcher: places the servers (``Launcher.fork_host``).
+        log_path: a server's log file, by host key and start number (RunLayout.fork_server_log).
+        env: the ranks' environment (Supervisor._rank_env).
+        cwd: the servers' working directory (the run directory).
+        emit: the event log's emit.
+        preload: modules every server imports besides :data:`PRELOAD` (the job's model package).
+    """
+
+    def __init__(
+        self,
+        enabled: bool,
+        launcher: Launcher,
+        log_path: Callable[[str, int], str],
+        env: Callable[[], dict[str, str]],
+        cwd: str,
+        emit: Callable[..., Any],
+        preload: Iterable[str] = (),
+    ) -> None:
+        self.enabled = enabled
+        self.launcher = launcher
+        self._log_path = log_path
+        self._env = env
+        self._cwd = cwd
+        self._emit = emit
+        self._preload = (*PRELOAD, *preload)
+        self.servers: dict[str, ForkServer] = {}
+        self._announced: set[int] = set()  # pids whose ready/lost was emitted
+        self._starts: dict[str, int] = {}
+        self._failed_starts: dict[str, int] = {}
+
+    def problem(self) -> Optional[str]:
+        """Why this launcher's relaunches cannot be forked (None: they can)."""
+        probe = self.launcher.fork_host(0)
+        if probe is None:
+            return f"launcher={self.launcher.name} starts ranks through its engine (no warm fork): relaunches start cold"
+        return None
+
+    def _host(self, group: int) -> Optional[ForkHost]:
+        return self.launcher.fork_host(group) if self.enabled else None
+
+    def tick(self, groups: Iterable[int]) -> None:
+        """Keep one live server on the host of each of ``groups``; announce readiness and
+        losses; restart a lost server (unless it keeps dying before it is ready)."""
+        if not self.enabled:
+            return
+        for key, server in list(self.servers.items()):
+            if server.state is ServerState.READY and server.pid not in self._announced:
+                self._announced.add(server.pid)
+                self._failed_starts[key] = 0
+                self._emit(EventKind.FORK_SERVER_READY, host=key, pid=server.pid, **{k: v for k, v in server.ready_info.items() if k != "pid"})
+            if not server.alive():
+                was_ready = server.pid in self._announced
+                code = server.proc.poll()
+                self._emit(EventKind.FORK_SERVER_LOST, host=key, pid=server.pid, exit_code=code, was_ready=was_ready, log=server.log_path)
+                if not was_ready:
+                    self._failed_starts[key] = self._failed_starts.get(key, 0) + 1
+                server.close()
+                del self.servers[key]
+        for g in groups:
+            host = self._host(g)
+            if host is None or host.key in self.servers or self._failed_starts.get(host.key, 0) >= MAX_FAILED_STARTS:
+                continue
+            n = self._starts.get(host.key, 0)
+            self._starts[host.key] = n + 1
+            self.servers[host.key] = ForkServer(host, self._env(), self._log_path(host.key, n), self._cwd, self._preload)
+
+    def pending(self) -> bool:
+        """A server of this job is still importing (a drill waits for it, as for a standby)."""
+        return any(s.state is ServerState.STARTING for s in self.servers.values())
+
+    def path_for(self, group: int, recovery: str, warm_fork: bool) -> tuple[RecoveryPath, Optional[str]]:
+        """The path of ``group``'s relaunch now (see :func:`relaunch_path`)."""
+        problem = self.problem() if warm_fork and recovery != "full_restart" else None
+        host = self._host(group)
+        server = self.servers.get(host.key) if host is not None else None
+        state = server.state if server is not None and server.alive() else None
+        return relaunch_path(recovery, warm_fork, problem, state)
+
+    def launch_group(self, launches: list[RankLaunch]) -> list[RankProcess]:
+        """Fork every rank of one group from its host's server (all or none).
+
+        Raises:
+            ForkError: a rank could not be forked; those already forked are killed and reaped.
+        """
+        host = self._host(launches[0].group)
+        server = self.servers.get(host.key) if host is not None else None
+        if server is None:
+            raise ForkError("no fork server on the group's host")
+        started: list[ForkedProcess] = []
+        try:
+            for r in launches:
+                r.host = host.host
+                env = dict(r.env)
+                for k, v in host.rank_env.items():
+                    env.setdefault(k, v)
+                with open(worker_spec(r.argv) or os.devnull) as f:
+                    report = (json.loads(f.read() or "{}")).get("report_path", "")
+                forked = server.fork(dataclasses.replace(r, env=env), r.die_with_controller or host.ranks_die_with_controller, report)
+                forked.launch = r
+                started.append(forked)
+        except ForkError:
+            for p in started:
+                p.kill()
+                p.wait(5.0)
+            raise
+        return started
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.close()
+        self.servers.clear()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
