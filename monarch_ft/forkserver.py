@@ -677,7 +677,7 @@ class WarmForks:
                     env.setdefault(k, v)
                 with open(worker_spec(r.argv) or os.devnull) as f:
                     report = (json.loads(f.read() or "{}")).get("report_path", "")
-                forked = server.fork(dataclasses.replace(r, env=env), r.die_with_controller or host.ranks_die_with_controller, report)
+                forked = server.fork(dataclasses.replace(r, env=env), r.die_with_controller, report)
                 forked.launch = r
                 started.append(forked)
         except ForkError:

@@ -84,7 +84,7 @@ def test_fork_refused_with_other_threads_or_cuda():
 def test_which_launchers_fork():
     local = LocalLauncher()
     host = local.fork_host(0)
-    assert host is not None and host.key == "localhost" and host.argv_prefix == [] and not host.ranks_die_with_controller
+    assert host is not None and host.key == "localhost" and host.argv_prefix == []
     assert local.fork_host(1).key == host.key  # one fork server for every group on this machine
 
     class Engine(Launcher):

@@ -61,9 +61,6 @@ class ForkHost:
     # Env the launcher adds for a rank on that host (setdefault), and the name it records.
     rank_env: dict[str, str] = field(default_factory=dict)
     host: str = "localhost"
-    # The ranks it starts die with the controller (there: with the fork server, which dies
-    # with the controller): as the launcher's own preexec makes them.
-    ranks_die_with_controller: bool = False
 
 
 @dataclass

@@ -184,13 +184,12 @@ class LocalLauncher(Launcher):
 
     def fork_host(self, group: int) -> Optional[ForkHost]:
         """One fork server per host (monarch_ft.forkserver): for local_hosts in the group's
-        namespace, with its host name, so the ranks it forks live there as _argv_env's do."""
+        namespace, with its host name, so the ranks it forks live there as _argv_env's do.
+        The server dies with the controller; the ranks it forks outlive it, as launched ones do."""
         if self.hosts is None:
             return ForkHost("localhost", [], die_with_parent)
         h = self.hosts.host(self._slot(group))
-        return ForkHost(
-            h.netns, ["ip", "netns", "exec", h.netns], _on_host(h.netns), {"MONARCH_FT_TRANSPORT_HOST": h.address}, h.netns, ranks_die_with_controller=True
-        )
+        return ForkHost(h.netns, ["ip", "netns", "exec", h.netns], _on_host(h.netns, True), {"MONARCH_FT_TRANSPORT_HOST": h.address}, h.netns)
 
     def adoption_problem(self) -> Optional[str]:
         return None
