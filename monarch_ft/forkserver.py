@@ -29,9 +29,9 @@ it) and pyarrow's jemalloc purger (:data:`FORK_SAFE_THREADS`).
 
 The child becomes the rank the local launcher would start: its own session (a Ctrl-C in the
 terminal reaches the supervisor only), the launch's cwd, environment and log file on
-stdout/stderr, stdin from /dev/null, and the launcher's life rule: ranks outlive the
-controller (``launcher=local``, issue 11) or die with it (``local_hosts``: with
-``PR_SET_PDEATHSIG`` on the server, which itself dies with the controller). Being the
+stdout/stderr, stdin from /dev/null, and the launcher's life rule: training ranks outlive
+the controller (issue 11), while the server itself dies with it (``PR_SET_PDEATHSIG``); a
+launch marked to die with its controller gets that on the server. Being the
 server's child, not the supervisor's, its exit status comes back through the server, which
 reaps it on ``SIGCHLD`` and reports ``exited`` with the code; signals, psutil and /proc go to
 its pid as for any rank. If the server dies, its children are re-parented (to init) and
