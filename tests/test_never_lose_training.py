@@ -52,8 +52,11 @@ def _assert_resumed_from_disk(run_dir, killed_at: float) -> dict:
     assert not [e for e in decided if e["source"] == "init"], "a group started over from its initial weights"
     loaded = [e for e in events if e["event"] == "checkpoint_loaded" and e["time"] > killed_at]
     assert loaded and all(e["step"] == resume_step for e in loaded)
-    # Nothing after the kills committed below the checkpoint it resumed from.
-    after = [m for m in _commits(metrics) if m["time"] > killed_at]
+    # No group launched after the kills committed below the checkpoint it resumed from. (A rank
+    # of the killed attempt may still commit a step it had begun when the fault came: that
+    # step is in the checkpoint, or it is named as given up below.)
+    relaunched = {(e["group"], e["attempt"]) for e in events if e["event"] == "group_launched" and e["time"] > killed_at}
+    after = [m for m in _commits(metrics) if (m["group"], m["attempt"]) in relaunched]
     assert after and min(m["step"] for m in after) >= resume_step, sorted({m["step"] for m in after})[:5]
     # The rollback is named with the steps it gave up; no regression; one quorum at the end.
     assert summary["step_regressions"] == [] and not [e for e in events if e["event"] == "step_regression"]
