@@ -254,14 +254,16 @@ class ControllerWatch:
         self._checked = time.time()
 
     def _beat(self) -> tuple[Optional[float], Optional[int]]:
+        from monarch_ft.components.lease import heartbeat_time
         from monarch_ft.run_layout import read_json
 
+        beat = heartbeat_time(self.path)
+        if beat is None:
+            return None, None
         try:
-            mtime = os.stat(self.path).st_mtime
-            pid = (read_json(self.path) or {}).get("pid")
+            return beat, (read_json(self.path) or {}).get("pid")
         except (OSError, ValueError):
             return None, None
-        return mtime, pid
 
     def gone(self) -> Optional[str]:
         now = time.time()
