@@ -1113,9 +1113,4 @@ def process_sample(pid: Optional[int]) -> tuple[Optional[str], Optional[float]]:
 
 def process_status(pid: Optional[int]) -> Optional[str]:
     """psutil's view of a rank: 'running', 'sleeping', 'stopped' (SIGSTOP), 'zombie', ..."""
-    if pid is None:
-        return None
-    try:
-        return psutil.Process(pid).status()
-    except psutil.Error:
-        return "gone"
+    return process_sample(pid)[0]
