@@ -142,20 +142,29 @@ def processes_matching(needle: str) -> list[psutil.Process]:
     return found
 
 
-def lighthouse_pids() -> set[int]:
-    """Lighthouse servers: torchft's script, or its extension run by monarch_ft/_lighthouse_server.py."""
+def lighthouse_pids(under: Path | None = None) -> set[int]:
+    """Lighthouse servers: torchft's script, or its extension run by monarch_ft/_lighthouse_server.py.
+    With ``under``, only those whose output goes to a file below it (a job's lighthouse log sits in
+    its run directory): a Lighthouse of some other job on the machine is not this test's."""
     pids = set()
     for p in psutil.process_iter(["name", "status", "cmdline"]):
         server = p.info["name"] == "torchft_lighthouse" or any("_lighthouse_server.py" in a for a in p.info["cmdline"] or [])
-        if server and p.info["status"] != psutil.STATUS_ZOMBIE:
-            pids.add(p.pid)
+        if not server or p.info["status"] == psutil.STATUS_ZOMBIE:
+            continue
+        if under is not None:
+            try:
+                if not os.readlink(f"/proc/{p.pid}/fd/1").startswith(str(under)):
+                    continue
+            except OSError:
+                continue
+        pids.add(p.pid)
     return pids
 
 
 @pytest.fixture
 def run_dir(tmp_path):
     """A run directory; after the test, nothing of that job may still be running."""
-    before = lighthouse_pids()
+    before = lighthouse_pids(tmp_path)
     d = tmp_path / "run"
     yield d
     left = [(p.pid, (p.info.get("cmdline") or [])[:4]) for p in job_processes(d)]
@@ -164,7 +173,7 @@ def run_dir(tmp_path):
             psutil.Process(pid).kill()
         except psutil.Error:
             pass
-    stray_lighthouses = lighthouse_pids() - before
+    stray_lighthouses = lighthouse_pids(tmp_path) - before
     assert not left, f"processes left behind: {left}"
     assert not stray_lighthouses, f"lighthouse processes left behind: {stray_lighthouses}"
 
