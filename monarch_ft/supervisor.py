@@ -963,8 +963,8 @@ class Supervisor:
         stall, from the last commit before the loss to the first one after it."""
         last = max((r["time"] for r in self.last_commit.values()), default=None)
         self.events.emit(EventKind.LIGHTHOUSE_LOST, pid=self.lighthouse.pid, address=self.lighthouse.address, **describe_exit(self.lighthouse.exit_code))
-        # The ranks' quorum ids move to a new range, and a quorum failed under the restart is
-        # discarded instead of ending its rank (components.lighthouse_epoch).
+        # The ranks' quorum ids move to a new range before the new Lighthouse answers their
+        # retried quorums (components.lighthouse_epoch).
         self.lighthouse_epoch += 1
         atomic_write(self.layout.lighthouse_epoch, str(self.lighthouse_epoch))
         address = self.lighthouse.restart()
