@@ -28,6 +28,7 @@ from typing import Any, Optional, Protocol
 
 import psutil
 
+from monarch_ft import proctitle
 from monarch_ft.components.checkpoint import align_latest_checkpoint, newest_complete_step
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import ConfigError, JobConfig, validate
@@ -853,6 +854,11 @@ class Supervisor:
 
     # ---------------------------------------------------------------- run
     def run(self) -> int:
+        # ps/top/py-spy show which run this process controls (monarch_ft.proctitle).
+        with proctitle.titled(self.run_dir, proctitle.CONTROLLER):
+            return self._run()
+
+    def _run(self) -> int:
         previous = self._install_signal_handlers()
         self._started = self._gate_since = time.time()
         exit_code = 1
