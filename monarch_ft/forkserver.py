@@ -68,6 +68,7 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, Optional
 
+from monarch_ft import proctitle
 from monarch_ft.events import EventKind, RecoveryPath, StrEnum
 from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch, RankProcess
 from monarch_ft.process import is_running, start_ticks
@@ -318,10 +319,11 @@ def _fork(msg: dict, inherited: tuple[int, ...], sel: selectors.BaseSelector) ->
 
 
 def set_cmdline(argv: list[str]) -> bool:
-    """Make ``/proc/self/cmdline`` read ``argv`` (what ps, psutil and the run's own leak checks
-    match a rank by), as setproctitle does: over the original argv memory, which CPython copied
-    at start-up, the new line, a NUL, and padding with a non-NUL last byte (the kernel then
-    reads up to that NUL). A line longer than the original is cut. False where it cannot."""
+    """Make ``/proc/self/cmdline`` read ``argv``, and the process's name its program's (what ps,
+    top, psutil and the run's own leak checks match a rank by, until the rank titles itself:
+    monarch_ft.proctitle). As setproctitle does: over the original argv memory, which CPython
+    copied at start-up, the new line, a NUL, and padding with a non-NUL last byte (the kernel
+    then reads up to that NUL). A line longer than the original is cut. False where it cannot."""
     try:
         with open("/proc/self/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
@@ -333,6 +335,8 @@ def set_cmdline(argv: list[str]) -> bool:
         with open("/proc/self/mem", "r+b", buffering=0) as mem:
             mem.seek(start)
             mem.write(title + b"\0" + b" " * (size - len(title) - 1))
+        with open("/proc/self/comm", "w") as comm:  # the kernel's name too (top), not the server's title
+            comm.write(os.path.basename(argv[0])[:15])
         return True
     except (OSError, IndexError, ValueError):
         return False
@@ -390,6 +394,7 @@ def main(argv: list[str]) -> int:
     if len(argv) < 2 or not argv[0].isdigit():
         print("usage: python -m monarch_ft.forkserver FD RUN_DIR [MODULE ...]", file=sys.stderr)
         return 2
+    proctitle.set_title(argv[1], proctitle.FORK_SERVER)  # a forked rank retitles itself (monarch_ft.worker)
     code = serve(int(argv[0]), argv[2:])
     sys.stdout.flush()
     # Nothing to finalise, and tearing down torch's modules only costs time.

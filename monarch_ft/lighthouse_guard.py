@@ -23,6 +23,7 @@ import subprocess
 import sys
 import time
 
+from monarch_ft import proctitle
 from monarch_ft.components.lease import ControllerLease
 from monarch_ft.process import die_with_parent, is_running
 from monarch_ft.run_layout import RunLayout
@@ -57,6 +58,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m monarch_ft.lighthouse_guard RUN_DIR LEASE_S HEARTBEAT_S -- LIGHTHOUSE ARGV...", file=sys.stderr)
         return 2
     layout = RunLayout(argv[0])
+    proctitle.set_title(layout.run_dir, proctitle.LIGHTHOUSE_GUARD)
     lease = ControllerLease(layout.controller_heartbeat, layout.stop_request, float(argv[1]), float(argv[2]))
     server = subprocess.Popen(argv[4:], stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
     while True:

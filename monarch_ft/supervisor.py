@@ -28,6 +28,7 @@ from typing import Any, Optional, Protocol
 
 import psutil
 
+from monarch_ft import proctitle
 from monarch_ft.components.checkpoint import align_latest_checkpoint, newest_complete_step
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import ConfigError, JobConfig, validate
@@ -853,6 +854,11 @@ class Supervisor:
 
     # ---------------------------------------------------------------- run
     def run(self) -> int:
+        # ps/top/py-spy show which run this process controls (monarch_ft.proctitle).
+        with proctitle.titled(self.run_dir, proctitle.CONTROLLER):
+            return self._run()
+
+    def _run(self) -> int:
         previous = self._install_signal_handlers()
         self._started = self._gate_since = time.time()
         exit_code = 1
@@ -963,8 +969,8 @@ class Supervisor:
         stall, from the last commit before the loss to the first one after it."""
         last = max((r["time"] for r in self.last_commit.values()), default=None)
         self.events.emit(EventKind.LIGHTHOUSE_LOST, pid=self.lighthouse.pid, address=self.lighthouse.address, **describe_exit(self.lighthouse.exit_code))
-        # The ranks' quorum ids move to a new range, and a quorum failed under the restart is
-        # discarded instead of ending its rank (components.lighthouse_epoch).
+        # The ranks' quorum ids move to a new range before the new Lighthouse answers their
+        # retried quorums (components.lighthouse_epoch).
         self.lighthouse_epoch += 1
         atomic_write(self.layout.lighthouse_epoch, str(self.lighthouse_epoch))
         address = self.lighthouse.restart()

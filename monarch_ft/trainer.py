@@ -32,6 +32,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
+from monarch_ft import proctitle
 from monarch_ft.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, save_due
 from monarch_ft.components.fault_agent import FaultAgent
 from monarch_ft.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
@@ -257,6 +258,7 @@ class Trainer:
         outlive_parent()
         self.liveness.enter(Phase.STARTUP)
         self.spec = promoted_spec(self.spec, promotion)
+        proctitle.retitle(proctitle.rank_role(self.spec.group, self.spec.rank, self.spec.attempt))
         self.reporter.event("standby_promoted_rank", group=promotion.group, attempt=promotion.attempt, waited_s=round(time.time() - waited, 3))
         self.reporter.retarget(
             self.spec.report_path,

@@ -33,6 +33,9 @@ def main(cfg: DictConfig) -> None:
         # A controller fault: this process becomes the watchdog that kills and reattaches it.
         from hydra.core.hydra_config import HydraConfig
 
+        from monarch_ft import proctitle
+
+        proctitle.set_title(out, proctitle.DRILL_WATCHDOG)
         sys.exit(run_watched([os.path.abspath(__file__), *HydraConfig.get().overrides.task], out))
     try:
         drill, baseline = run_with_baseline(OmegaConf.to_object(cfg), out)

@@ -129,11 +129,12 @@ def job_processes(run_dir: Path) -> list[psutil.Process]:
 
 
 def processes_matching(needle: str) -> list[psutil.Process]:
-    """Every live (non-zombie) process with ``needle`` in a command-line argument."""
+    """Every live (non-zombie) process with ``needle`` in a command-line argument, except this
+    one (a controller run in the test's own process titles it after its run: monarch_ft.proctitle)."""
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
         try:
-            if p.info["status"] == psutil.STATUS_ZOMBIE:
+            if p.info["status"] == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
                 continue
             if any(needle in part for part in (p.info["cmdline"] or [])):
                 found.append(p)

@@ -136,6 +136,9 @@ def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
         assert pa.ppid() == server.pid and os.getsid(a.pid) == a.pid and pa.cwd() == str(tmp_path)
         # It reads as the rank it is (ps, psutil, a run's leak check), not as the server.
         assert pa.cmdline() == a.launch.argv, pa.cmdline()
+        # Its kernel name too (top's column): the program's, not the server's title (monarch_ft.proctitle).
+        assert psutil.Process(server.pid).name() == "mft:forkserver" and pa.name() == os.path.basename(a.launch.argv[0])[:15], pa.name()
+        assert psutil.Process(server.pid).cmdline()[0] == f"monarch_ft[{tmp_path}] forkserver", psutil.Process(server.pid).cmdline()
         assert a.poll() is None
         a.send_signal(signal.SIGSTOP)
         _wait(lambda: pa.status() == psutil.STATUS_STOPPED, 10, "the rank stopped")

@@ -35,6 +35,11 @@ def _pid(run_dir, group, rank, attempt):
     return e["pid"]
 
 
+def _ps(pid) -> str:
+    """What ps shows of a process: its kernel name (top's column) and its command line (monarch_ft.proctitle)."""
+    return " ".join(subprocess.run(["ps", "-ww", "-o", "comm=", "-o", "args=", "-p", str(pid)], capture_output=True, text=True).stdout.split())
+
+
 def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_fault_goes_cold(run_dir):
     from test_simulated_hosts import _need_netns
 
@@ -60,6 +65,15 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
         os.kill(launched0["pids"][1], signal.SIGKILL)
         wait_for(lambda: _events(run_dir, "standby_lost", standby=0), 30, "standby 0 lost")
         wait_for(lambda: _events(run_dir, "standby_ready", standby=1), 240, "standby 1 ready")
+        (launched1,) = _events(run_dir, "standby_launched", standby=1)
+        # Every process says what it is, with its run: ps shows the group and rank, not a spec path.
+        a_server = wait_for(lambda: _events(run_dir, "fork_server_ready"), 60, "a fork server ready")[0]
+        lighthouse = json.loads((run_dir / "controller.json").read_text())["lighthouse"]
+        assert _ps(proc.pid) == f"mft:controller monarch_ft[{run_dir}] controller"
+        assert _ps(lighthouse["guard_pid"]) == f"mft:lh_guard monarch_ft[{run_dir}] lighthouse_guard"
+        assert _ps(a_server["pid"]) == f"mft:forkserver monarch_ft[{run_dir}] forkserver"
+        assert _ps(_pid(run_dir, 1, 0, 0)) == f"mft:g1r0.a0 monarch_ft[{run_dir}] g1r0 a0"
+        assert [_ps(pid) for pid in launched1["pids"]] == [f"mft:sb1r{r} monarch_ft[{run_dir}] standby 1 r{r}" for r in (0, 1)]
         # 2. A node fault on group 1 (its ranks and its host's files): the rebuilt standby,
         #    on a host of its own, takes its place.
         for r in (0, 1):
@@ -69,6 +83,8 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
         (promoted,) = wait_for(lambda: _events(run_dir, "standby_promoted", group=1), 30, "a promotion")
         assert promoted["standby"] == 1 and promoted["attempt"] == 1
         wait_for(lambda: _events(run_dir, "group_stepping", group=1, attempt=1), 60, "group 1 stepping again")
+        # The promoted standby's processes say what they became.
+        assert [_ps(pid) for pid in launched1["pids"]] == [f"mft:g1r{r}.a1 monarch_ft[{run_dir}] g1r{r} a1" for r in (0, 1)]
         # 3. A second fault at once, while standby 2 is being built: no standby ready, so the
         #    ranks are forked from the fork server on group 0's host (the warm fork path).
         assert not _events(run_dir, "standby_ready", standby=2)
@@ -82,6 +98,7 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
             assert forked["host"] == host0 and psutil.Process(forked["pid"]).ppid() == server["pid"], (forked, server)
             netns = subprocess.run(["ip", "netns", "identify", str(forked["pid"])], capture_output=True, text=True).stdout.strip()
             assert netns == host0 and os.getsid(forked["pid"]) == forked["pid"], netns
+            assert _ps(forked["pid"]) == f"mft:g0r{r}.a1 monarch_ft[{run_dir}] g0r{r} a1"
         wait_for(lambda: [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["group"] == 0 and m["attempt"] == 1 and m["committed"]], 60, "a commit")
         step = max(m["step"] for m in read_jsonl(run_dir / "metrics.jsonl"))
         request_finish(str(run_dir), step + 5)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -21,7 +20,8 @@ from torch import nn
 from torchft import Manager
 from torchft.checkpointing import CheckpointTransport
 
-from monarch_ft.components.lighthouse_epoch import EpochQuorumClient, LighthouseEpoch
+from monarch_ft.components.lighthouse_epoch import LighthouseEpoch, quorum_retries
+from monarch_ft.components.torchft_compat import offset_quorum_ids
 from monarch_ft.config import FTConfig
 from monarch_ft.run_layout import read_int
 
@@ -190,9 +190,10 @@ def build_transport(cfg: FTConfig, timeout: timedelta, lighthouse_addr: str, rep
 
 
 class MonarchManager(Manager):
-    """torchft's Manager with three small additions the sync strategies need (what the
-    trainer needs of its process group and transport is kept by :class:`FTParts` instead,
-    so nothing reads torchft's private attributes).
+    """torchft's Manager with three small additions the sync strategies need, through its
+    public methods only (what the trainer needs of its process group and transport is kept
+    by :class:`FTParts`; what torchft has no public seam for is in
+    monarch_ft.components.torchft_compat).
 
     * ``before_commit``: called at the top of every ``should_commit``, after the quorum and
       the sync's collectives. In localsgd/diloco torchft's own optimizer hooks call
@@ -229,31 +230,13 @@ class MonarchManager(Manager):
         out, self.seconds = self.seconds, {"quorum": 0.0, "commit": 0.0}
         return out
 
-    # Set by build_manager when the job may restart its Lighthouse (components.lighthouse_epoch).
-    lighthouse_epoch: Optional[LighthouseEpoch] = None
-    _quorum_epoch = 0
-
     def start_quorum(self, *args: Any, **kwargs: Any) -> None:
-        if self.lighthouse_epoch is not None:
-            self._quorum_epoch = self.lighthouse_epoch.current()
         with self._timed("quorum"):
             super().start_quorum(*args, **kwargs)
 
     def wait_quorum(self) -> None:
         with self._timed("quorum"):
-            try:
-                super().wait_quorum()
-            except Exception as e:
-                # The Lighthouse was restarted under this quorum: nobody commits this step and
-                # the next quorum goes to the new one (instead of the rank ending).
-                if self.lighthouse_epoch is None or not self.lighthouse_epoch.changed_since(self._quorum_epoch):
-                    raise
-                self._logger.warn(f"quorum failed while the Lighthouse was restarted: {e}")
-                self.report_error(e)
-                # torchft re-raises the failed future at the next start_quorum: it is handled.
-                done: Future = Future()
-                done.set_result(None)
-                self._quorum_future = done
+            super().wait_quorum()
 
     def should_commit(self, timeout: Optional[timedelta] = None) -> bool:
         if self.before_commit is not None:
@@ -364,7 +347,8 @@ def build_manager(
     heartbeating replica that never asks for a quorum holds every quorum up).
 
     ``lighthouse_epoch_path``: the run's Lighthouse epoch file (monarch_ft.lighthouse): quorum
-    ids are offset per Lighthouse restart, and a quorum failed under a restart is discarded.
+    ids are offset per Lighthouse restart. Whatever it is, a quorum the Lighthouse failed is
+    retried across ``ft.quorum_timeout_s`` (components.lighthouse_epoch).
 
     ``use_async_quorum``: hsdp overlaps the next quorum with compute (True); torchft's DiLoCo
     refuses an async quorum, and localsgd uses the same synchronous one (see sync.py)."""
@@ -388,10 +372,11 @@ def build_manager(
         checkpoint_transport=cross.transport,
         # Every group initialises from the same seed, so step 0 needs no weight sync.
         init_sync=False,
+        # A Lighthouse restarted under a quorum: the quorum completes at the new one.
+        quorum_retries=quorum_retries(cfg.quorum_timeout_s),
     )
     if lighthouse_epoch_path:
-        manager.lighthouse_epoch = LighthouseEpoch(lighthouse_epoch_path)
-        manager._client = EpochQuorumClient(manager._client, manager.lighthouse_epoch)
+        offset_quorum_ids(manager, LighthouseEpoch(lighthouse_epoch_path).quorum_id_offset)
     return FTParts(manager, cross)
 
 

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from monarch_ft.components.ft import CommitFloor, GradSync, MonarchManager, to_local_tree
+from monarch_ft.components.torchft_compat import diloco_global_copies, diloco_save_global, diloco_sync_in_quorum, local_step, localsgd_sync_in_quorum
 from monarch_ft.config import FTConfig
 
 
@@ -203,7 +204,7 @@ class SemiSync(SyncStrategy):
 
     def local_step(self) -> int:
         # torchft's own counter is the authority on where the window is.
-        return self.impl._local_step
+        return local_step(self.impl)
 
     def position(self) -> int:
         return self.manager.current_step() * self.window + self.local_step()
@@ -332,8 +333,7 @@ class LocalSGDSync(SemiSync):
         return LocalSGD(self.manager, self.model, self.optimizer, sync_every=self.window)
 
     def _sync_now(self) -> None:
-        self.impl._perform_sync()
-        self.impl._local_step = 0
+        localsgd_sync_in_quorum(self.impl)
 
     def consistent_state(self, ft_state: Dict[str, Any]) -> Dict[str, Any]:
         return {"model": ft_state["model"]}
@@ -363,21 +363,15 @@ class DiLoCoSync(SemiSync):
         return DiLoCo(self.manager, fragments, self.optimizer, self.outer, sync_every=self.cfg.sync_every)
 
     def _sync_now(self) -> None:
-        # What DiLoCo's post-hook does at ``local_step == sync_every`` (fragment_sync_delay 0),
-        # minus the quorum, which the join already holds.
-        fragment = self.impl._fragments[self.impl._current_fragment()]
-        fragment.prepare_sync()
-        fragment.perform_sync()
-        self.impl._local_step = 0
+        diloco_sync_in_quorum(self.impl)
 
     def after_checkpoint_load(self) -> None:
         # A checkpoint is written at a sync point: its weights are the global copy.
-        for fragment in self.impl._fragments:
-            fragment.save_parameters()
+        diloco_save_global(self.impl)
 
     def consistent_state(self, ft_state: Dict[str, Any]) -> Dict[str, Any]:
         return {
-            "global": [dict(f.original_parameters) for f in self.impl._fragments],
+            "global": diloco_global_copies(self.impl),
             "outer": [to_local_tree(opt.state_dict()) for opt in self.outer],
         }
 
