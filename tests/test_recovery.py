@@ -488,3 +488,20 @@ def test_the_job_fails_when_every_group_gave_up():
     assert job_outcome(["given_up"], regressed=False) is JobStatus.FAILED, "as read back from controller.json"
     assert job_outcome([done, done], regressed=True) is JobStatus.REGRESSED
 
+
+def test_the_console_says_each_rollback_once_and_names_a_crash_loop_in_one_line():
+    from monarch_ft.supervisor import crash_loop_line, rollback_lines
+
+    back = {"steps_lost": 5, "from_step": 15, "to_step": 10, "reason": "no_live_peer", "group": 0}
+    lines = rollback_lines([back, {**back, "group": 1}, back, back, {**back, "steps_lost": 10, "from_step": 20}])
+    assert lines == [
+        "the job went back 5 committed steps: from step 15 to its checkpoint at step 10, 4 times (no_live_peer: no group held the job's state)",
+        "the job went back 10 committed steps: from step 20 to its checkpoint at step 10 (no_live_peer: no group held the job's state)",
+    ]
+    assert len(set(lines)) == len(lines)
+    assert rollback_lines([]) == []
+    failure = {"error": "ValueError: bad flavor", "error_type": "ValueError", "frame": "monarch_ft/components/model.py:33 in model_args", "rank": 0}
+    line = crash_loop_line(1, failure, "/run/logs/g1r0.a1.log")
+    assert "\n" not in line and line.startswith("group 1 failed the same way on its last two launches")
+    assert "ValueError: bad flavor (at monarch_ft/components/model.py:33 in model_args)" in line
+    assert "fix the config or the data" in line and "/run/logs/g1r0.a1.log" in line
