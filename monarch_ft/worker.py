@@ -1,7 +1,9 @@
 """Entry point of one rank: ``python -m monarch_ft.worker SPEC.json``.
 
 Any launcher (local processes, Slurm tasks, Monarch actors) only has to run this
-with a spec file the supervisor wrote; the exit status is the rank's verdict.
+with a spec file the supervisor wrote; the exit status is the rank's verdict: 0 done,
+1 an exception (named in the rank's report as ``rank_error``, its traceback in the log),
+a :class:`~monarch_ft.launcher.base.RankExit` code for a deliberate exit.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import json
 import logging
 import os
 import sys
+import traceback
 
 
 def main(argv: list[str]) -> int:
@@ -21,7 +24,17 @@ def main(argv: list[str]) -> int:
 
     with open(argv[0]) as f:
         spec = RankSpec(**json.load(f))
-    train(spec)
+    try:
+        train(spec)
+    except Exception:
+        # train() has written the error to the rank's report (rank_error); the traceback goes
+        # to its log, and the rank exits at once: an interpreter shutdown with torch's and
+        # torchft's native threads still up took 2-14 s (a loaded machine), time the
+        # controller would wait to see the failure.
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     sys.stdout.flush()
     sys.stderr.flush()
     # torchft's native threads may outlive the loop; the rank's work is done and reported.
