@@ -166,17 +166,31 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultConfig]) -> None:
             if problem:
                 raise ConfigError(f"{where}.kind=controller: {problem}")
     budget_kinds = RESTART_KINDS + ("partition",)
-    restarts = sum(f.kind in budget_kinds for f in faults)
-    # A full restart consumes one restart of every group; live recovery one of the target's.
-    fixed = [f.target for f in faults if f.kind in budget_kinds and f.target is not None]
-    worst = max([fixed.count(t) for t in set(fixed)] + [0]) + sum(1 for f in faults if f.kind in budget_kinds and f.target is None)
-    if ft.recovery == "full_restart" or ch.baseline:
-        worst = restarts
+    restarting = [f for f in faults if f.kind in budget_kinds]
+    # A full restart consumes one restart of every group; live recovery one of the target's
+    # (a fault without a target may hit any group). The budget is ft.max_restarts within
+    # ft.restart_window_s: the group whose faults crowd one window the most is the worst case.
+    everyone = ft.recovery == "full_restart" or ch.baseline
+    span = ft.restart_window_s + ft.startup_timeout_s
+    worst = max((restarts_in_one_window([f for f in restarting if everyone or f.target in (g, None)], span) for g in range(ft.replica_groups)), default=0)
     if worst > ft.max_restarts:
         raise ConfigError(
-            f"the drill's {restarts} restarting faults need up to {worst} restarts of one group but ft.max_restarts={ft.max_restarts}: "
-            "raise ft.max_restarts or inject fewer faults"
+            f"the drill's {len(restarting)} restarting faults need up to {worst} restarts of one group within ft.restart_window_s={ft.restart_window_s:g} "
+            f"but ft.max_restarts={ft.max_restarts}: raise ft.max_restarts or inject fewer faults"
         )
+
+
+def restarts_in_one_window(faults: list[FaultConfig], span_s: float) -> int:
+    """The most of ``faults`` whose restarts may fall within one restart window.
+
+    A fault given by ``at_s`` is restarted a detection after it; one given by ``at_step`` has
+    no known time, so it may fall in any window and counts in every one. ``span_s`` is the
+    window plus the longest detection (``ft.startup_timeout_s``): two faults that far apart
+    may still see their restarts closer than the window.
+    """
+    timed = sorted(f.at_s for f in faults if f.at_s is not None)
+    untimed = len(faults) - len(timed)
+    return untimed + max((sum(1 for t in timed if 0 <= t - start < span_s) for start in timed), default=0)
 
 
 def _validate_network_fault(cfg: DrillConfig, f: FaultConfig, where: str) -> None:

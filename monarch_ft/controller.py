@@ -47,6 +47,7 @@ from monarch_ft.events import EventKind, GroupStatus, JobStatus, StrEnum
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.launcher.base import RankLaunch, RankProcess, describe_exit
 from monarch_ft.process import is_zombie, start_ticks
+from monarch_ft.recovery import job_outcome
 from monarch_ft.run_layout import RunLayout, atomic_write, read_json, read_jsonl
 
 if TYPE_CHECKING:
@@ -208,11 +209,31 @@ def _rank_record(rs, identity: Optional[ProcessIdentity]) -> dict:
         "start": identity.start if identity else None,
         "report_offset": rs.tail.position,
         "exited": rs.exited,
-        **{k: getattr(rs, k) for k in ("last_step", "train_done", "state_hash", "first_step_seen", "model_ready", "phase", "phase_since", "phase_seen")},
+        **{k: getattr(rs, k) for k in _RANK_FIELDS},
     }
 
 
-_GROUP_FIELDS = ("status", "attempt", "restarts", "next_launch", "last_step", "train_done", "launched_at", "load_step", "start_gate", "gate_decided")
+# Per-rank state a takeover restores (besides the launch, identity, report offset and exit).
+_RANK_FIELDS = ("last_step", "train_done", "state_hash", "first_step_seen", "model_ready", "phase", "phase_since", "phase_seen", "error")
+# Per-group state a takeover restores: the restart budget's window (restart_times) and the
+# crash-loop comparison (startup_failure) included, so a new controller neither grants a
+# group a fresh budget nor forgets the start-up failure its next one is compared with.
+_GROUP_FIELDS = (
+    "status",
+    "attempt",
+    "restarts",
+    "next_launch",
+    "last_step",
+    "train_done",
+    "launched_at",
+    "load_step",
+    "start_gate",
+    "gate_decided",
+    "restart_times",
+    "startup_failure",
+    "last_error",
+    "gave_up",
+)
 
 
 class Controller:
@@ -412,7 +433,8 @@ class Controller:
         for rec in state.get("groups", []):
             g = sup.groups[rec["index"]]
             for k in _GROUP_FIELDS:
-                setattr(g, k, rec[k])
+                if k in rec:  # a state file written before a field existed keeps its default
+                    setattr(g, k, rec[k])
             g.status = GroupStatus(g.status)
             g.losses = list(state.get("losses", {}).get(str(g.index), []))
             g.ranks = []
@@ -426,8 +448,9 @@ class Controller:
                 tail = ResumedTail(report, relayed)
                 tail.seek(r["report_offset"])
                 rs = RankState(proc, tail, last_progress=now)
-                for k in ("last_step", "train_done", "state_hash", "first_step_seen", "model_ready", "phase", "phase_since", "exited"):
-                    setattr(rs, k, r[k])
+                for k in (*_RANK_FIELDS, "exited"):
+                    if k in r:
+                        setattr(rs, k, r[k])
                 # Silence and phase clocks restart now: the time unwatched is not the rank's.
                 rs.phase_seen = now
                 g.ranks.append(rs)
@@ -508,7 +531,7 @@ class Controller:
         if reason == "lease_expired":
             sup.status = JobStatus.LEASE_EXPIRED
         else:  # a stop: as a controller ends it
-            sup.status = JobStatus.COMPLETED if all(g.status == GroupStatus.DONE for g in sup.groups) else JobStatus.DEGRADED
+            sup.status = job_outcome([g.status for g in sup.groups], regressed=False)
 
     # ------------------------------------------------------------ summary
     def summary(self) -> dict[str, Any]:

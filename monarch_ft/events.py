@@ -60,7 +60,8 @@ class EventKind(StrEnum):
     GROUP_STOPPED = "group_stopped"
     GROUP_FINISHED = "group_finished"
     RESTART_SCHEDULED = "restart_scheduled"
-    RESTART_BUDGET_EXHAUSTED = "restart_budget_exhausted"
+    RESTART_BUDGET_EXHAUSTED = "restart_budget_exhausted"  # ft.max_restarts relaunches within ft.restart_window_s: given up
+    CRASH_LOOP = "crash_loop"  # two launches in a row failed the same way at start-up: given up (recovery.crash_loop)
     FULL_RESTART = "full_restart"
     QUORUM_CHANGE = "quorum_change"
     # The job's committed state (monarch_ft.recovery).
@@ -98,6 +99,7 @@ class EventKind(StrEnum):
     COMMIT_REFUSED = "commit_refused"
     TRAIN_DONE = "train_done"
     RANK_FINISHED = "rank_finished"
+    RANK_ERROR = "rank_error"  # the exception that ended the rank: its last line and innermost frame (recovery.error_record)
     CONTROLLER_LEASE_ENDED = "controller_lease_ended"  # a rank ends the job: no controller for controller.lease_s, or stop
     COLLECTIVE_FAULT_INJECTED = "collective_fault_injected"
     SLOW_SAVE_INJECTED = "slow_save_injected"
@@ -115,7 +117,14 @@ class GroupStatus(StrEnum):
     RUNNING = "running"  # stepping (or holding the job open after it finished)
     WAITING = "waiting_restart"  # failed, its relaunch scheduled
     DONE = "done"  # every rank exited 0
-    GIVEN_UP = "given_up"  # its restart budget is spent
+    GIVEN_UP = "given_up"  # not relaunched again (GiveUpReason says why)
+
+
+class GiveUpReason(StrEnum):
+    """Why the supervisor stopped relaunching a group (``GroupStatus.GIVEN_UP``)."""
+
+    RESTART_BUDGET = "restart_budget"  # ft.max_restarts relaunches within ft.restart_window_s
+    CRASH_LOOP = "crash_loop"  # its last two launches failed the same way at start-up
 
 
 class StandbyStatus(StrEnum):
@@ -140,9 +149,9 @@ class JobStatus(StrEnum):
 
     RUNNING = "running"
     COMPLETED = "completed"
-    DEGRADED = "degraded"  # some group gave up
+    DEGRADED = "degraded"  # some group gave up, some finished
     REGRESSED = "regressed"  # a commit went below the job's step
-    FAILED = "failed"
+    FAILED = "failed"  # every group gave up, or the job's state was lost, or the controller failed
     INTERRUPTED = "interrupted"
     DETACHED = "detached"  # its controller detached; the job went on (controller.json)
     LEASE_EXPIRED = "lease_expired"  # no controller for controller.lease_s: the ranks ended it (monarch_ft.closeout)

@@ -17,7 +17,7 @@ from typing import Any, Optional
 from monarch_ft.components.lease import heartbeat_time
 from monarch_ft.config import ConfigError
 from monarch_ft.controller import ProcessIdentity, controller_attached
-from monarch_ft.events import EventKind, JobStatus, RecoveryPath
+from monarch_ft.events import EventKind, GiveUpReason, JobStatus, RecoveryPath
 from monarch_ft.run_layout import RunLayout, read_json, read_jsonl
 
 # Fault events a status lists (injected by a drill, or seen by the supervisor).
@@ -45,6 +45,9 @@ class GroupView:
     restarts: int
     ranks_alive: int
     ranks: int
+    # Why it was given up (GiveUpReason), and its latest failure's error (recovery.error_record).
+    gave_up: Optional[str] = None
+    last_error: Optional[dict] = None
 
 
 @dataclass
@@ -129,7 +132,11 @@ def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
         step, loss = _newest_step(layout, g["index"], g["attempt"], len(ranks))
         last = losses.get(str(g["index"])) or [None]
         loss = loss if loss is not None else last[-1]
-        view.groups.append(GroupView(g["index"], g["status"], g["attempt"], max(step, g["last_step"]), loss, g["restarts"], alive, len(ranks)))
+        view.groups.append(
+            GroupView(
+                g["index"], g["status"], g["attempt"], max(step, g["last_step"]), loss, g["restarts"], alive, len(ranks), g.get("gave_up"), g.get("last_error")
+            )
+        )
         view.job_step = max(view.job_step, step)
     paths = [e for e in events if e["event"] == EventKind.RECOVERY_PATH]
     if paths or any(e["event"].startswith("standby") for e in events):
@@ -172,16 +179,26 @@ def format_status(v: JobStatusView) -> str:
     for g in v.groups:
         loss = f"{g.loss:.3f}" if g.loss is not None else "-"
         lines.append(f"{g.index:<6} {g.state:<16} {g.attempt:<8} {g.step:<6} {loss:<8} {g.restarts:<9} {g.ranks_alive}/{g.ranks}")
+    for g in v.groups:
+        if g.gave_up:
+            crash = g.gave_up == GiveUpReason.CRASH_LOOP
+            why = "a crash loop: its last two launches failed the same way at start-up" if crash else "its restart budget is spent"
+            err = g.last_error or {}
+            where = f" (at {err['frame']})" if err.get("frame") else ""
+            lines.append(f"group {g.index} given up, {why}" + (f": {err['error']}{where}" if err.get("error") else ""))
     if v.ended is not None:
         lines.append(f"summary: {v.ended}")
     if v.standby is not None:
         lines.append(f"standby: recoveries by path {v.standby['recoveries']}, ready {v.standby['ready']}")
+    given_up = {g.index for g in v.groups if g.gave_up}
     if v.faults:
         lines.append("last faults:")
         for f in v.faults:
             mttr = f"mttr {f['mttr_s']:.1f}s" if f["mttr_s"] is not None else "not recovered yet"
             if f["event"] == EventKind.CONTROLLER_LOST and f["mttr_s"] is None and v.status == JobStatus.LEASE_EXPIRED:
                 mttr = "no controller came back: the lease ended the job"
+            if f["event"] == EventKind.GROUP_FAILED and f["mttr_s"] is None and f["group"] in given_up:
+                mttr = "not recovered: the group was given up"
             when = time.strftime("%H:%M:%S", time.localtime(f["time"]))
             group = f" group {f['group']}" if f["group"] is not None else ""
             lines.append(f"  {when} {f['event']} {f['what']}{group}: {mttr}")

@@ -12,11 +12,13 @@ has lost its state and must stop, never silently train again from its initial we
 
 from __future__ import annotations
 
+import os
+import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from monarch_ft.events import StrEnum
+from monarch_ft.events import GroupStatus, JobStatus, StrEnum
 
 
 class StateSource(StrEnum):
@@ -583,6 +585,22 @@ def is_job_stall(hung: dict[int, Hang], stepping: Sequence[int]) -> bool:
     return all(g in hung for g in stepping)
 
 
+def recent_restarts(restart_times: Sequence[float], now: float, window_s: float) -> int:
+    """How many of a group's relaunches happened within the last ``window_s`` seconds.
+
+    The restart budget is a rate, not a lifetime count: ``ft.max_restarts`` within any
+    ``ft.restart_window_s``. Over a job's whole life, a multi-day run would give up on a
+    group at its fourth ordinary fault, days apart; a group that keeps failing does so within
+    minutes of each relaunch, so it still spends the budget inside one window.
+
+    Args:
+        restart_times: when the group was relaunched (wall-clock seconds; any order).
+        now: the time of the failure being judged.
+        window_s: ``ft.restart_window_s``.
+    """
+    return sum(1 for t in restart_times if now - t < window_s)
+
+
 def restart_backoff(restarts_done: int, max_restarts: int, backoff_s: float, backoff_max_s: float) -> Optional[float]:
     """Seconds before a failed group's next launch, or None: its restart budget is spent (give up).
 
@@ -590,7 +608,9 @@ def restart_backoff(restarts_done: int, max_restarts: int, backoff_s: float, bac
     every launch (a broken host, a bug) neither spins nor waits long after a one-off fault.
 
     Args:
-        restarts_done: times this group was already relaunched.
+        restarts_done: times this group was already relaunched within the budget's window
+            (:func:`recent_restarts`): the backoff follows recent failures, so a fault an hour
+            after the last one waits ``backoff_s`` again, not the doubled wait of the past.
         max_restarts: ``ft.max_restarts``.
         backoff_s, backoff_max_s: ``ft.restart_backoff_s``, ``ft.restart_backoff_max_s``.
     """
@@ -612,3 +632,109 @@ def start_gate_opens(all_ready: bool, waited_s: float, startup_timeout_s: float)
         startup_timeout_s: ``ft.startup_timeout_s``.
     """
     return all_ready or waited_s > startup_timeout_s / 2
+
+
+# ---------------------------------------------------------------- crash loops
+# Errors of the world around a rank, not of its config, data or code: a connection, a store,
+# a collective whose peer died, a timeout, and anything raised inside TorchFT (its Lighthouse
+# and Manager clients: coordination with other processes). A relaunch may not meet them again
+# (a partition heals, a peer comes back), so they never make a crash loop; the restart budget
+# bounds them as before. Misjudging one the other way would give up a group that could have
+# come back, so the doubtful cases count as environmental.
+ENVIRONMENT_ERRORS = (ConnectionError, TimeoutError)
+ENVIRONMENT_ERROR_NAMES = {"DistNetworkError", "DistStoreError", "DistBackendError"}  # torch.distributed's, by name: no torch import here
+ENVIRONMENT_PACKAGES = ("torchft",)
+
+
+def short_path(path: str) -> str:
+    """A source path as a user reads it: from its package down (``torchtitan/models/...``,
+    ``monarch_ft/...``), not the machine's install prefix."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.rsplit(marker, 1)[1]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+    return path[len(root) :] if path.startswith(root) else path
+
+
+def error_record(exc: BaseException) -> dict[str, Any]:
+    """What a rank reports (event ``rank_error``) about the exception that ends it.
+
+    ``error`` is the traceback's own last line (``RuntimeError: shape ...``), ``error_type``
+    the exception's qualified name and ``frame`` the innermost frame (``file:line in
+    function``): the two the controller compares between relaunches (:func:`crash_loop`).
+    ``environmental``: see :data:`ENVIRONMENT_ERRORS`. The full traceback stays in the rank's log.
+    """
+    tb = traceback.extract_tb(exc.__traceback__)
+    last = tb[-1] if tb else None
+    frame = f"{short_path(last.filename)}:{last.lineno} in {last.name}" if last else ""
+    kind = type(exc)
+    module = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
+    names = {c.__name__ for c in kind.__mro__}
+    in_package = bool(last) and any(f"/{p}/" in last.filename for p in ENVIRONMENT_PACKAGES)
+    line = traceback.format_exception_only(kind, exc)[-1].strip()
+    return {
+        "error": line[:1000],
+        "error_type": module + kind.__qualname__,
+        "frame": frame,
+        "environmental": isinstance(exc, ENVIRONMENT_ERRORS) or bool(names & ENVIRONMENT_ERROR_NAMES) or in_package,
+    }
+
+
+def startup_failure(stepped: bool, errors: Sequence[dict]) -> Optional[dict]:
+    """A group attempt's failure at start-up, as the controller compares it between relaunches; else None.
+
+    Start-up: the attempt never stepped (its config, data, model build, checkpoint load or
+    first forward failed). The group's error is its ranks' earliest ``rank_error`` (the
+    others often fail because of that one: a peer gone from a collective). None when the
+    attempt had stepped, no rank reported an error (killed by a signal, or a deliberate exit
+    with its own code, such as a refused commit or a checkpoint set aside), or the earliest
+    error is environmental (:func:`error_record`).
+
+    Args:
+        stepped: some rank of the attempt reported a step (or finished).
+        errors: the attempt's ``rank_error`` records (with ``time``, ``rank``).
+    """
+    if stepped or not errors:
+        return None
+    first = min(errors, key=lambda e: e.get("time") or 0.0)
+    if first.get("environmental"):
+        return None
+    return {k: first.get(k) for k in ("error", "error_type", "frame", "rank", "attempt")}
+
+
+def crash_loop(previous: Optional[dict], current: Optional[dict]) -> bool:
+    """The group's last two launches failed the same way at start-up: relaunching it again
+    would only fail again, so it is given up after the second such failure (not after
+    ``ft.max_restarts`` of them) and its error goes to the console.
+
+    The same way: the same exception type and innermost frame (not the message, which may
+    hold a port, a pid or a time).
+
+    Args:
+        previous: :func:`startup_failure` of the attempt before (None: it stepped, or failed otherwise).
+        current: :func:`startup_failure` of the attempt that just failed.
+    """
+    if previous is None or current is None:
+        return False
+    return (previous["error_type"], previous["frame"]) == (current["error_type"], current["frame"])
+
+
+def job_outcome(group_statuses: Sequence[str], regressed: bool) -> JobStatus:
+    """How a job ended once every group is done or given up.
+
+    Regressed first (a commit went below the job's step: its weights are suspect whatever
+    else happened); completed when every group finished; failed when none did (every group
+    gave up: nothing trained to the end, so calling it degraded would hide a dead job);
+    degraded when some finished and some gave up.
+
+    Args:
+        group_statuses: every group's :class:`GroupStatus`.
+        regressed: some commit went back (``step_regression``).
+    """
+    if regressed:
+        return JobStatus.REGRESSED
+    if all(s == GroupStatus.DONE for s in group_statuses):
+        return JobStatus.COMPLETED
+    if not any(s == GroupStatus.DONE for s in group_statuses):
+        return JobStatus.FAILED
+    return JobStatus.DEGRADED

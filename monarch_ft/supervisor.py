@@ -36,7 +36,7 @@ from monarch_ft.control import JobControl
 from monarch_ft.controller import DETACH_SIGNAL, DETACHED_EXIT, Controller
 from monarch_ft.data import prepare_data
 from monarch_ft.devices import gpu_device_nodes
-from monarch_ft.events import EventKind, EventLog, GroupStatus, JobStatus, RecoveryPath
+from monarch_ft.events import EventKind, EventLog, GiveUpReason, GroupStatus, JobStatus, RecoveryPath
 from monarch_ft.forkserver import ForkError, WarmForks
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
 from monarch_ft.lighthouse import Lighthouse
@@ -53,15 +53,19 @@ from monarch_ft.recovery import (
     StateSource,
     asleep_compute_timeout,
     auto_hang_timeout,
+    crash_loop,
     decide_state_source,
     find_hang,
     hang_timeout_setting,
     is_job_stall,
+    job_outcome,
+    recent_restarts,
     redone_commit,
     track_cpu,
     track_os_state,
     restart_backoff,
     start_gate_opens,
+    startup_failure,
 )
 from monarch_ft.run_layout import RunLayout, atomic_write, atomic_write_json
 from monarch_ft.stacks import capture_stacks
@@ -100,6 +104,8 @@ class RankState:
     os_sample: Optional[OsSample] = None
     # Its CPU seconds, sampled every tick: since when it has used next to none (recovery.track_cpu).
     cpu_sample: Optional[CpuSample] = None
+    # The exception that ended it, as it reported it (rank_error: recovery.error_record), or None.
+    error: Optional[dict] = None
 
 
 @dataclass
@@ -122,6 +128,15 @@ class GroupState:
     start_gate: str = ""
     # Its own launch gate was opened (the decision on its state source is written).
     gate_decided: bool = False
+    # When it was relaunched, within the restart budget's window (recovery.recent_restarts).
+    restart_times: list[float] = field(default_factory=list)
+    # How its latest attempt failed at start-up (recovery.startup_failure), None if it stepped
+    # or failed otherwise: the next attempt failing the same way is a crash loop.
+    startup_failure: Optional[dict] = None
+    # Its latest failure's error, as its ranks reported it (None: none reported; killed, hung).
+    last_error: Optional[dict] = None
+    # Why it was given up (GiveUpReason), None while it is not.
+    gave_up: Optional[str] = None
 
     @property
     def active(self) -> bool:
@@ -247,6 +262,8 @@ class Supervisor:
             "recovery_started",
             "checkpoint_save_started",
             "checkpoint_saved",
+            # Its error line goes with group_failed (once per failure, not once per rank).
+            "rank_error",
         }
         if e["event"] in quiet:
             return
@@ -401,7 +418,7 @@ class Supervisor:
     def _promote_standby(self, g: GroupState, now: float) -> bool:
         """Put a ready standby in failed group ``g``'s place (live recovery); False when none
         is ready or ``g``'s restart budget is spent (the caller then takes the cold path)."""
-        if g.restarts >= self.cfg.ft.max_restarts:
+        if self._restart_backoff(g, now) is None:
             return False
         sb = self.standby.take(now, process_status)
         if sb is None:
@@ -412,7 +429,7 @@ class Supervisor:
             self.standby.standbys.append(sb)  # stopped with the job
             self._lose_job(str(e))
             return True
-        g.restarts += 1
+        self._count_restart(g, now)
         g.attempt += 1
         self.launcher.place_group(g.index, sb.slot)
         promotion = build_promotion(self.layout, sb.number, g.index, g.attempt, len(sb.ranks), {"source": decision.source.value, "step": decision.step}, now)
@@ -478,6 +495,8 @@ class Supervisor:
                         # Name the peer by group: the Manager only knows its address.
                         rec["src_group"], rec["src_rank"] = self._transport_owner.get(rec.get("src"), (None, None))
                     rec.pop("type", None)
+                    if name == EventKind.RANK_ERROR:
+                        rs.error = dict(rec)
                     self.events.emit(name, **rec)
         if g.ranks and all(r.train_done for r in g.ranks) and not g.train_done:
             g.train_done = True
@@ -558,7 +577,10 @@ class Supervisor:
                     if code != 0 and failure is None:
                         failure = {"reason": "exit", "rank": rs.proc.launch.rank, **describe_exit(code)}
         if failure is not None:
-            self._fail_group(g, now, **failure)
+            # A rank writes its error (rank_error) before it exits: read it now, not next tick.
+            self._consume_reports(g, now)
+            error = self._group_error(g)
+            self._fail_group(g, now, **failure, **({"error": error["error"], "error_rank": error["rank"]} if error else {}))
             return None
         if g.ranks and all(r.exited == 0 for r in g.ranks):
             g.status = GroupStatus.DONE
@@ -696,10 +718,26 @@ class Supervisor:
         logs = {f"g{g.index}r{rs.proc.launch.rank}": self.layout.log(g.index, rs.proc.launch.rank, g.attempt) for g in groups for rs in g.ranks}
         return capture_stacks(pids, self.layout.stacks_capture(tag, time.time()), logs=logs)
 
+    @staticmethod
+    def _group_error(g: GroupState) -> Optional[dict]:
+        """The earliest error a rank of ``g``'s current attempt reported (the others often
+        fail because of that one), or None."""
+        errors = [rs.error for rs in g.ranks if rs.error]
+        return min(errors, key=lambda e: e.get("time") or 0.0) if errors else None
+
     def _fail_group(self, g: GroupState, now: float, **why: Any) -> None:
         self.events.emit(EventKind.GROUP_FAILED, group=g.index, attempt=g.attempt, **why)
         self._stop_ranks(g, graceful=False)
         self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt)
+        error = self._group_error(g)
+        g.last_error = {k: error.get(k) for k in ("error", "error_type", "frame", "rank", "attempt")} if error else None
+        # A crash loop (the same failure at start-up, twice in a row) is given up whatever the
+        # budget and the recovery mode: no relaunch, standby or full restart can get past it.
+        stepped = any(rs.first_step_seen or rs.train_done for rs in g.ranks)
+        previous, g.startup_failure = g.startup_failure, startup_failure(stepped, [rs.error for rs in g.ranks if rs.error])
+        if crash_loop(previous, g.startup_failure):
+            self._give_up_crash_loop(g)
+            return
         if self.cfg.ft.recovery == "full_restart":
             self._full_restart(g, now)
             return
@@ -707,13 +745,57 @@ class Supervisor:
             return
         self._schedule_restart(g, now)
 
-    def _schedule_restart(self, g: GroupState, now: float, load_step: Optional[int] = None, start_gate: str = "") -> None:
-        backoff = restart_backoff(g.restarts, self.cfg.ft.max_restarts, self.cfg.ft.restart_backoff_s, self.cfg.ft.restart_backoff_max_s)
-        if backoff is None:
-            g.status = GroupStatus.GIVEN_UP
-            self.events.emit(EventKind.RESTART_BUDGET_EXHAUSTED, group=g.index, restarts=g.restarts, max_restarts=self.cfg.ft.max_restarts)
-            return
+    def _restart_backoff(self, g: GroupState, now: float) -> Optional[float]:
+        """Seconds before ``g``'s relaunch, from its relaunches within ``ft.restart_window_s``;
+        None: ``ft.max_restarts`` of them already (the budget is a rate: recovery.recent_restarts)."""
+        ft = self.cfg.ft
+        return restart_backoff(recent_restarts(g.restart_times, now, ft.restart_window_s), ft.max_restarts, ft.restart_backoff_s, ft.restart_backoff_max_s)
+
+    def _count_restart(self, g: GroupState, now: float) -> None:
         g.restarts += 1
+        # Only the window's relaunches matter: controller.json stays small over a long job.
+        g.restart_times = [t for t in g.restart_times if now - t < self.cfg.ft.restart_window_s] + [now]
+
+    def _give_up_budget(self, g: GroupState, now: float) -> None:
+        ft = self.cfg.ft
+        g.status, g.gave_up = GroupStatus.GIVEN_UP, GiveUpReason.RESTART_BUDGET
+        self.events.emit(
+            EventKind.RESTART_BUDGET_EXHAUSTED,
+            group=g.index,
+            restarts=g.restarts,
+            recent_restarts=recent_restarts(g.restart_times, now, ft.restart_window_s),
+            max_restarts=ft.max_restarts,
+            restart_window_s=ft.restart_window_s,
+            last_error=g.last_error["error"] if g.last_error else None,
+        )
+
+    def _give_up_crash_loop(self, g: GroupState) -> None:
+        """Stop relaunching ``g``: its last two launches failed the same way at start-up.
+        One console line per distinct failure, with the ranks' own error line: a second group
+        failing the same way is named by its event, not by the same line again."""
+        failure = g.startup_failure or {}
+        g.status, g.gave_up = GroupStatus.GIVEN_UP, GiveUpReason.CRASH_LOOP
+        first = next((o.index for o in self.groups if o is not g and o.gave_up == GiveUpReason.CRASH_LOOP and crash_loop(o.startup_failure, failure)), None)
+        log_path = self.layout.log(g.index, failure.get("rank") or 0, failure.get("attempt", g.attempt))
+        self.events.emit(
+            EventKind.CRASH_LOOP,
+            group=g.index,
+            attempt=g.attempt,
+            failures=2,
+            error_type=failure.get("error_type"),
+            frame=failure.get("frame"),
+            same_as_group=first,
+            log=log_path,
+        )
+        if first is None:
+            print(f"monarch_ft: error: {crash_loop_line(g.index, failure, log_path)}", file=sys.stderr, flush=True)
+
+    def _schedule_restart(self, g: GroupState, now: float, load_step: Optional[int] = None, start_gate: str = "") -> None:
+        backoff = self._restart_backoff(g, now)
+        if backoff is None:
+            self._give_up_budget(g, now)
+            return
+        self._count_restart(g, now)
         g.status, g.next_launch, g.load_step, g.start_gate = GroupStatus.WAITING, now + backoff, load_step, start_gate
         self.events.emit(EventKind.RESTART_SCHEDULED, group=g.index, restart=g.restarts, backoff_s=round(backoff, 3))
 
@@ -729,6 +811,8 @@ class Supervisor:
         for g in self.groups:
             if g is not failed and g.active:
                 self._stop_ranks(g, graceful=False)
+                # Stopped, not failed: its next start-up failure is not a second one in a row.
+                g.startup_failure = None
                 self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt, reason=reason)
         restarting = [g for g in self.groups if g.status != GroupStatus.GIVEN_UP and (g is failed or g.status != GroupStatus.DONE)]
         try:
@@ -954,10 +1038,7 @@ class Supervisor:
                 hook.tick(self.control, now)
             self.controller.tick(now)
             if all(g.status in (GroupStatus.DONE, GroupStatus.GIVEN_UP) for g in self.groups):
-                if self.regressions:
-                    self.status = JobStatus.REGRESSED
-                else:
-                    self.status = JobStatus.COMPLETED if all(g.status == GroupStatus.DONE for g in self.groups) else JobStatus.DEGRADED
+                self.status = job_outcome([g.status for g in self.groups], bool(self.regressions))
                 return 0 if self.status == JobStatus.COMPLETED else 1
             self._print_progress(now)
             time.sleep(0.05)
@@ -1022,12 +1103,8 @@ class Supervisor:
             os.remove(self.hold_path)
         summary = self.summary()
         atomic_write(self.layout.summary, json.dumps(summary, indent=2))
-        for r in self.rollbacks:
-            print(
-                f"[monarch_ft] the job went back {r['steps_lost']} committed steps: from step {r['from_step']} to its "
-                f"checkpoint at step {r['to_step']} ({r['reason']}: no group held the job's state)",
-                flush=True,
-            )
+        for line in rollback_lines(self.rollbacks):
+            print(f"[monarch_ft] {line}", flush=True)
         for r in self.steps_redone:
             print(
                 f"[monarch_ft] step {r['step']} was trained twice: group {r['earlier']['group']} committed it in quorum "
@@ -1057,6 +1134,9 @@ class Supervisor:
                 "status": g.status,
                 "restarts": g.restarts,
                 "attempts": g.attempt + 1,
+                # Why it was given up (GiveUpReason; None: it was not), and its latest failure's error.
+                "gave_up": g.gave_up,
+                "last_error": g.last_error,
                 "final_step": g.last_step,
                 "first_loss": g.losses[0] if g.losses else None,
                 "last_loss": g.losses[-1] if g.losses else None,
@@ -1093,6 +1173,33 @@ class Supervisor:
             "groups": groups,
             "config": dataclasses.asdict(self.cfg) if dataclasses.is_dataclass(self.cfg) else None,
         }
+
+
+def rollback_lines(rollbacks: list[dict]) -> list[str]:
+    """The console's end-of-job lines for the job's rollbacks: one per distinct rollback, with
+    how many times it happened, so a group that crash-loops back to the same checkpoint
+    reads as one line with a count, never as the same line again and again."""
+    counts: dict[tuple, int] = {}
+    for r in rollbacks:
+        key = (r["steps_lost"], r["from_step"], r["to_step"], r["reason"])
+        counts[key] = counts.get(key, 0) + 1
+    lines = []
+    for (lost, frm, to, reason), n in counts.items():
+        times = f", {n} times" if n > 1 else ""
+        lines.append(
+            f"the job went back {lost} committed steps: from step {frm} to its checkpoint at step {to}{times} ({reason}: no group held the job's state)"
+        )
+    return lines
+
+
+def crash_loop_line(group: int, failure: dict, log_path: str) -> str:
+    """The console's one line for a crash loop (recovery.crash_loop): the ranks' own error
+    line and where it was raised, that relaunching is over, and what to fix."""
+    where = f" (at {failure['frame']})" if failure.get("frame") else ""
+    return (
+        f"group {group} failed the same way on its last two launches, before its first step: {failure.get('error')}{where}; "
+        f"it is not relaunched: fix the config or the data this names and run again (traceback: {log_path})"
+    )
 
 
 def request_finish(run_dir: str, step: int) -> None:

@@ -18,6 +18,7 @@ applied only for steps below ``training.steps`` on every group, so weights agree
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import faulthandler
 import hashlib
@@ -27,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 import torch.distributed as dist
@@ -44,7 +45,7 @@ from monarch_ft.config import JobConfig
 from monarch_ft.data import TokenBatches
 from monarch_ft.devices import cross_group_backend, cuda_index, device_type, set_nccl_hostid
 from monarch_ft.launcher.base import RankExit
-from monarch_ft.recovery import Phase, StateSource
+from monarch_ft.recovery import Phase, StateSource, error_record
 from monarch_ft.run_layout import RunLayout, read_int, read_json
 
 
@@ -163,10 +164,28 @@ class Trainer:
         # Stacks on demand (the supervisor's fallback when py-spy cannot read this process).
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
         self._decision: Optional[dict] = None
-        self._build_local()
-        if spec.promotion_path:
-            self._await_promotion()
-        self._bind()
+        with self.reporting_errors():
+            self._build_local()
+            if spec.promotion_path:
+                self._await_promotion()
+            self._bind()
+
+    @contextlib.contextmanager
+    def reporting_errors(self) -> Iterator[None]:
+        """An exception escaping the rank is first written to its report file as ``rank_error``
+        (its last traceback line and innermost frame: recovery.error_record), then raised on
+        (the traceback goes to the rank's log, the rank exits non-zero). The controller names
+        the failure with it and tells a crash loop by it (recovery.crash_loop). Deliberate
+        exits (``os._exit`` with a RankExit code, SystemExit) are not exceptions of this kind
+        and are not reported so."""
+        try:
+            yield
+        except Exception as e:
+            try:
+                self.reporter.event("rank_error", **error_record(e))
+            except Exception:
+                pass  # the report file itself failed (a full disk): the log still has the traceback
+            raise
 
     # ------------------------------------------------------------ construction
     def _build_local(self) -> None:
@@ -529,7 +548,9 @@ class Trainer:
 
 
 def train(spec: RankSpec) -> None:
-    """Run one rank to the end of the job (monarch_ft.worker's entry point)."""
+    """Run one rank to the end of the job (monarch_ft.worker's entry point, and a Monarch
+    actor's). An exception that ends it is reported first (Trainer.reporting_errors)."""
     trainer = Trainer(spec)
-    trainer.train()
+    with trainer.reporting_errors():
+        trainer.train()
     trainer.close()

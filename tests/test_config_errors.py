@@ -66,6 +66,7 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
         # The training data is checked on the controller before anything starts (tests/test_data.py: every case).
         ("data.path=/nonexistent/tokens.npy", "data.path=/nonexistent/tokens.npy: no such file"),
         ("ft.standby_groups=-1", "ft.standby_groups=-1: must be >= 0"),
+        ("ft.restart_window_s=0", "ft.restart_window_s=0.0: must be > 0"),
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):

@@ -105,3 +105,28 @@ def test_the_bench_plans_modes_by_kinds_and_skips_what_this_build_lacks():
     job.bench.kinds, job.bench.modes = ["node"], ["warp"]
     with pytest.raises(ConfigError, match="bench.modes: 'warp'"):
         bench.plan(job)
+
+
+def test_the_drill_budget_check_counts_the_faults_of_one_restart_window():
+    from chaos.config import restarts_in_one_window
+
+    cfg = DrillConfig()
+    cfg.chaos = ChaosConfig()
+    cfg.ft.max_restarts, cfg.ft.restart_window_s = 2, 600.0
+    # Three kills of group 0 a minute apart: they land in one window, over the budget of 2.
+    close = [FaultConfig(kind="process_kill", target=0, at_s=60.0 * i) for i in range(3)]
+    assert restarts_in_one_window(close, 600.0 + 120.0) == 3
+    with pytest.raises(ConfigError, match=r"need up to 3 restarts of one group within ft.restart_window_s=600 but ft.max_restarts=2"):
+        validate_chaos(cfg, close)
+    # An hour apart (more than the window and a detection): one restart per window.
+    apart = [FaultConfig(kind="process_kill", target=0, at_s=3600.0 * i) for i in range(3)]
+    validate_chaos(cfg, apart)
+    # A fault given by step has no known time: it counts in every window.
+    with pytest.raises(ConfigError, match=r"need up to 3 restarts"):
+        validate_chaos(cfg, apart[:2] + [FaultConfig(kind="process_kill", target=0, at_step=5), FaultConfig(kind="node", target=0, at_step=9)])
+    # Other groups' faults and in-place faults use none of group 0's budget.
+    validate_chaos(cfg, close[:2] + [FaultConfig(kind="process_kill", target=1, at_s=30.0), FaultConfig(kind="collective", target=0, at_s=40.0)])
+    # A full restart restarts every group: every restarting fault counts for each.
+    cfg.ft.recovery = "full_restart"
+    with pytest.raises(ConfigError, match=r"need up to 3 restarts"):
+        validate_chaos(cfg, close[:2] + [FaultConfig(kind="process_kill", target=1, at_s=30.0)])
