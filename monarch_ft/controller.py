@@ -212,7 +212,20 @@ def _rank_record(rs, identity: Optional[ProcessIdentity]) -> dict:
     }
 
 
-_GROUP_FIELDS = ("status", "attempt", "restarts", "next_launch", "last_step", "train_done", "launched_at", "load_step", "start_gate", "gate_decided")
+_GROUP_FIELDS = (
+    "status",
+    "attempt",
+    "restarts",
+    "next_launch",
+    "last_step",
+    "train_done",
+    "launched_at",
+    "load_step",
+    "load_path",
+    "loading",
+    "start_gate",
+    "gate_decided",
+)
 
 
 class Controller:
@@ -412,7 +425,7 @@ class Controller:
         for rec in state.get("groups", []):
             g = sup.groups[rec["index"]]
             for k in _GROUP_FIELDS:
-                setattr(g, k, rec[k])
+                setattr(g, k, rec.get(k, getattr(g, k)))  # a field the saving version lacked keeps its default
             g.status = GroupStatus(g.status)
             g.losses = list(state.get("losses", {}).get(str(g.index), []))
             g.ranks = []
