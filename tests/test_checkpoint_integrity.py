@@ -216,6 +216,11 @@ def test_health_counts_failed_saves_and_ages_the_newest_good_checkpoint():
     assert d["newest_good"] == {"step": 10, "group": 0, "time": 100.0, "age_s": 45.0}
     assert len(d["load_failures"]) == 1, "one per group attempt, not one per rank"
     assert health.describe(145.0) == "newest good step 10 (45s ago); 2 saves failed (2 ENOSPC); 1 loads failed"
+    # A newer save whose copy is then quarantined is not good: the newest good one is the older.
+    health.observe({"event": EventKind.CHECKPOINT_SAVED, "time": 140.0, "group": 0, "rank": 0, "step": 30})
+    assert health.newest_good["step"] == 30
+    health.observe({"event": EventKind.CHECKPOINT_QUARANTINED, "time": 141.0, "group": 0, "step": 30, "path": "/q", "problem": "truncated"})
+    assert health.newest_good["step"] == 10 and health.describe(145.0).endswith("1 loads failed; 1 copies quarantined")
 
 
 # ---------------------------------------------------------------- python -m monarch_ft verify

@@ -685,7 +685,8 @@ class CheckpointHealth:
         self.save_failures = 0
         self.save_failures_by_errno: dict[str, int] = {}
         self.last_save_failure: Optional[dict] = None
-        self.newest_good: Optional[dict] = None
+        # (group, step) -> when it was saved, less the copies quarantined since.
+        self._good: dict[tuple, float] = {}
         self.load_failures: list[dict] = []
         self.quarantined: list[dict] = []
         self._load_failed_attempts: set = set()
@@ -700,8 +701,7 @@ class CheckpointHealth:
     def observe(self, e: dict) -> None:
         kind = e.get("event")
         if kind == EventKind.CHECKPOINT_SAVED:
-            if self.newest_good is None or e["time"] >= self.newest_good["time"]:
-                self.newest_good = {"step": e.get("step"), "group": e.get("group"), "time": e["time"]}
+            self._good[(e.get("group"), e.get("step"))] = e["time"]
         elif kind == EventKind.CHECKPOINT_SAVE_FAILED:
             self.save_failures += 1
             name = e.get("errno") or "?"
@@ -714,9 +714,19 @@ class CheckpointHealth:
                 self.load_failures.append({k: e.get(k) for k in ("time", "group", "attempt", "step", "path", "error")})
         elif kind == EventKind.CHECKPOINT_QUARANTINED:
             self.quarantined.append({k: e.get(k) for k in ("time", "group", "step", "path", "problem")})
+            self._good.pop((e.get("group"), e.get("step")), None)
+
+    @property
+    def newest_good(self) -> Optional[dict]:
+        """The most recent save whose copy was not quarantined since: step, group, time."""
+        if not self._good:
+            return None
+        (group, step), t = max(self._good.items(), key=lambda kv: kv[1])
+        return {"step": step, "group": group, "time": t}
 
     def as_dict(self, now: float) -> dict[str, Any]:
-        newest = dict(self.newest_good, age_s=round(now - self.newest_good["time"], 1)) if self.newest_good else None
+        good = self.newest_good
+        newest = dict(good, age_s=round(now - good["time"], 1)) if good else None
         return {
             "save_failures": self.save_failures,
             "save_failures_by_errno": self.save_failures_by_errno,
@@ -728,7 +738,8 @@ class CheckpointHealth:
 
     def describe(self, now: float) -> str:
         """One line: the newest good checkpoint and its age, failed saves, failed loads, quarantined copies."""
-        parts = [f"newest good step {self.newest_good['step']} ({now - self.newest_good['time']:.0f}s ago)" if self.newest_good else "none saved yet"]
+        good = self.newest_good
+        parts = [f"newest good step {good['step']} ({now - good['time']:.0f}s ago)" if good else "no good checkpoint"]
         if self.save_failures:
             why = ", ".join(f"{n} {name}" for name, n in sorted(self.save_failures_by_errno.items()))
             parts.append(f"{self.save_failures} saves failed ({why})")
