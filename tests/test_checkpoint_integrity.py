@@ -207,8 +207,8 @@ def test_health_counts_failed_saves_and_ages_the_newest_good_checkpoint():
         {"event": EventKind.CHECKPOINT_SAVED, "time": 100.0, "group": 0, "rank": 0, "step": 10},
         {"event": EventKind.CHECKPOINT_SAVE_FAILED, "time": 110.0, "group": 1, "step": 15, "errno": "ENOSPC", "path": "/c", "error": "full"},
         {"event": EventKind.CHECKPOINT_SAVE_FAILED, "time": 120.0, "group": 0, "step": 20, "errno": "ENOSPC", "path": "/c", "error": "full"},
-        {"event": EventKind.CHECKPOINT_LOAD_FAILED, "time": 130.0, "group": 0, "rank": 0, "attempt": 2, "step": 10, "error": "EOFError"},
-        {"event": EventKind.CHECKPOINT_LOAD_FAILED, "time": 130.0, "group": 0, "rank": 1, "attempt": 2, "step": 10, "error": "EOFError"},
+        {"event": EventKind.CHECKPOINT_LOAD_FAILED, "time": 130.0, "group": 0, "rank": 0, "attempt": 2, "step": 5, "error": "EOFError"},
+        {"event": EventKind.CHECKPOINT_LOAD_FAILED, "time": 130.0, "group": 0, "rank": 1, "attempt": 2, "step": 5, "error": "EOFError"},
     ]
     health = CheckpointHealth.from_events(json.loads(json.dumps(events)))  # as read back from events.jsonl
     d = health.as_dict(now=145.0)
@@ -221,6 +221,10 @@ def test_health_counts_failed_saves_and_ages_the_newest_good_checkpoint():
     assert health.newest_good["step"] == 30
     health.observe({"event": EventKind.CHECKPOINT_QUARANTINED, "time": 141.0, "group": 0, "step": 30, "path": "/q", "problem": "truncated"})
     assert health.newest_good["step"] == 10 and health.describe(145.0).endswith("1 loads failed; 1 copies quarantined")
+    # A step that failed to load is good in no group's copy (the job never chooses it again).
+    health.observe({"event": EventKind.CHECKPOINT_SAVED, "time": 142.0, "group": 1, "rank": 0, "step": 10})
+    health.observe({"event": EventKind.CHECKPOINT_LOAD_FAILED, "time": 143.0, "group": 1, "rank": 0, "attempt": 3, "step": 10, "error": "EOFError"})
+    assert health.newest_good is None and health.describe(145.0).startswith("no good checkpoint")
 
 
 # ---------------------------------------------------------------- python -m monarch_ft verify

@@ -712,6 +712,8 @@ class CheckpointHealth:
             if key not in self._load_failed_attempts:  # every rank of the group reports it
                 self._load_failed_attempts.add(key)
                 self.load_failures.append({k: e.get(k) for k in ("time", "group", "attempt", "step", "path", "error")})
+            # The job does not choose that step again, whichever copy: none of it is good.
+            self._good = {k: t for k, t in self._good.items() if k[1] != e.get("step")}
         elif kind == EventKind.CHECKPOINT_QUARANTINED:
             self.quarantined.append({k: e.get(k) for k in ("time", "group", "step", "path", "problem")})
             self._good.pop((e.get("group"), e.get("step")), None)
