@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from monarch_ft.components.checkpoint import MANIFEST, CheckpointHealth, quarantined, verify_step
+from monarch_ft.components.checkpoint import MANIFEST, CheckpointHealth, quarantined, step_dir, steps_on_disk, verify_step
 from monarch_ft.components.lease import heartbeat_time
 from monarch_ft.config import ConfigError
 from monarch_ft.controller import ProcessIdentity, controller_attached
@@ -270,9 +269,9 @@ def verify_checkpoints(run_dir: str) -> tuple[list[str], int]:
     lines, damaged = [], 0
     for g in range(groups):
         folder = layout.checkpoint(g)
-        names = sorted((n for n in os.listdir(folder) if re.fullmatch(r"step-\d+", n)), key=lambda n: int(n.split("-")[1])) if os.path.isdir(folder) else []
-        for name in names:
-            path = os.path.join(folder, name)
+        for step in steps_on_disk(folder):
+            path = step_dir(folder, step)
+            name = os.path.basename(path)
             if not os.path.isfile(os.path.join(path, MANIFEST)):
                 lines.append(f"group {g} {name}: incomplete: no {MANIFEST} (a save that did not finish, or one from before manifests): never loaded")
                 continue

@@ -66,19 +66,19 @@ def file_checksum(path: str) -> tuple[int, str]:
     return size, h.hexdigest()
 
 
+def steps_on_disk(folder: str) -> list[int]:
+    """Every ``step-N`` directory of ``folder``, finished or not, oldest first."""
+    if not os.path.isdir(folder):
+        return []
+    return sorted(int(m.group(1)) for name in os.listdir(folder) if (m := _STEP_DIR.match(name)))
+
+
 def complete_steps(folder: str) -> set[int]:
     """Steps of ``folder`` whose save finished: their manifest, written last, exists.
 
     Completeness only: whether the files still match it is :func:`verify_step`'s question
     (it reads every byte, so it is asked on the recovery path only)."""
-    if not os.path.isdir(folder):
-        return set()
-    found = set()
-    for name in os.listdir(folder):
-        m = _STEP_DIR.match(name)
-        if m and os.path.isfile(os.path.join(folder, name, MANIFEST)):
-            found.add(int(m.group(1)))
-    return found
+    return {step for step in steps_on_disk(folder) if os.path.isfile(os.path.join(step_dir(folder, step), MANIFEST))}
 
 
 def newest_complete_step(folders: list[str], at_most: Optional[int] = None) -> Optional[int]:
