@@ -227,6 +227,8 @@ _GROUP_FIELDS = (
     "train_done",
     "launched_at",
     "load_step",
+    "load_path",
+    "loading",
     "start_gate",
     "gate_decided",
     "restart_times",

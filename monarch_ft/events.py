@@ -66,6 +66,10 @@ class EventKind(StrEnum):
     QUORUM_CHANGE = "quorum_change"
     # The job's committed state (monarch_ft.recovery).
     STATE_SOURCE = "state_source"  # where a rejoining group's state comes from
+    # A group's copy of a step that failed verification or failed to load, moved aside.
+    CHECKPOINT_QUARANTINED = "checkpoint_quarantined"
+    # An intact step could not be copied into a group's folder (it loads the source instead).
+    CHECKPOINT_COPY_FAILED = "checkpoint_copy_failed"
     JOB_ROLLBACK = "job_rollback"
     JOB_STATE_LOST = "job_state_lost"
     STEP_REGRESSION = "step_regression"
@@ -92,6 +96,10 @@ class EventKind(StrEnum):
     CHECKPOINT_SAVE_STARTED = "checkpoint_save_started"
     CHECKPOINT_SAVED = "checkpoint_saved"
     CHECKPOINT_SAVE_TIMEOUT = "checkpoint_save_timeout"
+    # A save the storage refused (errno, path): the partial step removed, training goes on.
+    CHECKPOINT_SAVE_FAILED = "checkpoint_save_failed"
+    # A load that raised (step, path, error): the rank exits RankExit.CHECKPOINT_LOAD_FAILED.
+    CHECKPOINT_LOAD_FAILED = "checkpoint_load_failed"
     CHECKPOINT_SENT = "checkpoint_sent"
     RECOVERY_STARTED = "recovery_started"
     RECOVERY_FAILED = "recovery_failed"

@@ -1,4 +1,4 @@
-"""The job from the command line: ``status``, ``stacks`` and ``stop`` (``python -m monarch_ft``).
+"""The job from the command line: ``status``, ``stacks``, ``stop`` and ``verify`` (``python -m monarch_ft``).
 
 Each reads the run directory only (``controller.json``, ``events.jsonl``, the ranks'
 report files, the lock), so it works with or without a controller attached, on a live
@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from monarch_ft.components.checkpoint import MANIFEST, CheckpointHealth, quarantined, step_dir, steps_on_disk, verify_step
 from monarch_ft.components.lease import heartbeat_time
 from monarch_ft.config import ConfigError
 from monarch_ft.controller import ProcessIdentity, controller_attached
@@ -63,6 +64,8 @@ class JobStatusView:
     faults: list[dict] = field(default_factory=list)
     # A finished job's summary.json in brief (how it ended, what ran without a controller).
     ended: Optional[str] = None
+    # The newest good checkpoint and its age, failed saves and loads, quarantined copies.
+    checkpoints: Optional[str] = None
 
 
 def _newest_step(layout: RunLayout, group: int, attempt: int, ranks: int) -> tuple[int, Optional[float]]:
@@ -154,6 +157,9 @@ def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
             f"{summary['status']}{by}, job step {summary.get('job_step')}, steps lost {summary.get('steps_lost')}, "
             f"weights consistent {summary.get('weights_consistent')}{unsup}: {layout.summary}"
         )
+    health = CheckpointHealth.from_events(events)
+    if health.newest_good or health.save_failures or health.load_failures or health.quarantined:
+        view.checkpoints = health.describe(now)
     for e in [e for e in events if e["event"] in _FAULT_KINDS][-5:]:
         view.faults.append(
             {
@@ -188,6 +194,8 @@ def format_status(v: JobStatusView) -> str:
             lines.append(f"group {g.index} given up, {why}" + (f": {err['error']}{where}" if err.get("error") else ""))
     if v.ended is not None:
         lines.append(f"summary: {v.ended}")
+    if v.checkpoints is not None:
+        lines.append(f"checkpoints: {v.checkpoints}")
     if v.standby is not None:
         lines.append(f"standby: recoveries by path {v.standby['recoveries']}, ready {v.standby['ready']}")
     given_up = {g.index for g in v.groups if g.gave_up}
@@ -262,3 +270,38 @@ def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
         time.sleep(0.5)
     echo(f"still running after {timeout_s:.0f}s: {', '.join(sorted(left)) or ('the controller' if pid else 'the close-out (summary.json)')}")
     return len(left) or 1
+
+
+def verify_checkpoints(run_dir: str) -> tuple[list[str], int]:
+    """Every checkpoint step on disk of every group, checked against its manifest: one line
+    per step (and per quarantined copy, with why), and how many are damaged.
+
+    A step without a manifest is a save that did not finish (or one written before
+    manifests): never loaded, so listed as incomplete, not damaged. Quarantined copies are
+    listed for the record; they are out of the job's way already."""
+    layout, state = open_run(run_dir)
+    config = state.get("config") or {}
+    layout = RunLayout(run_dir, (config.get("checkpoint") or {}).get("folder", "checkpoint"))
+    groups = int((config.get("ft") or {}).get("replica_groups", 0))
+    lines, damaged = [], 0
+    for g in range(groups):
+        folder = layout.checkpoint(g)
+        for step in steps_on_disk(folder):
+            path = step_dir(folder, step)
+            name = os.path.basename(path)
+            if not os.path.isfile(os.path.join(path, MANIFEST)):
+                lines.append(f"group {g} {name}: incomplete: no {MANIFEST} (a save that did not finish, or one from before manifests): never loaded")
+                continue
+            problem = verify_step(path)
+            if problem is None:
+                files = read_json(os.path.join(path, MANIFEST))["files"]
+                size = sum(f["size"] for f in files.values())
+                lines.append(f"group {g} {name}: intact ({len(files)} files, {size / 1e6:.1f} MB)")
+            else:
+                damaged += 1
+                lines.append(f"group {g} {name}: DAMAGED: {problem}")
+        for path, why in quarantined(folder):
+            lines.append(f"group {g} {os.path.relpath(path, folder)}: quarantined: {why.get('reason', 'no reason recorded')}")
+    if not lines:
+        lines.append(f"no checkpoint on disk under {layout.checkpoint_root}")
+    return lines, damaged

@@ -5,9 +5,10 @@ unit-tested in milliseconds against plain values (tests/test_recovery.py).
 
 The rule behind :func:`decide_state_source`: **the job's committed step never goes
 back.** A relaunched group heals from a live peer when one holds the job's state; with
-no live peer the job's state is on disk, so it loads the newest complete checkpoint
-(any group's, see ``align_latest_checkpoint``); with no checkpoint either, the job
-has lost its state and must stop, never silently train again from its initial weights.
+no live peer the job's state is on disk, so it loads the newest intact checkpoint
+(any group's, verified against its manifest, see ``components.checkpoint.recover_checkpoint``);
+with no checkpoint either, the job has lost its state and must stop, never silently train
+again from its initial weights.
 """
 
 from __future__ import annotations
@@ -42,16 +43,24 @@ class JobStateLost(Exception):
     """Every group holding the job's state is gone and no checkpoint exists."""
 
 
-def decide_state_source(live_peers: Sequence[int], job_step: int, checkpoint_step: Optional[int]) -> StateDecision:
+def needs_disk(live_peers: Sequence[int], job_step: int) -> bool:
+    """Whether :func:`decide_state_source` needs the checkpoint step: no live peer, and steps
+    committed. Finding an intact checkpoint reads every byte of it, so it is done only then."""
+    return not live_peers and job_step > 0
+
+
+def decide_state_source(live_peers: Sequence[int], job_step: int, checkpoint_step: Optional[int], tried: Sequence[str] = ()) -> StateDecision:
     """Where a group that is ready to join gets its state.
 
     Args:
         live_peers: groups stepping in the job right now (they hold its committed state).
         job_step: steps the job has committed (the Manager's step after the newest commit),
             or the step it resumed from; 0 when nothing was committed yet.
-        checkpoint_step: the newest complete checkpoint step of any group not after
+        checkpoint_step: the newest intact checkpoint step of any group not after
             ``job_step`` (an older job's checkpoints in the same folder are not this job's
             state), None if none.
+        tried: the checkpoint steps that were found damaged or failed to load, each as
+            ``step N (why)``: with none left, the stop names each.
 
     Raises:
         JobStateLost: no live peer, steps committed, and no checkpoint to resume from.
@@ -64,6 +73,12 @@ def decide_state_source(live_peers: Sequence[int], job_step: int, checkpoint_ste
         if checkpoint_step > job_step:
             raise ValueError(f"checkpoint step {checkpoint_step} is ahead of the job's step {job_step}: not this job's")
         return StateDecision(StateSource.DISK, checkpoint_step, job_step - checkpoint_step)
+    if tried:
+        raise JobStateLost(
+            f"every replica group holding the job's state was lost at step {job_step} and no intact disk checkpoint "
+            f"is left: {'; '.join(tried)}; each was moved to its group folder's quarantine/ (nothing deleted; "
+            "python -m monarch_ft verify RUN_DIR checks what is on disk)"
+        )
     raise JobStateLost(
         f"every replica group holding the job's state was lost at step {job_step} and there is no complete "
         "disk checkpoint to resume from; enable checkpoint.enable=true with a checkpoint.interval below the "

@@ -17,7 +17,8 @@ Layout of ``<run>/``::
     stacks/                                   Python stacks captured on hangs and stalls
     tensorboard/group_<G>/                    TensorBoard event files (metrics.tensorboard=true)
     scratch/group_<G>/rank_<R>/               host-local files (a node fault deletes them)
-    <checkpoint.folder>/group_<G>/step-N/     TorchTitan DCP checkpoints
+    <checkpoint.folder>/group_<G>/step-N/     TorchTitan DCP checkpoints, each sealed by its manifest.json
+    <checkpoint.folder>/group_<G>/quarantine/ copies that failed verification or a load, and why
 """
 
 from __future__ import annotations
@@ -252,5 +253,12 @@ class RunLayout:
         """A group's TensorBoard run, written by its rank 0 (every attempt appends its own file)."""
         return self._p("tensorboard", f"group_{group}")
 
+    @property
+    def checkpoint_root(self) -> str:
+        """``checkpoint.folder``: where every group's folder is (relative to the run, or absolute)."""
+        return self._p(self.checkpoint_folder)
+
     def checkpoint(self, group: int) -> str:
+        """A group's checkpoints (TorchTitan's ``step-N/``, our manifests and ``quarantine/``:
+        see monarch_ft.components.checkpoint)."""
         return self._p(self.checkpoint_folder, f"group_{group}")

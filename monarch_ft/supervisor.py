@@ -29,7 +29,7 @@ from typing import Any, Optional, Protocol
 import psutil
 
 from monarch_ft import proctitle
-from monarch_ft.components.checkpoint import align_latest_checkpoint, newest_complete_step
+from monarch_ft.components.checkpoint import CheckpointHealth, folder_write_problem, quarantine_step, recover_checkpoint, save_failure_fix, step_dir
 from monarch_ft.components.metrics import ReportTail
 from monarch_ft.config import ConfigError, JobConfig, validate
 from monarch_ft.control import JobControl
@@ -39,6 +39,7 @@ from monarch_ft.devices import gpu_device_nodes
 from monarch_ft.events import EventKind, EventLog, GiveUpReason, GroupStatus, JobStatus, RecoveryPath
 from monarch_ft.forkserver import ForkError, WarmForks
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
+from monarch_ft.launcher.base import RankExit
 from monarch_ft.lighthouse import Lighthouse
 from monarch_ft.net import free_port
 from monarch_ft.recovery import (
@@ -60,6 +61,7 @@ from monarch_ft.recovery import (
     is_job_stall,
     job_outcome,
     recent_restarts,
+    needs_disk,
     redone_commit,
     track_cpu,
     track_os_state,
@@ -67,7 +69,7 @@ from monarch_ft.recovery import (
     start_gate_opens,
     startup_failure,
 )
-from monarch_ft.run_layout import RunLayout, atomic_write, atomic_write_json
+from monarch_ft.run_layout import RunLayout, atomic_write, atomic_write_json, read_jsonl
 from monarch_ft.stacks import capture_stacks
 from monarch_ft.standby import STANDBY_NICENESS, StandbyPool, build_promotion, resolve_standby_groups
 
@@ -121,8 +123,14 @@ class GroupState:
     launched_at: float = 0.0
     losses: list[float] = field(default_factory=list)
     # Checkpoint step the next launch loads before it reports model_ready: -1 the latest
-    # (checkpoint.resume), N that step (a full restart), None nothing (it heals or starts).
+    # (checkpoint.resume), N that step (a full restart), None nothing (it heals or starts);
+    # and the verified step directory it loads it from (None: its own folder's copy).
     load_step: Optional[int] = None
+    load_path: Optional[str] = None
+    # The disk checkpoint this attempt was told to load (step, step directory), and its
+    # ranks' checkpoint_load_failed report if the load raised.
+    loading: Optional[tuple[int, str]] = None
+    load_failure: Optional[dict] = None
     # The gate the next launch waits at before its first step: a shared start gate (first
     # launch, full restart) or its own launch gate (a live relaunch); see _open_launch_gates.
     start_gate: str = ""
@@ -154,6 +162,14 @@ class Supervisor:
     ) -> None:
         cfg = Controller.attach_config(cfg, run_dir)  # controller.attach: the job's own config
         validate(cfg)
+        if cfg.checkpoint.enable:
+            # Refused before launch: an unwritable folder would fail every save of the job.
+            folder = RunLayout(run_dir, cfg.checkpoint.folder).checkpoint_root
+            problem = folder_write_problem(folder)
+            if problem:
+                raise ConfigError(
+                    f"checkpoint.folder={cfg.checkpoint.folder}: cannot write in {folder} ({problem}): give a writable directory with checkpoint.folder="
+                )
         # The training data, before anything is created or launched: a data.path that cannot
         # be trained on is a config error (one line, exit 2), not a failure of every rank.
         started = time.time()
@@ -231,6 +247,15 @@ class Supervisor:
         self._started = 0.0
         self._last_progress_print = 0.0
         self.status = JobStatus.RUNNING
+        # Failed saves and loads, quarantined copies, the newest good checkpoint (from the
+        # job's events; a controller taking the job over reads the earlier ones back).
+        self.ckpt_health = CheckpointHealth.from_events(read_jsonl(self.layout.events)) if self.controller.attaching else CheckpointHealth()
+        self._save_failures_printed: set[str] = set()
+        # Steps that failed to load in this job (step -> why): never chosen again, whatever
+        # their manifest says.
+        self._unloadable: dict[int, str] = {f["step"]: f["error"] for f in self.ckpt_health.load_failures if f.get("step") is not None}
+        self._recovered = None  # the last recover_checkpoint result (which copy each group loads)
+        self._verified: dict = {}  # recent verifications (components.checkpoint.verify_step_cached)
         # Warm standby groups (monarch_ft.standby); each on a host/device slot after the groups'.
         self.standby = StandbyPool(
             resolve_standby_groups(cfg.ft.standby_groups, cfg.launcher.name, cfg.ft.recovery),
@@ -268,6 +293,20 @@ class Supervisor:
         if e["event"] in quiet:
             return
         rel = e["time"] - self._started if self._started else 0.0
+        if e["event"] == EventKind.CHECKPOINT_SAVE_FAILED:
+            # One line per kind of failure, with the fix; then a count in the progress line.
+            if e.get("errno") not in self._save_failures_printed:
+                self._save_failures_printed.add(e.get("errno"))
+                print(
+                    f"[monarch_ft {rel:7.1f}s] checkpoint save failed: group {e.get('group')} step {e.get('step')}: {e.get('error')} at "
+                    f"{e.get('path')}; training goes on (the live replicas hold the state), the partial step is removed, older "
+                    f"checkpoints are kept and the save is retried every checkpoint.interval; fix: {save_failure_fix(e.get('errno') or '')} "
+                    "(further failures are counted in the progress line)",
+                    flush=True,
+                )
+            return
+        if e["event"] == EventKind.CHECKPOINT_LOAD_FAILED and e.get("rank") != 0:
+            return  # the group's ranks fail alike (a collective load): rank 0's line says it
         fields = " ".join(f"{k}={v}" for k, v in e.items() if k not in ("time", "event") and v is not None)
         print(f"[monarch_ft {rel:7.1f}s] {e['event']} {fields}", flush=True)
 
@@ -279,6 +318,9 @@ class Supervisor:
         for g in self.groups:
             loss = f" loss {g.losses[-1]:.3f}" if g.losses else ""
             parts.append(f"g{g.index}:{g.status} step {max(g.last_step, 0)}/{self.cfg.training.steps}{loss}")
+        health = self.ckpt_health
+        if health.save_failures or health.load_failures or health.quarantined:
+            parts.append(f"checkpoints: {health.describe(now)}")
         print(f"[monarch_ft {now - self._started:7.1f}s] " + " | ".join(parts), flush=True)
 
     # ---------------------------------------------------------------- control
@@ -320,6 +362,8 @@ class Supervisor:
             # at launch may all be gone by then.
             g.start_gate = self.layout.launch_gate(g.index, g.attempt)
         g.gate_decided = False
+        g.load_failure = None
+        g.loading = None if g.load_step is None else (g.load_step, g.load_path or step_dir(self.checkpoint_dir(g.index), g.load_step))
         store_host = self.launcher.group_host(g.index)
         store_port = free_port(store_host)
         path, why = self.warm_forks.path_for(g.index, self.cfg.ft.recovery, self.cfg.ft.warm_fork) if g.attempt > 0 else (None, None)
@@ -329,6 +373,7 @@ class Supervisor:
             spec.update(
                 report_path=self.layout.report(g.index, r, g.attempt),
                 load_step=g.load_step,
+                load_path=g.load_path,
                 start_gate=g.start_gate,
                 scratch_dir=self.layout.scratch(g.index, r),
             )
@@ -415,10 +460,11 @@ class Supervisor:
         procs = self.launcher.launch_group(launches)
         return [RankState(p, ReportTail(self.layout.standby_report(number, p.launch.rank)), last_progress=now) for p in procs]
 
-    def _promote_standby(self, g: GroupState, now: float) -> bool:
+    def _promote_standby(self, g: GroupState, now: float, charge: bool = True) -> bool:
         """Put a ready standby in failed group ``g``'s place (live recovery); False when none
-        is ready or ``g``'s restart budget is spent (the caller then takes the cold path)."""
-        if self._restart_backoff(g, now) is None:
+        is ready or ``g``'s restart budget is spent (the caller then takes the cold path).
+        ``charge``: the restart counts against the budget (see _schedule_restart)."""
+        if charge and self._restart_backoff(g, now) is None:
             return False
         sb = self.standby.take(now, process_status)
         if sb is None:
@@ -429,14 +475,15 @@ class Supervisor:
             self.standby.standbys.append(sb)  # stopped with the job
             self._lose_job(str(e))
             return True
-        self._count_restart(g, now)
+        if charge:
+            self._count_restart(g, now)
         g.attempt += 1
         self.launcher.place_group(g.index, sb.slot)
-        promotion = build_promotion(self.layout, sb.number, g.index, g.attempt, len(sb.ranks), {"source": decision.source.value, "step": decision.step}, now)
+        promotion = build_promotion(self.layout, sb.number, g.index, g.attempt, len(sb.ranks), self._decision_record(g, decision), now)
         atomic_write_json(self.layout.promotion(sb.number), dataclasses.asdict(promotion))
         g.ranks = [RankState(rs.proc, ReportTail(self.layout.report(g.index, rs.proc.launch.rank, g.attempt)), last_progress=now) for rs in sb.ranks]
         g.status, g.launched_at, g.train_done = GroupStatus.STARTING, now, False
-        g.load_step, g.start_gate, g.gate_decided = None, "", True
+        g.load_step, g.load_path, g.start_gate, g.gate_decided, g.load_failure = None, None, "", True, None
         self.events.emit(EventKind.RESTART_SCHEDULED, group=g.index, restart=g.restarts, backoff_s=0.0, path=RecoveryPath.STANDBY)
         self.events.emit(EventKind.RECOVERY_PATH, group=g.index, attempt=g.attempt, path=RecoveryPath.STANDBY, standby=sb.number)
         self.events.emit(EventKind.STANDBY_PROMOTED, standby=sb.number, group=g.index, attempt=g.attempt, ready_for_s=round(now - (sb.ready_at or now), 3))
@@ -494,10 +541,12 @@ class Supervisor:
                     if name in ("weights_recovered", "recovery_started", "recovery_failed"):
                         # Name the peer by group: the Manager only knows its address.
                         rec["src_group"], rec["src_rank"] = self._transport_owner.get(rec.get("src"), (None, None))
+                    if name == EventKind.CHECKPOINT_LOAD_FAILED and g.load_failure is None:
+                        g.load_failure = dict(rec)
                     rec.pop("type", None)
                     if name == EventKind.RANK_ERROR:
                         rs.error = dict(rec)
-                    self.events.emit(name, **rec)
+                    self.ckpt_health.observe(self.events.emit(name, **rec))
         if g.ranks and all(r.train_done for r in g.ranks) and not g.train_done:
             g.train_done = True
             if g.status == GroupStatus.STARTING:
@@ -580,7 +629,13 @@ class Supervisor:
             # A rank writes its error (rank_error) before it exits: read it now, not next tick.
             self._consume_reports(g, now)
             error = self._group_error(g)
-            self._fail_group(g, now, **failure, **({"error": error["error"], "error_rank": error["rank"]} if error else {}))
+            details = {**failure, **({"error": error["error"], "error_rank": error["rank"]} if error else {})}
+            if failure.get("exit_code") == RankExit.CHECKPOINT_LOAD_FAILED and self._checkpoint_unloadable(g):
+                # The checkpoint failed, not the group: its relaunch (at the next older step,
+                # or healed by a peer) does not count against its restart budget.
+                self._fail_group(g, now, charge=False, **details)
+            else:
+                self._fail_group(g, now, **details)
             return None
         if g.ranks and all(r.exited == 0 for r in g.ranks):
             g.status = GroupStatus.DONE
@@ -725,7 +780,7 @@ class Supervisor:
         errors = [rs.error for rs in g.ranks if rs.error]
         return min(errors, key=lambda e: e.get("time") or 0.0) if errors else None
 
-    def _fail_group(self, g: GroupState, now: float, **why: Any) -> None:
+    def _fail_group(self, g: GroupState, now: float, charge: bool = True, **why: Any) -> None:
         self.events.emit(EventKind.GROUP_FAILED, group=g.index, attempt=g.attempt, **why)
         self._stop_ranks(g, graceful=False)
         self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt)
@@ -739,11 +794,13 @@ class Supervisor:
             self._give_up_crash_loop(g)
             return
         if self.cfg.ft.recovery == "full_restart":
-            self._full_restart(g, now)
+            self._full_restart(g, now, charge=charge)
             return
-        if self._promote_standby(g, now):
+        if self._promote_standby(g, now, charge):
             return
-        self._schedule_restart(g, now)
+        if self._state_lost_now(g):
+            return
+        self._schedule_restart(g, now, charge=charge)
 
     def _restart_backoff(self, g: GroupState, now: float) -> Optional[float]:
         """Seconds before ``g``'s relaunch, from its relaunches within ``ft.restart_window_s``;
@@ -790,16 +847,39 @@ class Supervisor:
         if first is None:
             print(f"monarch_ft: error: {crash_loop_line(g.index, failure, log_path)}", file=sys.stderr, flush=True)
 
-    def _schedule_restart(self, g: GroupState, now: float, load_step: Optional[int] = None, start_gate: str = "") -> None:
-        backoff = self._restart_backoff(g, now)
-        if backoff is None:
-            self._give_up_budget(g, now)
-            return
-        self._count_restart(g, now)
-        g.status, g.next_launch, g.load_step, g.start_gate = GroupStatus.WAITING, now + backoff, load_step, start_gate
-        self.events.emit(EventKind.RESTART_SCHEDULED, group=g.index, restart=g.restarts, backoff_s=round(backoff, 3))
+    def _state_lost_now(self, g: GroupState) -> bool:
+        """With no live peer left, the job's state is on disk only: check now that an intact
+        checkpoint is left, rather than after a relaunch has built its model (tens of seconds
+        for nothing, per group). True when none is: the job stops (_lose_job), naming each
+        step tried. The relaunch's own decision at its gate reuses this verification."""
+        if not needs_disk(tuple(self._live_peers(g)), self.job_step):
+            return False
+        try:
+            step = self._recover_checkpoint(at_most=self.job_step) if self.cfg.checkpoint.enable else None
+            decide_state_source((), self.job_step, step, tried=self._tried())
+        except JobStateLost as e:
+            self._lose_job(str(e))
+            return True
+        return False
 
-    def _full_restart(self, failed: Optional[GroupState], now: float, reason: str = "full_restart") -> None:
+    def _schedule_restart(
+        self, g: GroupState, now: float, load_step: Optional[int] = None, start_gate: str = "", charge: bool = True, load_path: Optional[str] = None
+    ) -> None:
+        """Relaunch ``g`` after a backoff, within its restart budget. ``charge=False``: a
+        relaunch that is not the group's fault (a checkpoint that failed to load, quarantined:
+        the next attempt tries another step) neither counts nor backs off further."""
+        if charge:
+            backoff = self._restart_backoff(g, now)
+            if backoff is None:
+                self._give_up_budget(g, now)
+                return
+            self._count_restart(g, now)
+        else:
+            backoff = self.cfg.ft.restart_backoff_s
+        g.status, g.next_launch, g.load_step, g.load_path, g.start_gate = GroupStatus.WAITING, now + backoff, load_step, load_path, start_gate
+        self.events.emit(EventKind.RESTART_SCHEDULED, group=g.index, restart=g.restarts, backoff_s=round(backoff, 3), **({} if charge else {"counted": False}))
+
+    def _full_restart(self, failed: Optional[GroupState], now: float, reason: str = "full_restart", charge: bool = True) -> None:
         """The whole job stops and resumes from one disk checkpoint.
 
         The baseline policy (``ft.recovery=full_restart``) on every fault, and the escalation
@@ -824,21 +904,22 @@ class Supervisor:
         self._gate_since = now
         self.events.emit(EventKind.FULL_RESTART, failed_group=failed.index if failed else None, resume_step=step, reason=reason)
         for g in restarting:
-            self._schedule_restart(g, now, load_step=step, start_gate=self._gate_path)
+            self._schedule_restart(g, now, load_step=step, start_gate=self._gate_path, charge=charge, load_path=self._load_path(g.index, step))
 
     def _live_peers(self, g: GroupState) -> list[int]:
         """Groups other than ``g`` that are stepping in the job (they hold its state)."""
         return [o.index for o in self.groups if o is not g and o.status == GroupStatus.RUNNING]
 
     def _resume_point(self, reason: str, live_peers: tuple[int, ...] = (), group: Optional[int] = None):
-        """Decide where the job's state comes from now; for a disk checkpoint, align it in
-        every group's folder and record the rollback. Returns the StateDecision's step for a
-        disk resume (None to start from the initial weights); raises JobStateLost."""
-        folders = [self.checkpoint_dir(o.index) for o in self.groups]
-        ckpt = newest_complete_step(folders, at_most=self.job_step) if self.cfg.checkpoint.enable else None
-        decision = decide_state_source(live_peers, self.job_step, ckpt)
+        """Decide where the job's state comes from now; for a disk checkpoint, the newest
+        intact one (verified, damaged copies quarantined, copied into every group's folder:
+        _recover_checkpoint), and record the rollback. Returns the StateDecision; raises
+        JobStateLost, naming every step tried when none was intact."""
+        ckpt = None
+        if self.cfg.checkpoint.enable and needs_disk(live_peers, self.job_step):
+            ckpt = self._recover_checkpoint(at_most=self.job_step)
+        decision = decide_state_source(live_peers, self.job_step, ckpt, tried=self._tried())
         if decision.source is StateSource.DISK:
-            align_latest_checkpoint(folders, at_most=decision.step)
             if decision.steps_lost:
                 rollback = {"from_step": self.job_step, "to_step": decision.step, "steps_lost": decision.steps_lost, "reason": reason, "group": group}
                 self.rollbacks.append(rollback)
@@ -848,15 +929,90 @@ class Supervisor:
         return decision
 
     def _resume_job(self) -> None:
-        """checkpoint.resume: every group loads the newest complete step any group saved
-        (copied where missing), and the job's committed step starts there."""
-        folders = [self.checkpoint_dir(g.index) for g in self.groups]
-        step = align_latest_checkpoint(folders) if self.cfg.checkpoint.enable else None
+        """checkpoint.resume: every group loads the newest intact step any group saved
+        (copied where missing), and the job's committed step starts there. Checkpoints on
+        disk of which none is intact stop the job (one line naming each), rather than
+        training again from the initial weights."""
+        step = self._recover_checkpoint(at_most=None) if self.cfg.checkpoint.enable else None
+        if step is None and self.ckpt_health.quarantined:
+            self._lose_job(
+                f"checkpoint.resume=true and no intact disk checkpoint is left: {'; '.join(self._tried())}; each was moved to its "
+                "group folder's quarantine/ (nothing deleted; python -m monarch_ft verify RUN_DIR checks what is on disk)"
+            )
+            return
         for g in self.groups:
-            g.load_step = step
+            g.load_step, g.load_path = step, self._load_path(g.index, step)
         if step is not None:
             self.ledger.rollback(step)
         self.events.emit(EventKind.JOB_RESUMED, step=step)
+
+    def _recover_checkpoint(self, at_most: Optional[int]) -> Optional[int]:
+        """The newest intact checkpoint step (not after ``at_most``), made loadable by every
+        group (components.checkpoint.recover_checkpoint): each damaged copy met on the way is
+        quarantined and named in an event, and a copy that cannot be made (a full disk)
+        points that group at the intact copy instead. Runs on the recovery path only: it
+        reads every byte of the copies it checks."""
+        folders = {self.checkpoint_dir(g.index): g.index for g in self.groups}
+        rec = recover_checkpoint(list(folders), at_most=at_most, exclude=set(self._unloadable), verified=self._verified)
+        for q in rec.quarantined:
+            self._record_quarantine(folders[q["folder"]], q["step"], q["path"], q["problem"], q.get("error"))
+        for c in rec.copy_failures:
+            self.events.emit(EventKind.CHECKPOINT_COPY_FAILED, group=folders[c["folder"]], step=c["step"], source=c["source"], error=c["error"])
+        self._recovered = rec
+        return rec.step
+
+    def _load_path(self, group: int, step: Optional[int]) -> Optional[str]:
+        """The step directory ``group`` loads ``step`` from: the copy the last recovery made
+        loadable for it (its own, or an intact one elsewhere); None: its own folder's."""
+        rec = self._recovered
+        if step is None or rec is None or rec.step != step:
+            return None
+        return rec.paths.get(self.checkpoint_dir(group))
+
+    def _decision_record(self, g: GroupState, decision) -> dict:
+        """A StateDecision as a group's gate (or promotion) carries it, with the copy to load."""
+        record = {"source": decision.source.value, "step": decision.step}
+        if decision.source is StateSource.DISK:
+            path = self._load_path(g.index, decision.step) or step_dir(self.checkpoint_dir(g.index), decision.step)
+            record["path"] = path
+            g.loading, g.load_failure = (decision.step, path), None
+        return record
+
+    def _record_quarantine(self, group: int, step: int, path: Optional[str], problem: str, error: Optional[str] = None) -> None:
+        entry = {"group": group, "step": step, "path": path, "problem": problem}
+        if error:
+            entry["quarantine_error"] = error  # it could not be moved aside: excluded all the same
+        self.ckpt_health.observe(self.events.emit(EventKind.CHECKPOINT_QUARANTINED, **entry))
+
+    def _tried(self) -> list[str]:
+        """Every checkpoint step this job found damaged or could not load, newest first, each
+        with why, per group: ``step 150 (group 0: ...; group 1: ...)``."""
+        by_step: dict[int, list[str]] = {}
+        for q in self.ckpt_health.quarantined:
+            by_step.setdefault(q["step"], []).append(f"group {q['group']}: {q['problem']}")
+        return [f"step {step} ({'; '.join(why)})" for step, why in sorted(by_step.items(), reverse=True)]
+
+    def _checkpoint_unloadable(self, g: GroupState) -> bool:
+        """``g``'s ranks could not load the checkpoint they were told to (RankExit.
+        CHECKPOINT_LOAD_FAILED): quarantine that copy and never choose that step again in this
+        job (the bytes matched their manifest when chosen, so any copy of it would likely fail
+        alike). False when the step is not known (then it is an ordinary failure)."""
+        report = g.load_failure or {}
+        step = report.get("step", g.loading[0] if g.loading else None)
+        path = report.get("path") or (g.loading[1] if g.loading else None)
+        if step is None:
+            return False
+        error = report.get("error") or "the load raised (see the rank logs)"
+        self._unloadable[int(step)] = error
+        owner = next((o.index for o in self.groups if path and os.path.dirname(os.path.normpath(path)) == self.checkpoint_dir(o.index)), g.index)
+        moved, failed = None, None
+        if path and os.path.isdir(path):
+            try:
+                moved = quarantine_step(path, f"failed to load: {error}", by=f"a load by group {g.index} (attempt {g.attempt})")
+            except OSError as e:
+                failed = str(e)
+        self._record_quarantine(owner, int(step), moved, f"failed to load: {error}", failed)
+        return True
 
     def _open_launch_gates(self) -> None:
         """Tell each live-relaunched group, once all its ranks are ready, where its state comes
@@ -873,7 +1029,7 @@ class Supervisor:
             except JobStateLost as e:
                 self._lose_job(str(e))
                 return
-            atomic_write_json(g.start_gate, {"source": decision.source.value, "step": decision.step})
+            atomic_write_json(g.start_gate, self._decision_record(g, decision))
             g.gate_decided = True
             self.events.emit(EventKind.STATE_SOURCE, group=g.index, attempt=g.attempt, source=decision.source.value, step=decision.step, job_step=self.job_step)
 
@@ -1166,6 +1322,9 @@ class Supervisor:
             # Steps committed again by a later quorum with other weights (recovery.redone_commit).
             "steps_redone": self.steps_redone,
             "full_restarts": self._full_restarts,
+            # Failed saves (by errno), the newest good checkpoint and its age, failed loads and
+            # quarantined copies (components.checkpoint.CheckpointHealth).
+            "checkpoint": self.ckpt_health.as_dict(time.time()),
             # Warm standby groups: launched, promoted, lost, and time with none ready.
             "standby": self.standby.summary(time.time()),
             # Its controllers and the spans it ran without one (monarch_ft.controller).

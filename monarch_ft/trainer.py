@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Iterator, Optional
@@ -34,7 +35,18 @@ import torch
 import torch.distributed as dist
 
 from monarch_ft import proctitle
-from monarch_ft.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, save_due
+from monarch_ft.components.checkpoint import (
+    SaveWatchdog,
+    TrainState,
+    build_checkpointer,
+    describe_error,
+    describe_os_error,
+    errno_name,
+    remove_partial,
+    save_due,
+    step_dir,
+    storage_error,
+)
 from monarch_ft.components.fault_agent import FaultAgent
 from monarch_ft.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
 from monarch_ft.components.lease import ControllerLease
@@ -43,6 +55,7 @@ from monarch_ft.components.metrics import Liveness, RankReporter, build_metric_s
 from monarch_ft.components.model import build_model
 from monarch_ft.config import JobConfig
 from monarch_ft.data import TokenBatches
+from monarch_ft.events import EventKind
 from monarch_ft.devices import cross_group_backend, cuda_index, device_type, set_nccl_hostid
 from monarch_ft.launcher.base import RankExit
 from monarch_ft.recovery import Phase, StateSource, error_record
@@ -66,8 +79,10 @@ class RankSpec:
     report_path: str
     hold_path: str
     tokens_path: str
-    # Checkpoint step to load before reporting model_ready: -1 the latest, None nothing.
+    # Checkpoint step to load before reporting model_ready: -1 the latest, None nothing;
+    # and the step directory the supervisor verified for it (None: the group's own copy).
     load_step: Optional[int] = None
+    load_path: Optional[str] = None
     scratch_dir: str = ""
     # A file the rank waits for before its first step ("" for none): a shared start gate
     # (Supervisor._open_start_gate) or the group's own launch gate, whose JSON content says
@@ -333,7 +348,7 @@ class Trainer:
         )
         self.loaded_step: Optional[int] = None
         if cfg.checkpoint.enable and spec.load_step is not None:
-            self.load_checkpoint(spec.load_step)
+            self.load_checkpoint(spec.load_step, spec.load_path)
         self.fault_agent = FaultAgent(self.layout, spec.group, spec.rank, self.reporter.event)
         self.save_watchdog = SaveWatchdog(
             cfg.checkpoint.save_timeout_s,
@@ -378,13 +393,65 @@ class Trainer:
         self.lr_schedulers.load_state_dict(state["lr_scheduler"])
         apply_scheduler_lr(self.lr_schedulers)
 
-    def load_checkpoint(self, step: int) -> None:
-        loaded = self.checkpointer.load(step=step)
+    def load_checkpoint(self, step: int, path: Optional[str] = None) -> None:
+        """Load disk checkpoint ``step`` (from ``path``, the copy the supervisor verified).
+
+        A load that raises ends the rank with ``RankExit.CHECKPOINT_LOAD_FAILED`` after
+        reporting ``checkpoint_load_failed`` (the step, the copy, the error in one line; the
+        traceback goes to the rank's log). DCP's load is collective, so every rank of the
+        group fails alike. The supervisor then quarantines that copy and decides again (an
+        older step, or a live peer): the exception must not escape the rank, where it would
+        read as a crash of the rank's own (and a crash loop once repeated)."""
+        try:
+            loaded = self.checkpointer.load_path(step, path)
+        except BaseException as e:  # DCP's CheckpointException is a BaseException
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            self._load_failed(step, path, e)
         apply_scheduler_lr(self.lr_schedulers)
         self.loaded_step = self.manager.current_step() if loaded else None
         if loaded:
             self.sync.after_checkpoint_load()
         self.reporter.event("checkpoint_loaded" if loaded else "checkpoint_missing", step=self.manager.current_step())
+
+    def _load_failed(self, step: int, path: Optional[str], e: BaseException) -> None:
+        traceback.print_exception(e, file=sys.stderr)
+        path = path or step_dir(self.checkpointer.folder, step)
+        self.reporter.event(EventKind.CHECKPOINT_LOAD_FAILED, step=step, path=path, error=describe_error(e))
+        self.reporter.close()
+        sys.stderr.flush()
+        os._exit(int(RankExit.CHECKPOINT_LOAD_FAILED))
+
+    def save_checkpoint(self, step: int, last_step: bool) -> None:
+        """Save ``step``; a save the storage refuses is a recoverable event, not a rank death.
+
+        The live replicas hold the state, so training goes on and the next interval tries
+        again. Every rank of the group sees the same failure at the same point (DCP and the
+        manifest are collectives that hand every rank the gathered outcome), so all of them
+        carry on together; rank 0 then removes the partial step (it frees its space and is
+        never mistaken for a checkpoint; older steps stay) and reports
+        ``checkpoint_save_failed`` with the errno and the path. Anything else that fails a
+        save (a bug, a peer gone) still ends the rank."""
+        try:
+            with self.save_watchdog.guard(step):
+                self.fault_agent.during_save()
+                self.checkpointer.save(step, last_step=last_step)
+        except BaseException as e:
+            refused = storage_error(e)
+            if refused is None:
+                raise
+            print(f"monarch_ft: checkpoint save of step {step} failed, training goes on: {describe_error(e)}", file=sys.stderr, flush=True)
+            if self.spec.rank != 0:
+                return
+            partial = step_dir(self.checkpointer.folder, step)
+            self.reporter.event(
+                EventKind.CHECKPOINT_SAVE_FAILED,
+                step=step,
+                errno=errno_name(refused),
+                path=refused.filename or partial,
+                error=describe_os_error(refused),
+                removed_partial=remove_partial(partial),
+            )
 
     def _refuse_commit(self, step: int, job_step: int) -> None:
         # Never commit below the job's step (see CommitFloor): vote against this commit, and
@@ -417,7 +484,7 @@ class Trainer:
     def apply_state_decision(self, decision: dict) -> None:
         """The supervisor's decision on where this group's state comes from (recovery.StateSource)."""
         if decision.get("source") == StateSource.DISK.value and self.loaded_step != decision["step"]:
-            self.load_checkpoint(int(decision["step"]))
+            self.load_checkpoint(int(decision["step"]), decision.get("path"))
         # localsgd/diloco: heal at the peers' next sync point before training anything.
         self.sync.join_pending = self.sync.semi_sync and decision.get("source") == StateSource.PEER.value
 
@@ -517,9 +584,7 @@ class Trainer:
             last_step = self.train_state.step == last
             if self.cfg.checkpoint.enable and save_due(self.train_state.step, self.ckpt_cfg.interval, last_step):
                 self.liveness.enter(Phase.SAVE)
-                with self.save_watchdog.guard(self.train_state.step):
-                    self.fault_agent.during_save()
-                    self.checkpointer.save(self.train_state.step, last_step=last_step)
+                self.save_checkpoint(self.train_state.step, last_step)
 
     def train(self) -> None:
         """Step until the job's last step, then hold while the supervisor keeps the job open."""

@@ -206,6 +206,10 @@ class RankExit(IntEnum):
     COMMIT_BELOW_FLOOR = 75
     # A checkpoint save outlived checkpoint.save_timeout_s (trainer.SaveWatchdog).
     SAVE_TIMEOUT = 76
+    # Loading a disk checkpoint raised (trainer.Trainer.load_checkpoint): the controller
+    # quarantines that copy and decides again (an older step, or a live peer). Not an
+    # exception escaping the rank: a checkpoint that cannot be read is not a crash loop.
+    CHECKPOINT_LOAD_FAILED = 77
 
 
 def describe_exit(code: Optional[int]) -> dict:
