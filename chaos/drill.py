@@ -11,9 +11,10 @@ import json
 import os
 import time
 
-from chaos.config import DrillConfig, fault_mode, validate_chaos
-from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
+from chaos.config import DrillConfig, validate_chaos
 from chaos.injector import ChaosInjector
+from chaos.kinds import fault_mode
+from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
 from chaos.mttr import analyze_fault, steps_never_go_back
 from chaos.schedule import build_faults
 from monarch_ft.components.metrics import ReportTail

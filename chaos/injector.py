@@ -2,30 +2,32 @@
 
 A fault fires when its trigger is reached (a committed step, or seconds since training
 began) *and* the previous fault has recovered, so each MTTR is measured on its own.
-Targets are drawn among healthy groups (running, in the quorum, not finished), never
-the last healthy one unless the drill allows it.
+Recovered is :mod:`monarch_ft.recovered`'s rule, applied to the step records as the
+supervisor relays them (``metrics.jsonl``, read as it grows), so the injector, the drill
+report and ``status`` agree. Targets are drawn among healthy groups (running, in the
+quorum, not finished), never the last healthy one unless the drill allows it.
 """
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from typing import Optional
 
-from chaos.config import CONTROL_KINDS, RECOVERY_MARKER, RESTART_KINDS, FaultConfig, fault_mode
-from chaos.faults import INJECTORS
+from chaos.kinds import FaultOptions, fault_kind
 from chaos.outcome import blocked_reason
 from chaos.schedule import pick_target
+from monarch_ft.components.metrics import ReportTail
 from monarch_ft.control import JobControl
 from monarch_ft.events import EventKind
+from monarch_ft.recovered import Failure, Recovery, recovery
 from monarch_ft.run_layout import atomic_write_json, read_json
 
 
 class ChaosInjector:
     def __init__(
         self,
-        faults: list[FaultConfig],
+        faults: list[FaultOptions],
         seed: int,
         allow_last_healthy: bool,
         recovery_timeout_s: float,
@@ -48,38 +50,33 @@ class ChaosInjector:
         # What last held back the next fault (chaos.outcome.NotInjected and its context), by
         # fault index: a fault that never fires is reported with this reason.
         self.blocked: dict[int, dict] = {}
+        # The step records relayed since the active fault (rank 0's commits, every rank's
+        # state hashes): what the recovery rule reads. A new controller re-reads the file.
+        self._metrics: Optional[ReportTail] = None
+        self._records: list[dict] = []
 
-    def _due(self, job: JobControl, fault: FaultConfig, now: float) -> bool:
+    def _due(self, job: JobControl, fault: FaultOptions, now: float) -> bool:
         if fault.wait_standby and job.standby_pending():
             return False
         if fault.at_step is not None:
             return max((r["step"] for r in job.last_commit.values()), default=-1) >= fault.at_step
         return job.first_step_time is not None and now - job.first_step_time >= fault.at_s
 
-    def _recovered(self, job: JobControl, active: dict) -> bool:
-        """Recovered means (as chaos.mttr counts it): the target commits again, in a quorum
-        with every group it was with, at or after the job's step when the fault hit, and
-        holding the same weights as they do (state hashes at one step). A group stepping
-        alone, or from an older state, is not a recovery."""
-        rec = job.last_commit.get(active["target"])
-        if rec is None or rec["time"] <= active["injected_at"]:
-            return False
-        if active["kind"] in RESTART_KINDS and rec["attempt"] <= active["attempt"]:
-            return False
-        if active["kind"] not in RESTART_KINDS:
-            # In place: recovered once the group commits again after the fault took effect
-            # (the rank acted on the request; the link came back).
-            match = {} if active["kind"] in CONTROL_KINDS else {"group": active["target"]}  # job-wide markers
-            acks = job.events_of(RECOVERY_MARKER[active["kind"]], **match)
-            if not acks or acks[-1]["time"] < active["injected_at"] or rec["time"] <= acks[-1]["time"]:
-                return False
-        want = set(active["members"]) | {active["target"]}
-        if not want <= set(rec.get("participating_groups") or []) or rec["step"] < active["step"]:
-            return False
-        if not job.cfg.training.state_hash_every:
-            return True  # nothing to compare weights with
-        checked = job.consistent_at(want, rec["step"])
-        return checked is not None and checked[1]
+    def _read_records(self, job: JobControl) -> None:
+        """Keep the step records relayed since the active fault that the rule reads."""
+        if self._metrics is None:
+            self._metrics = ReportTail(job.run_layout.metrics)
+        new = self._metrics.read()
+        if self.active is not None:
+            since = self.active["injected_at"]
+            self._records += [m for m in new if m["time"] >= since and ((m["rank"] == 0 and m.get("committed")) or m.get("state_hash"))]
+
+    def _recovery(self, job: JobControl, active: dict) -> Recovery:
+        """The active fault by monarch_ft.recovered's rule, on what has been relayed so far."""
+        rule = fault_kind(active["kind"]).recovery
+        failure = Failure(active["injected_at"], active["target"], active["attempt"], active["step"], frozenset(active["members"]) | {active["target"]})
+        events = job.events_of(EventKind.GROUP_LAUNCHED) + (job.events_of(rule.marker) if rule.marker else [])
+        return recovery(failure, rule, events, self._records, ranks=job.cfg.ft.ranks_per_group)
 
     def _save(self) -> None:
         if self.state_path:
@@ -124,21 +121,25 @@ class ChaosInjector:
         self.blocked[self.next_index] = {"reason": reason.value, **context}
 
     def _tick(self, job: JobControl, now: float) -> None:
+        self._read_records(job)
         if self.active is not None and self.next_index < len(self.faults):
             self._hold(job, blocked_reason(self.active["id"], True, True), previous=self.active["id"])
         if self.active is not None:
-            if self._recovered(job, self.active):
+            found = self._recovery(job, self.active)
+            if found.settled(hashes_expected=bool(job.cfg.training.state_hash_every)):
+                # The MTTR the report and status show: the rule's, from the records' own times.
                 job.emit(
                     EventKind.FAULT_RECOVERED,
                     fault_id=self.active["id"],
                     kind=self.active["kind"],
                     target=self.active["target"],
-                    seconds=round(now - self.active["injected_at"], 3),
+                    seconds=found.mttr_s,
+                    back_at=found.back_at,
                 )
-                self.active = None
+                self.active, self._records = None, []
             elif now - self.active["injected_at"] > self.recovery_timeout_s:
                 job.emit(EventKind.FAULT_RECOVERY_TIMEOUT, fault_id=self.active["id"], kind=self.active["kind"], target=self.active["target"])
-                self.active = None
+                self.active, self._records = None, []
             return
         if self.next_index >= len(self.faults):
             if not self._finish_requested and job.last_commit:
@@ -155,23 +156,15 @@ class ChaosInjector:
         if target is None:
             self._hold(job, blocked_reason(None, True, False), healthy=sorted(healthy))
             return
+        kind = fault_kind(fault.kind)
         step = job.last_commit[target]["step"]
         injected_at = time.time()
-        if fault.kind == "controller":
-            # This process is about to be SIGKILLed: record the fault (event, state) first.
-            details = {
-                "delay_s": fault.delay_s,
-                "pid": os.getpid(),
-                "signal": "SIGKILL",
-                "by": "watchdog",
-                "kill_rank_unsupervised": fault.kill_rank_unsupervised,
-            }
-        else:
-            details = INJECTORS[fault.kind](job, target, fault)
+        # A kind that ends this process (the controller) is recorded (event, state) first.
+        details = kind.announce(job, target, fault) if kind.ends_this_process else kind.inject(job, target, fault)
         self.active = {
             "id": self.next_index,
             "kind": fault.kind,
-            "mode": fault_mode(fault),
+            "mode": kind.mode(fault),
             "target": target,
             "rank": fault.rank,
             "attempt": job.attempt(target),
@@ -181,6 +174,7 @@ class ChaosInjector:
             "members": sorted(job.last_commit[target].get("participating_groups") or []),
             "injected_at": injected_at,
         }
+        self._records = []
         self.injected.append(self.active)
         job.emit(
             EventKind.FAULT_INJECTED,
@@ -192,9 +186,9 @@ class ChaosInjector:
             rank=fault.rank,
             attempt=job.attempt(target),
             step=step,
-            **{"mode": fault_mode(fault), **details},
+            **{"mode": kind.mode(fault), **details},
         )
         self.next_index += 1
-        if fault.kind == "controller":
+        if kind.ends_this_process:
             self._save()
-            INJECTORS[fault.kind](job, target, fault)
+            kind.inject(job, target, fault)

@@ -9,8 +9,9 @@ Phases (seconds after injection):
   weights_recovered   the relaunched group's ranks all received the live weights
                       (full restart: they loaded the disk checkpoint);
   back_in_quorum      the failed group commits a step with every group it was with, at or
-                      past the job's step when the fault hit.
-MTTR is back_in_quorum. Network faults (partition, slow_link on a simulated host's link):
+                      past the job's step when the fault hit (monarch_ft.recovered's rule,
+                      the one the injector and ``status`` apply too).
+MTTR is back_in_quorum (a controller fault's clock stops when the new one attaches). Network faults (partition, slow_link on a simulated host's link):
 detected is the first of the group failing (the supervisor restarted it) or a commit of
 another group without it (dropped from the quorum), None if neither happened (the job
 absorbed a slow link); replacement_up only if it was restarted; back_in_quorum is the
@@ -24,10 +25,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from chaos.config import CONTROL_KINDS, NETWORK_KINDS, RECOVERY_MARKER, RESTART_KINDS
+from chaos.kinds import FaultCategory, fault_kind
 from chaos.outcome import recovery_path
-
 from monarch_ft.events import PHASES  # one definition, shared with chaos.report
+from monarch_ft.recovered import Failure, recovery
 
 
 def _first(items, pred):
@@ -45,20 +46,25 @@ def analyze_fault(
 ) -> dict[str, Any]:
     """``until``: the next fault's injection; nothing after it belongs to this fault."""
     t0, g = fault["injected_at"], fault["target"]
+    kind = fault_kind(fault["kind"])
     all_metrics = metrics
     events = [e for e in events if e["time"] < until]
     metrics = [m for m in metrics if m["time"] < until]
-    restart = fault["kind"] in RESTART_KINDS
-    network = fault["kind"] in NETWORK_KINDS
-    control = fault["kind"] in CONTROL_KINDS
+    restart = kind.category is FaultCategory.RESTART
+    network = kind.category is FaultCategory.NETWORK
+    control = kind.category is FaultCategory.CONTROL_PLANE
     ev = sorted((e for e in events if e["time"] >= t0), key=lambda e: e["time"])
     commits = sorted((m for m in metrics if m["rank"] == 0 and m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
     # A refused commit is a sync that did not commit (localsgd/diloco inner steps are no syncs).
     refused = sorted((m for m in metrics if m.get("sync", True) and not m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
-    before = [m for m in metrics if m["rank"] == 0 and m.get("committed") and m["time"] < t0]
-    members_before = set((max(before, key=lambda m: m["time"]).get("participating_groups") or [])) if before else set(range(replica_groups))
     times: dict[str, Optional[float]] = dict.fromkeys(PHASES)
-    ack = None  # a collective fault: the rank's word that it acted on the request
+    # When the group is back, and with which weights: the one rule (monarch_ft.recovered).
+    members = fault.get("members")
+    if members is None:  # a drill that did not record them: the group's newest commit before the fault
+        before = [m for m in metrics if m["rank"] == 0 and m.get("committed") and m["group"] == g and m["time"] < t0]
+        members = Failure.after_commit(t0, g, fault["attempt"], max(before, key=lambda m: m["time"], default=None), range(replica_groups)).members
+    failure = Failure(t0, g, fault["attempt"], fault["step"], frozenset(members) | {g})
+    verdict = recovery(failure, kind.recovery, ev, all_metrics, ranks=ranks_per_group, until=until)
 
     if restart:
         e = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
@@ -66,19 +72,18 @@ def analyze_fault(
     elif control:
         # The job's control plane: a new controller attached (its loss is seen then) / the
         # supervisor saw its Lighthouse die. No group stops, so survivors step throughout.
-        seen = "controller_attached" if fault["kind"] == "controller" else "lighthouse_lost"
-        e = _first(ev, lambda e: e["event"] == seen)
+        e = _first(ev, lambda e: e["event"] == kind.detected_by)
         times["detected"] = e and e["time"]
     elif network:
         failed = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
         dropped = _first(commits, lambda m: m["group"] != g and g not in (m.get("participating_groups") or []))
         seen = [x["time"] for x in (failed, dropped) if x]
         times["detected"] = min(seen) if seen else None
-    else:
-        # The rank acts on the request at its next allreduce; the fault starts there.
-        ack = _first(ev, lambda e: e["event"] == "collective_fault_injected" and e["group"] == g)
-        m = ack and _first(refused, lambda m: m["time"] >= ack["time"])
-        times["detected"] = m and m["time"]
+    elif kind.recovery.marker is not None:
+        # The rank acts on the request (its marker) at its next allreduce; the fault starts
+        # there, and shows as the first step TorchFT refused to commit after it.
+        m = verdict.marker_at is not None and _first(refused, lambda m: m["time"] >= verdict.marker_at)
+        times["detected"] = m["time"] if m else None
     detected = times["detected"]
 
     if detected is not None:
@@ -111,32 +116,7 @@ def analyze_fault(
         # A restarted group that caught up at step 0 with nothing to fetch (no peer ahead).
         times["weights_recovered"] = times["replacement_up"]
 
-    after = max((t for t in times.values() if t is not None), default=t0)
-    if control:
-        marker = _first(ev, lambda e: e["event"] == RECOVERY_MARKER[fault["kind"]])
-        after = max(after, marker["time"]) if marker else float("inf")
-    elif not restart and not network:
-        # A collective fault takes effect when the rank acts on the request; one it never acted
-        # on never fired, and the group's later commits recover from nothing (as for the injector).
-        after = max(after, ack["time"]) if ack else float("inf")
-    if network:
-        # Not back before the link is: the fault lasts duration_s.
-        restored = _first(ev, lambda e: e["event"] == "link_restored" and e["group"] == g)
-        after = max(after, restored["time"]) if restored else float("inf")
-    want = members_before | {g}
-    # Back: committing with every group it was with, at or past the job's step when the fault
-    # hit (a group alone at an older step, e.g. its initial weights, is not back).
-    back = _first(
-        commits,
-        lambda m: (
-            m["group"] == g
-            and m["time"] >= after
-            and m["step"] >= fault["step"]
-            and (not restart or m["attempt"] >= new_attempt)
-            and want <= set(m.get("participating_groups") or [])
-        ),
-    )
-    times["back_in_quorum"] = back and back["time"]
+    times["back_in_quorum"] = verdict.back_at
     phases = {k: (round(v - t0, 3) if v is not None else None) for k, v in times.items()}
     if not restart and not relaunched:
         phases["replacement_up"] = None
@@ -153,23 +133,6 @@ def analyze_fault(
             if b["time"] >= t0 and (end is None or a["time"] <= end):
                 stall = max(stall, b["time"] - a["time"])
                 lost += max(0, a["step"] + 1 - b["step"])
-    consistent = None
-    if back is not None:
-        # The first step after the rejoin that every group hashed. A record written a
-        # little after the next fault still holds a state committed before it; the first
-        # hash per (group, rank) and step wins, so a later attempt cannot overwrite it.
-        # Only states trained after the last relaunch this fault caused (a full restart
-        # trains some step numbers twice; the first time is the stale state).
-        relaunched = max((e["time"] for e in ev if e["event"] == "group_launched" and e["time"] <= back["time"]), default=t0)
-        by_step: dict[int, dict[tuple[int, int], str]] = {}
-        for m in sorted(all_metrics, key=lambda m: m["time"]):
-            if m.get("state_hash") and m["step"] >= back["step"] and relaunched <= m["time"] < until + 2.0:
-                by_step.setdefault(m["step"], {}).setdefault((m["group"], m["rank"]), m["state_hash"])
-        for step in sorted(by_step):
-            seen = by_step[step]
-            if {grp for grp, _ in seen} >= want:
-                consistent = all(len({h for (grp, r), h in seen.items() if r == rank}) == 1 for rank in {r for _, r in seen})
-                break
     # Inner steps trained and then thrown away: the failed group's unsynced window (up to a
     # whole window in localsgd/diloco, the step in flight in hsdp), and any window whose sync
     # failed while this fault lasted.
@@ -196,12 +159,12 @@ def analyze_fault(
         "blame": failed.get("blame") if failed else None,
         "stacks": failed.get("stacks") if failed else None,
         "phases": phases,
-        # A controller fault is repaired once a new controller supervises (steps never stopped).
-        "mttr_s": phases["detected"] if fault["kind"] == "controller" and back is not None else phases["back_in_quorum"],
-        # One meaning, the chaos injector's too: back in the quorum at the job's step with
-        # the same weights (unknown weights, no hashes reported, do not count against it).
-        "recovered": back is not None and consistent is not False,
-        "weights_consistent": consistent,
+        # Where the kind's clock stops (a controller fault: once a new controller supervises).
+        "mttr_s": verdict.mttr_s,
+        # One meaning, the chaos injector's and status's too: back in the quorum at the job's
+        # step with the same weights (unknown weights, no hashes reported, do not count against it).
+        "recovered": verdict.recovered,
+        "weights_consistent": verdict.weights_consistent,
         "survivor_max_stall_s": round(stall, 3),
         "survivor_steps_lost": lost,
         "job_steps_lost": sum(e["steps_lost"] for e in rollbacks),

@@ -32,7 +32,7 @@ from matplotlib.patches import Patch
 from monarch_ft.events import PHASES  # one definition, shared with chaos.mttr
 from matplotlib.transforms import blended_transform_factory
 
-from chaos.config import fault_label
+from chaos.kinds import fault_label
 
 __all__ = [
     "PHASES",

@@ -8,22 +8,29 @@ from __future__ import annotations
 
 import random
 
-from chaos.config import ChaosConfig, FaultConfig
+from chaos.config import ChaosConfig
+from chaos.kinds import FaultOptions, kind_names, parse_fault
+from monarch_ft.config import ConfigError
 
 
-def build_faults(ch: ChaosConfig) -> list[FaultConfig]:
-    faults = [FaultConfig(**vars(f)) if not isinstance(f, FaultConfig) else f for f in ch.faults]
+def build_faults(ch: ChaosConfig) -> list[FaultOptions]:
+    """The drill's faults, each its kind's own options (ConfigError, one line, for an entry
+    or a scheduled kind that cannot be)."""
+    faults = [parse_fault(f, f"chaos.faults[{i}]") for i, f in enumerate(ch.faults)]
     if ch.schedule == "poisson" and ch.count > 0 and ch.rate_per_min > 0:
+        kinds = list(ch.kinds) or [FaultOptions.kind]
+        for name in kinds:
+            if name not in kind_names():
+                raise ConfigError(f"chaos.kinds: {name!r}: choose among {', '.join(kind_names())}")
         rng = random.Random(ch.seed)
         t = 0.0
-        kinds = list(ch.kinds) or ["process_kill"]
         for _ in range(ch.count):
             t += rng.expovariate(ch.rate_per_min / 60.0)
-            faults.append(FaultConfig(kind=rng.choice(kinds), at_s=round(t, 3)))
+            faults.append(parse_fault({"kind": rng.choice(kinds), "at_s": round(t, 3)}, "chaos.kinds"))
     return faults
 
 
-def pick_target(rng: random.Random, healthy: list[int], fault: FaultConfig, allow_last_healthy: bool) -> int | None:
+def pick_target(rng: random.Random, healthy: list[int], fault: FaultOptions, allow_last_healthy: bool) -> int | None:
     """The fault's own target if it is healthy, else a seeded draw; never the last healthy group."""
     if not healthy or (len(healthy) == 1 and not allow_last_healthy):
         return None

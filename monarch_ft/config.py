@@ -150,8 +150,9 @@ class FTConfig:
     # Warm standby groups (monarch_ft/standby.py): groups of ranks_per_group ranks, built
     # (model sharded, optimizer state, data, transport) and waiting without joining the
     # quorum, one of which takes a failed group's place instead of a cold restart. None:
-    # 1 with launcher=local/local_hosts, 0 with slurm/monarch (where a standby holds a
-    # real allocation, its own Slurm job or proc mesh, so K > 0 is the user's choice).
+    # the launcher's default (LauncherTraits.default_standby_groups): 1 with launcher=local
+    # and local_hosts, 0 with slurm/monarch (where a standby holds a real allocation, its
+    # own Slurm job or proc mesh, so K > 0 is the user's choice).
     # ft.recovery=full_restart uses none.
     standby_groups: Optional[int] = None
     # A relaunch with no standby ready forks its ranks from a fork server that imported
@@ -292,11 +293,10 @@ def _check_transport_interface(cfg: JobConfig) -> None:
     from monarch_ft.transport.interface import InterfaceError, choose, local_interfaces
 
     fix = "name one of them, an address one holds, or null for the default (the RDMA port's interface, else the route to the Lighthouse)"
-    if cfg.launcher.name == "slurm":
-        return
-    from monarch_ft.launcher import launcher_options
+    from monarch_ft.launcher import launcher_traits
 
-    if cfg.launcher.name == "local" and launcher_options(cfg.launcher).simulated_hosts:
+    traits = launcher_traits(cfg.launcher)
+    if traits.simulated_hosts:
         from monarch_ft.hosts import Host
 
         names = sorted({"lo", Host.ifname})
@@ -305,6 +305,8 @@ def _check_transport_interface(cfg: JobConfig) -> None:
             f"ft.transport_interface={value!r}: a simulated host has the interfaces {', '.join(names)}, each host its own "
             "address: name one of them, or null for the default (the route to the Lighthouse)",
         )
+        return
+    if not traits.ranks_on_this_machine:
         return
     try:
         choose(value, local_interfaces())
@@ -413,7 +415,9 @@ def validate(cfg: JobConfig) -> None:
         f"controller.lease_s={ctl.lease_s} must exceed twice controller.heartbeat_s={ctl.heartbeat_s} (and both be > 0)",
     )
     total = ft.replica_groups * ft.ranks_per_group
-    if cfg.launcher.name in ("local", "monarch"):  # every rank on this machine
+    from monarch_ft.launcher import launcher_traits
+
+    if launcher_traits(cfg.launcher).ranks_on_this_machine:
         from monarch_ft.devices import device_problem
 
         problem = device_problem(tr.device, ft.cross_group_backend, ft.nccl_hostid_per_group, ft.replica_groups, ft.ranks_per_group)

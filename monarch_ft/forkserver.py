@@ -617,8 +617,7 @@ class WarmForks:
 
     def problem(self) -> Optional[str]:
         """Why this launcher's relaunches cannot be forked (None: they can)."""
-        probe = self.launcher.fork_host(0)
-        if probe is None:
+        if not self.launcher.traits.forkable:
             return f"launcher={self.launcher.name} starts ranks through its engine (no warm fork): relaunches start cold"
         return None
 

@@ -12,17 +12,18 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from monarch_ft.components.checkpoint import MANIFEST, CheckpointHealth, quarantined, step_dir, steps_on_disk, verify_step
 from monarch_ft.components.lease import heartbeat_time
 from monarch_ft.config import ConfigError
 from monarch_ft.controller import ProcessIdentity, controller_attached
 from monarch_ft.events import EventKind, GiveUpReason, JobStatus, RecoveryPath
+from monarch_ft.recovered import SEEN_FAILURES, Failure, is_back, marker_time, recovery
 from monarch_ft.run_layout import RunLayout, read_json, read_jsonl
 
 # Fault events a status lists (injected by a drill, or seen by the supervisor).
-_FAULT_KINDS = (EventKind.FAULT_INJECTED, EventKind.GROUP_FAILED, EventKind.CONTROLLER_LOST, EventKind.LIGHTHOUSE_LOST)
+_FAULT_KINDS = (EventKind.FAULT_INJECTED, *SEEN_FAILURES)
 
 
 def open_run(run_dir: str) -> tuple[RunLayout, dict]:
@@ -92,21 +93,123 @@ def _newest_step(layout: RunLayout, group: int, attempt: int, ranks: int) -> tup
     return step, loss
 
 
-def mttr_of(fault: dict, events: list[dict]) -> Optional[float]:
-    """Seconds from a fault to its recovery, from the event log (None: not recovered yet)."""
+def _first_line_at(f, pos: int) -> Optional[tuple[int, float]]:
+    """(offset, time) of the first whole record starting at or after byte ``pos``; None past the end."""
+    f.seek(pos)
+    if pos:
+        f.readline()  # the rest of the line ``pos`` falls in
+    while True:
+        start, line = f.tell(), f.readline()
+        if not line:
+            return None
+        try:
+            return start, float(json.loads(line)["time"])
+        except (ValueError, KeyError, TypeError):
+            continue
+
+
+def _offset_near(path: str, t: float) -> int:
+    """A byte offset at or before the first record at or after time ``t`` in a rank's report
+    (a rank writes its records in time order): found by bisection, so a long report is not read."""
+    with open(path, "rb") as f:
+        lo, hi = 0, os.path.getsize(path)
+        while hi - lo > 65536:
+            mid = (lo + hi) // 2
+            found = _first_line_at(f, mid)
+            if found is None or found[1] >= t:
+                hi = mid
+            else:
+                lo = mid
+        return lo
+
+
+def _records(path: str, start: int, end: Optional[int] = None) -> Iterator[dict]:
+    """The records of a report from the first line starting after byte ``start`` (0: the
+    first) to the last one starting before ``end``, read as they are used."""
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return
+    with f:
+        f.seek(start)
+        if start:
+            f.readline()
+        while end is None or f.tell() < end:
+            line = f.readline()
+            if not line:
+                return
+            try:
+                yield json.loads(line)
+            except ValueError:
+                continue
+
+
+def _is_commit(r: dict) -> bool:
+    return r.get("type") == "step" and r.get("rank") == 0 and bool(r.get("committed"))
+
+
+def _commit_before(layout: RunLayout, group: int, attempt: int, t: float) -> Optional[dict]:
+    """Rank 0 of ``group``'s newest commit before ``t`` (its report of ``attempt``), read from
+    the records just before ``t`` backwards, as far as it takes."""
+    path = layout.report(group, 0, attempt)
+    if not os.path.exists(path):
+        return None
+    end = min(os.path.getsize(path), _offset_near(path, t) + 65536)
+    span = 65536
+    while True:
+        start = max(0, end - span)
+        commits = [r for r in _records(path, start, end) if _is_commit(r) and r["time"] < t]
+        if commits or start == 0:
+            return commits[-1] if commits else None
+        span *= 4
+
+
+def _attempt_at(events: list[dict], group: int, t: float) -> int:
+    """``group``'s attempt at time ``t`` (its newest launch before it)."""
+    return max((e.get("attempt", 0) for e in events if e["event"] == EventKind.GROUP_LAUNCHED and e.get("group") == group and e["time"] <= t), default=0)
+
+
+def mttr_of(layout: RunLayout, state: dict, fault: dict, events: list[dict]) -> Optional[float]:
+    """Seconds from a fault to its recovery, by monarch_ft.recovered's rule (the drill's and its
+    report's); None while it is not recovered.
+
+    An injected fault: the drill's injector applied the rule (its ``fault_recovered``). A
+    failure the controller saw (a group failed, the controller or the Lighthouse lost): the
+    rule on the group's own report files, read around the failure only. For a control-plane
+    failure the group is the first that had committed before it. Weights are not compared
+    here (the other ranks' reports are not read): unknown, which does not count against it.
+    """
     t = fault["time"]
-    kind = fault["event"]
-    if kind == EventKind.FAULT_INJECTED:
+    if fault["event"] == EventKind.FAULT_INJECTED:
         done = [e for e in events if e["event"] == EventKind.FAULT_RECOVERED and e.get("fault_id") == fault.get("fault_id") and e["time"] >= t]
         return done[0]["seconds"] if done else None
-    if kind == EventKind.GROUP_FAILED:
-        done = [e for e in events if e["event"] == EventKind.GROUP_STEPPING and e.get("group") == fault.get("group") and e["time"] >= t]
-        return round(done[0]["time"] - t, 3) if done else None
-    if kind == EventKind.CONTROLLER_LOST:
-        done = [e for e in events if e["event"] == EventKind.CONTROLLER_ATTACHED and e["time"] >= t]
-        return round(done[0]["time"] - t, 3) if done else None
-    done = [e for e in events if e["event"] == EventKind.LIGHTHOUSE_RESTARTED and e["time"] >= t]
-    return round(done[0]["time"] - t, 3) if done else None
+    rule = SEEN_FAILURES[EventKind(fault["event"])]
+    groups = [g["index"] for g in state.get("groups", [])]
+    if fault.get("group") is not None:
+        candidates = [(fault["group"], fault.get("attempt", _attempt_at(events, fault["group"], t)))]
+    else:
+        candidates = [(g, _attempt_at(events, g, t)) for g in groups]
+    for group, attempt in candidates:
+        before = _commit_before(layout, group, attempt, t)
+        if before is None and fault.get("group") is None:
+            continue  # a group that had not committed yet shows nothing
+        failure = Failure.after_commit(t, group, attempt, before, groups)
+        since = marker_time(failure, rule, events)
+        if since is None:
+            return None
+        current = next((g["attempt"] for g in state.get("groups", []) if g["index"] == group), attempt)
+        seen: list[dict] = []
+        for a in range(attempt + 1 if rule.new_attempt else attempt, current + 1):
+            path = layout.report(group, 0, a)
+            if not os.path.exists(path):
+                continue
+            for r in _records(path, _offset_near(path, since)):
+                if _is_commit(r):
+                    seen.append(r)
+                    if is_back(failure, rule, r, since):
+                        return recovery(failure, rule, events, seen).mttr_s
+        return None
+    return None
 
 
 def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
@@ -167,7 +270,7 @@ def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
                 "event": e["event"],
                 "what": e.get("kind") or e.get("reason") or e["event"],
                 "group": e.get("target", e.get("group")),
-                "mttr_s": mttr_of(e, events),
+                "mttr_s": mttr_of(layout, state, e, events),
             }
         )
     return view

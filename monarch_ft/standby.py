@@ -34,11 +34,6 @@ from typing import Any, Callable, Optional, Sequence
 
 from monarch_ft.events import EventKind, RecoveryPath, StandbyStatus
 
-# Launchers whose standbys cost nothing but local processes: ft.standby_groups defaults to 1.
-LOCAL_LAUNCHERS = ("local", "local_hosts")
-# Launchers whose standbys hold a real allocation (each its own Slurm job, its own Monarch
-# proc mesh): ft.standby_groups defaults to 0 there, K > 0 is the user's explicit choice.
-ALLOCATING_LAUNCHERS = ("slurm", "monarch")
 # Niceness of a standby while it builds and waits: below the training ranks (0), so a
 # standby being (re)built in the background does not slow the job it protects.
 STANDBY_NICENESS = 10
@@ -50,18 +45,20 @@ DEAD_STATES = ("stopped", "zombie", "dead", "gone", "tracing-stop")
 
 
 # ---------------------------------------------------------------- pure decisions
-def resolve_standby_groups(configured: Optional[int], launcher: str, recovery: str) -> int:
+def resolve_standby_groups(configured: Optional[int], launcher_default: int, recovery: str) -> int:
     """How many standby groups the job keeps.
 
     Args:
         configured: ``ft.standby_groups`` (None: the launcher's default).
-        launcher: ``launcher.name``.
+        launcher_default: the launcher's ``LauncherTraits.default_standby_groups``: 1 where a
+            standby costs only local processes, 0 where it holds a real allocation (its own
+            Slurm job or Monarch proc mesh: K > 0 is then the user's explicit choice).
         recovery: ``ft.recovery``; ``full_restart`` (the baseline) uses none.
     """
     if recovery == "full_restart":
         return 0
     if configured is None:
-        return 1 if launcher in LOCAL_LAUNCHERS else 0
+        return launcher_default
     return configured
 
 

@@ -38,7 +38,7 @@ from monarch_ft.data import prepare_data
 from monarch_ft.devices import gpu_device_nodes
 from monarch_ft.events import EventKind, EventLog, GiveUpReason, GroupStatus, JobStatus, RecoveryPath
 from monarch_ft.forkserver import ForkError, WarmForks
-from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit
+from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit, launcher_options
 from monarch_ft.launcher.base import RankExit
 from monarch_ft.lighthouse import Lighthouse
 from monarch_ft.net import free_port
@@ -258,7 +258,7 @@ class Supervisor:
         self._verified: dict = {}  # recent verifications (components.checkpoint.verify_step_cached)
         # Warm standby groups (monarch_ft.standby); each on a host/device slot after the groups'.
         self.standby = StandbyPool(
-            resolve_standby_groups(cfg.ft.standby_groups, cfg.launcher.name, cfg.ft.recovery),
+            resolve_standby_groups(cfg.ft.standby_groups, self.launcher.traits_for(launcher_options(cfg.launcher)).default_standby_groups, cfg.ft.recovery),
             cfg.ft.replica_groups,
             self.events.emit,
             self._launch_standby,

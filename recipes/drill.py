@@ -26,11 +26,17 @@ def main(cfg: DictConfig) -> None:
     from chaos.drill import drill_ok, run_with_baseline
 
     out = run_dir()
+    from chaos.kinds import fault_kind
     from chaos.schedule import build_faults
     from chaos.watchdog import is_watched, run_watched
 
-    if not is_watched() and any(f.kind == "controller" for f in build_faults(OmegaConf.to_object(cfg.chaos))):
-        # A controller fault: this process becomes the watchdog that kills and reattaches it.
+    try:
+        faults = build_faults(OmegaConf.to_object(cfg.chaos))
+    except ConfigError as e:
+        print(f"monarch_ft: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    if not is_watched() and any(fault_kind(f.kind).ends_this_process for f in faults):
+        # A fault that kills the controller: this process becomes the watchdog that kills and reattaches it.
         from hydra.core.hydra_config import HydraConfig
 
         from monarch_ft import proctitle

@@ -34,7 +34,9 @@ from hydra.core.config_store import ConfigStore  # noqa: E402
 from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
-from chaos.config import FAULT_KINDS, FAULT_MODES, ChaosConfig, DrillConfig, FaultConfig  # noqa: E402
+from chaos.config import ChaosConfig, DrillConfig, FaultConfig  # noqa: E402
+from chaos.kinds import fault_kinds  # noqa: E402
+from chaos.kinds.base import option_names  # noqa: E402
 from monarch_ft.hydra_entry import hydra_main  # noqa: E402
 from monarch_ft.config import ConfigError  # noqa: E402
 
@@ -76,10 +78,11 @@ ConfigStore.instance().store(name="mttr_bench_schema", node=MTTRBenchConfig)
 def parse_kind(text: str) -> tuple[str, Optional[str]]:
     """``hang:gil`` -> ("hang", "gil"); a kind without a colon has its default mode."""
     kind, _, mode = text.partition(":")
-    if kind not in FAULT_KINDS:
-        raise ConfigError(f"bench.kinds: {text!r}: choose among {', '.join(FAULT_KINDS)} (a mode after a colon, e.g. hang:gil)")
-    if mode and mode not in FAULT_MODES.get(kind, ()):
-        raise ConfigError(f"bench.kinds: {text!r}: {kind} has modes {', '.join(FAULT_MODES.get(kind, ())) or '(none)'}")
+    kinds = fault_kinds()
+    if kind not in kinds:
+        raise ConfigError(f"bench.kinds: {text!r}: choose among {', '.join(kinds)} (a mode after a colon, e.g. hang:gil)")
+    if mode and mode not in kinds[kind].modes:
+        raise ConfigError(f"bench.kinds: {text!r}: {kind} has modes {', '.join(kinds[kind].modes) or '(none)'}")
     return kind, mode or None
 
 
@@ -111,9 +114,11 @@ def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], 
                 cfg.ft.standby_groups = standby
             if hasattr(cfg.ft, "warm_fork"):
                 cfg.ft.warm_fork = warm_fork
-            faults = [
-                FaultConfig(kind=kind, mode=fault_mode, at_step=b.first_step + i * b.every_steps, duration_s=b.collective_hang_s) for i in range(b.repeats)
-            ]
+            # The kind's own options only: a mode where one was given, the stall where the kind has a duration.
+            own = {"mode": fault_mode} if fault_mode else {}
+            if "duration_s" in option_names(fault_kinds()[kind].options):
+                own["duration_s"] = b.collective_hang_s
+            faults = [FaultConfig(kind=kind, at_step=b.first_step + i * b.every_steps, **own) for i in range(b.repeats)]
             cfg.chaos = ChaosConfig(faults=faults, seed=job.chaos.seed, recovery_timeout_s=job.chaos.recovery_timeout_s, tail_steps=job.chaos.tail_steps)
             validate(cfg)
             validate_chaos(cfg, faults)

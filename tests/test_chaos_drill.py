@@ -121,6 +121,7 @@ def test_full_restart_baseline_runs_and_resumes_from_disk(run_dir):
         (["chaos.schedule=poisson", "chaos.rate_per_min=-1", "chaos.count=3"], "chaos.rate_per_min=-1.0: must be > 0"),
         (["chaos.schedule=poisson", "chaos.count=12", "ft.max_restarts=2"], "raise ft.max_restarts"),
         (["chaos.faults=[{kind: meteor, at_step: 5}]"], "kind='meteor'"),
+        (["chaos.faults=[{kind: process_kill, at_step: 5, delay_ms: 50}]"], "delay_ms=50: process_kill faults have no delay_ms (only slow_link do): drop it"),
         ([], "the drill has no faults"),
     ],
 )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.config import ChaosConfig, DrillConfig, FaultConfig, fault_label, fault_mode, validate_chaos
+from chaos.config import ChaosConfig, DrillConfig, FaultConfig, validate_chaos
+from chaos.kinds import fault_label, fault_mode
 from chaos.outcome import NotInjected, blocked_reason, explain_not_injected, fix_line, recovery_path
 from monarch_ft.config import ConfigError
 from monarch_ft.events import RecoveryPath

@@ -29,13 +29,23 @@ from monarch_ft.standby import (
 from monarch_ft.trainer import RankSpec
 
 
+def _default(launcher: str) -> int:
+    """The launcher's default (its traits, read without building it); local_hosts is local with simulated hosts."""
+    from monarch_ft.config import LauncherConfig
+    from monarch_ft.launcher import launcher_traits
+
+    if launcher == "local_hosts":
+        return launcher_traits(LauncherConfig(name="local", options={"simulated_hosts": True})).default_standby_groups
+    return launcher_traits(LauncherConfig(name=launcher)).default_standby_groups
+
+
 def test_defaults_per_launcher_and_full_restart_uses_none():
-    assert resolve_standby_groups(None, "local", "live") == 1
-    assert resolve_standby_groups(None, "local_hosts", "live") == 1
-    assert resolve_standby_groups(None, "slurm", "live") == 0
-    assert resolve_standby_groups(None, "monarch", "live") == 0
-    assert resolve_standby_groups(2, "local", "live") == 2
-    assert resolve_standby_groups(2, "local", "full_restart") == 0
+    assert resolve_standby_groups(None, _default("local"), "live") == 1
+    assert resolve_standby_groups(None, _default("local_hosts"), "live") == 1
+    assert resolve_standby_groups(None, _default("slurm"), "live") == 0
+    assert resolve_standby_groups(None, _default("monarch"), "live") == 0
+    assert resolve_standby_groups(2, _default("local"), "live") == 2
+    assert resolve_standby_groups(2, _default("local"), "full_restart") == 0
 
 
 def test_config_errors_name_the_fix():

@@ -1,8 +1,10 @@
 """Launchers: local processes by default; engines (Slurm, Monarch) behind the same interface.
 
 A launcher is the module ``monarch_ft.launcher.<name>`` exposing ``build(cfg, run_dir)``
-that returns a :class:`Launcher`, and ``Options``, the dataclass of its ``launcher.options``
-(a :class:`LauncherOptions`); adding one touches neither the supervisor nor this file.
+that returns a :class:`Launcher`, ``Options``, the dataclass of its ``launcher.options``
+(a :class:`LauncherOptions`), and ``LAUNCHER``, its :class:`Launcher` subclass, whose
+:class:`LauncherTraits` (adoptable, forkable, simulated hosts...) the rest of the code reads
+instead of its name; adding one touches neither the supervisor nor this file.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess, describe_exit
+from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess, describe_exit
 
 _NOT_LAUNCHERS = {"base"}
 
@@ -31,6 +33,17 @@ def launcher_options(cfg) -> LauncherOptions:
     return importlib.import_module(f"monarch_ft.launcher.{cfg.name}").Options.parse(cfg.options, cfg.name)
 
 
+def launcher_class(name: str) -> type[Launcher]:
+    """Launcher ``name``'s class (not an instance: nothing is built, allocated or started)."""
+    return importlib.import_module(f"monarch_ft.launcher.{name}").LAUNCHER
+
+
+def launcher_traits(cfg) -> LauncherTraits:
+    """What launcher ``cfg.name`` run with ``cfg.options`` can do, without building it
+    (``cfg``: a :class:`monarch_ft.config.LauncherConfig`; bad options: ``ConfigError``)."""
+    return launcher_class(cfg.name).traits_for(launcher_options(cfg))
+
+
 def build_launcher(cfg, run_dir: str) -> Launcher:
     """``cfg`` is a :class:`monarch_ft.config.LauncherConfig`."""
     if cfg.name not in available_launchers():
@@ -42,11 +55,14 @@ def build_launcher(cfg, run_dir: str) -> Launcher:
 __all__ = [
     "Launcher",
     "LauncherOptions",
+    "LauncherTraits",
     "RankLaunch",
     "RankProcess",
     "available_launchers",
     "build_launcher",
     "describe_exit",
+    "launcher_class",
     "launcher_options",
+    "launcher_traits",
     "options_types",
 ]

@@ -13,7 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 
 @dataclass
@@ -135,8 +135,61 @@ class RankProcess(ABC):
             time.sleep(0.05)
 
 
+@dataclass(frozen=True)
+class LauncherTraits:
+    """What a launcher can do, declared on its class (:attr:`Launcher.traits`).
+
+    Config validation, the standby pool and chaos drills read these instead of the
+    launcher's name, and without building it: building a launcher acts (a Monarch one
+    creates ``./monarch`` and installs a process-wide hook, a Slurm one asks the cluster).
+    A trait that depends on the launcher's options comes from :meth:`Launcher.traits_for`.
+    """
+
+    # A new controller (controller.attach=true) can take over the ranks a previous one
+    # launched; a controller can detach and leave them training.
+    adoptable: bool = False
+    # Relaunches can be forked from a warm fork server on the group's host (ft.warm_fork):
+    # the launcher starts the ranks itself, not through an engine.
+    forkable: bool = False
+    # Each group on its own simulated host (a network namespace, monarch_ft.hosts): its
+    # interfaces are the host's (eth0, lo), and network faults (partition, slow_link) can
+    # act on its link.
+    simulated_hosts: bool = False
+    # Every rank runs on this machine: its cores, devices and interfaces are the ranks'
+    # (checked before launch; ranks elsewhere check them at start).
+    ranks_on_this_machine: bool = False
+    # ft.standby_groups when unset: 1 where a standby costs only local processes, 0 where
+    # it holds a real allocation (K > 0 is then the user's explicit choice).
+    default_standby_groups: int = 0
+    # Set where a rank trains in a worker thread, naming what runs it ("a Monarch actor"):
+    # Python runs signal handlers on the main thread only, so such a rank cannot answer a
+    # signal with its own handler. None: the trainer runs on the main thread.
+    worker_thread_trainer: Optional[str] = None
+
+
 class Launcher(ABC):
     name: str = "base"
+    # What this launcher can do (see LauncherTraits): class-level, read without building it.
+    traits: ClassVar[LauncherTraits] = LauncherTraits()
+
+    @classmethod
+    def traits_for(cls, options: Optional[LauncherOptions]) -> LauncherTraits:
+        """The traits of this launcher run with ``options`` (its own :class:`LauncherOptions`).
+
+        Args:
+            options: the parsed ``launcher.options``; a launcher whose traits depend on them
+                (local's ``simulated_hosts``) overrides this; the others return :attr:`traits`.
+        """
+        return cls.traits
+
+    @classmethod
+    def adoption_problem(cls) -> Optional[str]:
+        """Why this launcher cannot take over the ranks a previous controller launched
+        (``controller.attach=true``), as one line naming the way out; None where it can
+        (``traits.adoptable``). A class method: config validation asks before building one."""
+        if cls.traits.adoptable:
+            return None
+        return f"launcher={cls.name} cannot take over a running job (controller.attach=true): its ranks cannot be re-adopted"
 
     def group_host(self, group: int) -> str:
         """Address the ranks of ``group`` bind and advertise (their TCPStore, Manager, transport)."""
@@ -166,13 +219,9 @@ class Launcher(ABC):
     def fork_host(self, group: int) -> Optional[ForkHost]:
         """Where ``group``'s relaunched ranks can be forked from a warm fork server
         (monarch_ft.forkserver, ``ft.warm_fork``); None where an engine starts the ranks
-        (Slurm, Monarch): their relaunches start cold."""
+        (Slurm, Monarch): their relaunches start cold. A launcher that returns one declares
+        ``traits.forkable``."""
         return None
-
-    def adoption_problem(self) -> Optional[str]:
-        """Why this launcher cannot take over the ranks a previous controller launched
-        (``controller.attach=true``), as one line naming the way out; None where it can."""
-        return f"launcher={self.name} cannot take over a running job (controller.attach=true): its ranks cannot be re-adopted"
 
     def handles(self) -> dict:
         """What a new controller needs, beyond each rank's pid and start time, to re-adopt

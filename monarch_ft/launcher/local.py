@@ -13,6 +13,7 @@ on one host's link and undo themselves after ``seconds`` (a timer thread).
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import os
 import subprocess
 import threading
@@ -20,7 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from monarch_ft.launcher.base import ForkHost, Launcher, LauncherOptions, RankLaunch, RankProcess
+from monarch_ft.launcher.base import ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 from monarch_ft.process import die_with_parent
 
 _CLONE_NEWUTS = 0x04000000
@@ -93,6 +94,13 @@ class LocalProcess(RankProcess):
 
 class LocalLauncher(Launcher):
     name = "local"
+    # Its ranks are this machine's processes: a new controller re-adopts them by pid and start
+    # time, a fork server can fork them, and a standby costs only local processes.
+    traits = LauncherTraits(adoptable=True, forkable=True, ranks_on_this_machine=True, default_standby_groups=1)
+
+    @classmethod
+    def traits_for(cls, options: Optional[Options]) -> LauncherTraits:
+        return dataclasses.replace(cls.traits, simulated_hosts=bool(options and options.simulated_hosts))
 
     def __init__(self, simulated_hosts: bool = False) -> None:
         self.hosts = None
@@ -191,9 +199,6 @@ class LocalLauncher(Launcher):
         h = self.hosts.host(self._slot(group))
         return ForkHost(h.netns, ["ip", "netns", "exec", h.netns], _on_host(h.netns, True), {"MONARCH_FT_TRANSPORT_HOST": h.address}, h.netns)
 
-    def adoption_problem(self) -> Optional[str]:
-        return None
-
     def handles(self) -> dict:
         """The simulated hosts' run id (a new controller adopts them: they outlive the
         controller whose ranks run in them) and where promoted standbys run."""
@@ -287,6 +292,9 @@ class LocalLauncher(Launcher):
                     pass
         finally:
             self.hosts.close()
+
+
+LAUNCHER = LocalLauncher
 
 
 def build(cfg, run_dir: str) -> LocalLauncher:

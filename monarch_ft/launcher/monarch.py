@@ -54,7 +54,7 @@ from typing import Any, List, Optional
 import psutil
 
 from monarch_ft.config import ConfigError
-from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess
+from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 
 log = logging.getLogger("monarch_ft.launcher.monarch")
 
@@ -407,8 +407,18 @@ class _Group:
 # --------------------------------------------------------------------- launcher
 class MonarchLauncher(Launcher):
     name = "monarch"
+    # Its proc meshes belong to the process that spawned them (not adoptable), Monarch starts
+    # the procs (no warm fork), a standby holds a proc mesh of its own (none by default), and
+    # an actor trains in a worker thread of its proc.
+    traits = LauncherTraits(ranks_on_this_machine=True, worker_thread_trainer="a Monarch actor")
 
-    def adoption_problem(self) -> Optional[str]:
+    @classmethod
+    def traits_for(cls, options: Optional[Options]) -> LauncherTraits:
+        # allocator=slurm places each group's procs on the nodes of its own Slurm job.
+        return dataclasses.replace(cls.traits, ranks_on_this_machine=options is None or options.allocator == "local")
+
+    @classmethod
+    def adoption_problem(cls) -> Optional[str]:
         # What it can and cannot reattach: nothing. A proc mesh and its actors belong to the
         # process that spawned them (only it can call or supervise them), so a new controller
         # has no ranks it can take over; their lease ends them with a checkpoint.
@@ -576,6 +586,9 @@ class MonarchLauncher(Launcher):
                 log.warning("releasing the Slurm allocation: %s", e)
         self._slurm_jobs.clear()
         self._retired_jobs.clear()
+
+
+LAUNCHER = MonarchLauncher
 
 
 def build(cfg, run_dir: str) -> MonarchLauncher:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from monarch_ft.config import ConfigError
-from monarch_ft.launcher.base import Launcher, LauncherOptions, RankLaunch, RankProcess
+from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 from monarch_ft.process import start_ticks
 from monarch_ft.run_layout import RunLayout
 
@@ -267,15 +267,15 @@ class SlurmRank(RankProcess):
 
 class SlurmLauncher(Launcher):
     name = "slurm"
-
-    # ------------------------------------------------------------ controller.attach
     # Slurm jobs never depended on the supervisor's process (the task wrapper ends a rank
     # with its controller only for a waiting standby): a new controller re-adopts each job
     # by its id, saved in controller.json (handles), and watches and signals its ranks as
     # the launching controller did (squeue/scontrol by id, .pid/.exit files, scancel --signal).
-    def adoption_problem(self) -> Optional[str]:
-        return None
+    # Its ranks run on the cluster's nodes, started by Slurm (no warm fork), and a standby
+    # holds a job of its own (none by default).
+    traits = LauncherTraits(adoptable=True)
 
+    # ------------------------------------------------------------ controller.attach
     def handles(self) -> dict:
         """Every job not known to have ended: its id, group and attempt (controller.json)."""
         with self._lock:
@@ -626,6 +626,9 @@ class SlurmLauncher(Launcher):
             time.sleep(0.2)
             self._refresh(force=True)
             live = [j for j in live if not j.final]
+
+
+LAUNCHER = SlurmLauncher
 
 
 def build(cfg, run_dir: str) -> SlurmLauncher:

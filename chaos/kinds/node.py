@@ -1,0 +1,22 @@
+"""``node``: the whole host goes: every rank of the group at once, and its local files
+(scratch space and the group's checkpoint folder)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos.kinds.base import FaultCategory, FaultKind
+from monarch_ft.recovered import RESTARTED
+
+
+class Node(FaultKind):
+    name = "node"
+    category = FaultCategory.RESTART
+    recovery = RESTARTED
+    costs_restart = True
+
+    def inject(self, job, group: int, fault) -> dict[str, Any]:
+        return job.kill_host(group)
+
+
+KIND = Node()
