@@ -495,7 +495,12 @@ class Controller:
         for g, ranks in failed:
             # Reports up to now first: what the group did while unsupervised is recorded.
             sup._consume_reports(g, now)
-            sup._fail_group(g, now, reason="lost_while_unsupervised", ranks=ranks)
+            # A rank that reported its error (rank_error) before it died was not lost without
+            # a word: it failed, most often because a lost peer broke its collectives (it then
+            # exits within a second). Named apart, so ``ranks`` are the ones that vanished.
+            errored = [rs.proc.launch.rank for rs in g.ranks if rs.error and rs.proc.launch.rank in ranks]
+            lost = [r for r in ranks if r not in errored]
+            sup._fail_group(g, now, reason="lost_while_unsupervised", ranks=lost, **({"errored_ranks": errored} if errored else {}))
         sup.status = JobStatus.RUNNING
         self.save()
 
