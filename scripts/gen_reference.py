@@ -44,7 +44,7 @@ COMMAND = ".venv/bin/python scripts/gen_reference.py"
 CANDIDATES: dict[str, list[str]] = {
     "JobConfig": ["monarch_ft.config.job", "monarch_ft.config"],
     "options_types": ["monarch_ft.launcher"],
-    "ChaosConfig": ["chaos.config"],
+    "ChaosConfig": ["chaos.config", "chaos.drill"],
     "FaultOptions": ["chaos.kinds", "chaos.kinds.base"],
     "fault_kinds": ["chaos.kinds"],
     "EventKind": ["monarch_ft.records.events", "monarch_ft.events"],
@@ -64,7 +64,9 @@ def find(name: str) -> Any:
     for module in CANDIDATES[name]:
         try:
             mod = importlib.import_module(module)
-        except ImportError:
+        except ModuleNotFoundError as e:
+            if not (e.name and (module == e.name or module.startswith(e.name + "."))):
+                raise  # the module exists but something it imports is missing: a real error
             tried.append(module)
             continue
         if hasattr(mod, name):
