@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Install monarch_ft and everything it needs into .venv at the repository root.
 # Safe to re-run; used by both README commands and by .ci/run.
+#
+# As root with apt-get it installs the system packages too, and pyverbs is then required.
+# Without root or apt-get it installs the Python side only and says, one line each, what is
+# unavailable and how to get it: training, drills, the MTTR bench and the CLI all work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,17 +14,25 @@ if [ ! -x .venv/bin/python ]; then
 fi
 
 # System packages: libraries the Mooncake transfer engine links against (libibverbs,
-# libnuma), pyverbs for RDMA discovery (see below), Slurm + munge for the Slurm launcher
-# and its tests, iproute2 for simulated hosts.
-if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+# libnuma), pyverbs for RDMA discovery (see below), Slurm + munge for the local Slurm
+# cluster the Slurm launcher's tests start, iproute2 for simulated hosts.
+RDMA_PKGS="libibverbs1 libnuma1 python3-pyverbs"
+HOST_PKGS="slurm-wlm munge iproute2"
+can_apt=0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    can_apt=1
     missing=""
-    for pkg in libibverbs1 libnuma1 python3-pyverbs slurm-wlm munge iproute2; do
+    for pkg in $RDMA_PKGS $HOST_PKGS; do
         dpkg -s "$pkg" >/dev/null 2>&1 || missing="$missing $pkg"
     done
     if [ -n "$missing" ]; then
         echo "install.sh: apt-get install$missing"
         apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
     fi
+elif [ "$(id -u)" != 0 ]; then
+    why="not root"
+else
+    why="no apt-get"
 fi
 
 .venv/bin/python -m pip install -q --upgrade pip
@@ -37,20 +49,44 @@ fi
 # directory is linked in: a .pth to dist-packages would expose every Debian package.
 # Its extension modules are for the system Python's ABI; the venv must have the same
 # (CPython keeps the ABI within a minor version, e.g. 3.11.2 and 3.11.7).
-pyverbs_dir=$(dpkg -L python3-pyverbs 2>/dev/null | grep '/pyverbs/__init__.py$' | head -1 | xargs -r dirname)
-if [ -z "$pyverbs_dir" ]; then
-    echo "install.sh: error: pyverbs needs the Debian package python3-pyverbs; run this script as root or: sudo apt-get install python3-pyverbs" >&2
-    exit 1
+# Required where it can be installed (root with apt-get); otherwise linked if already
+# there, and its absence is one line: the transport then uses TCP.
+pyverbs_problem() {
+    local pyverbs_dir ext site err
+    pyverbs_dir=$(dpkg -L python3-pyverbs 2>/dev/null | grep '/pyverbs/__init__.py$' | head -1 | xargs -r dirname)
+    if [ -z "$pyverbs_dir" ]; then
+        echo "pyverbs needs the Debian package python3-pyverbs"
+        return
+    fi
+    ext=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+    if [ ! -e "$pyverbs_dir/device$ext" ]; then
+        echo "python3-pyverbs in $pyverbs_dir is built for another Python than .venv's ($ext); make .venv with the system's Python minor version (PYTHON=python3.X)"
+        return
+    fi
+    site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+    ln -sfn "$pyverbs_dir" "$site/pyverbs"
+    if ! err=$(.venv/bin/python -c "import pyverbs.device" 2>&1); then
+        echo "pyverbs does not import in .venv: ${err##*$'\n'}"
+    fi
+}
+problem=$(pyverbs_problem)
+if [ -n "$problem" ]; then
+    if [ "$can_apt" = 1 ]; then
+        echo "install.sh: error: $problem" >&2
+        exit 1
+    fi
+    echo "install.sh: RDMA discovery (pyverbs) unavailable ($why: $problem): the transport uses TCP; to get it, on Debian or Ubuntu as root: apt-get install $RDMA_PKGS && bash scripts/install.sh"
 fi
-ext=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
-if [ ! -e "$pyverbs_dir/device$ext" ]; then
-    echo "install.sh: error: python3-pyverbs in $pyverbs_dir is built for another Python than .venv's ($ext); make .venv with the system's Python minor version (PYTHON=python3.X)" >&2
-    exit 1
-fi
-site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
-ln -sfn "$pyverbs_dir" "$site/pyverbs"
-if ! err=$(.venv/bin/python -c "import pyverbs.device" 2>&1); then
-    echo "install.sh: error: pyverbs does not import in .venv: ${err##*$'\n'}" >&2
-    exit 1
+
+# Simulated hosts (network namespaces) and the local Slurm cluster need root when they run,
+# and their packages.
+if [ "$can_apt" = 0 ]; then
+    absent=""
+    for cmd in ip slurmctld slurmd munged; do
+        command -v "$cmd" >/dev/null 2>&1 || [ -x "/usr/sbin/$cmd" ] || absent="$absent $cmd"
+    done
+    if [ "$(id -u)" != 0 ] || [ -n "$absent" ]; then
+        echo "install.sh: simulated hosts (launcher=local_hosts, network faults) and the local Slurm cluster unavailable ($why${absent:+; missing$absent}): to get them, on Debian or Ubuntu as root: apt-get install $HOST_PKGS && bash scripts/install.sh, and run jobs and tests as root"
+    fi
 fi
 echo "install.sh: ready (.venv)"

@@ -8,9 +8,10 @@ devices directly: device -> port -> link state -> GIDs.
 pyverbs is part of the default install (scripts/install.sh links the system's
 python3-pyverbs, built against the same libibverbs the Mooncake engine loads).
 Still, every failure here means "no RDMA", never a crash, because a transport
-must come up on any host: pyverbs missing (logged as a warning: an install
-without it cannot use RDMA even where a NIC exists), libibverbs listing no
-device -- ``get_device_list()`` raises ``PyverbsRDMAError`` when the kernel
+must come up on any host: pyverbs missing (an install without root or apt-get
+has none; one warning line per process says so with the fix: such an install
+cannot use RDMA even where a NIC exists), libibverbs listing no device --
+``get_device_list()`` raises ``PyverbsRDMAError`` when the kernel
 exposes no verbs devices at all, or returns an empty list --, or no ACTIVE port
 with a usable GID.  ``discover()`` returns the reason either way so callers
 can log which backend they chose and why.
@@ -66,12 +67,25 @@ def _name(dev: object) -> str:
     return n.decode() if isinstance(n, (bytes, bytearray)) else str(n)
 
 
+_warned: set = set()
+
+
+def _warn_once(message: str) -> None:
+    """A process asks more than once (the interface choice, the transport's backend): one line is enough."""
+    if message not in _warned:
+        _warned.add(message)
+        logger.warning(message)
+
+
 def discover() -> RdmaDiscovery:
     """Lists active RDMA ports; never raises."""
     try:
         import pyverbs.device as d  # type: ignore[import-not-found]
     except Exception as e:  # ImportError, or a broken build raising anything
-        logger.warning("RDMA discovery impossible: pyverbs not importable (%s: %s); run scripts/install.sh", type(e).__name__, e)
+        _warn_once(
+            f"RDMA discovery unavailable: pyverbs not importable ({type(e).__name__}: {e}); the transport uses TCP; "
+            "to get it, as root: apt-get install python3-pyverbs && bash scripts/install.sh"
+        )
         return RdmaDiscovery([], f"pyverbs not importable ({type(e).__name__}: {e})")
     try:
         devices = d.get_device_list()

@@ -1,0 +1,345 @@
+"""Writes docs/reference/config.md and docs/reference/events.md from the code itself.
+
+    .venv/bin/python scripts/gen_reference.py            # rewrite both pages
+    .venv/bin/python scripts/gen_reference.py --check    # exit 1 if a checked-in page is stale
+
+Why generated: a reference written by hand drifts from the dataclasses and enums it
+describes; this one cannot, since a fast test (tests/test_reference_docs.py) fails when
+the checked-in pages differ from what this script writes now.
+
+Where the words come from: every config key is a field of a dataclass and every event a
+member of ``EventKind``. A member's doc is the string literal right after it (the style of
+TorchTitan's ``job_config.py``) or, failing that, the comment lines right above it plus a
+comment at the end of its own line. The classes are found by import and their source read
+with ``inspect.getsource`` + ``ast``, so moving a module changes at most the import
+candidates below, never the rule.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import importlib
+import importlib.util
+import inspect
+import io
+import json
+import os
+import re
+import sys
+import textwrap
+import tokenize
+from enum import Enum
+from typing import Any, Callable, Iterable, Optional
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+OUT_DIR = os.path.join(REPO, "docs", "reference")
+COMMAND = ".venv/bin/python scripts/gen_reference.py"
+
+# Where each thing lives: the first module of each list that has it wins (the package
+# layout is moving; a name that moves again only needs one more candidate here).
+CANDIDATES: dict[str, list[str]] = {
+    "JobConfig": ["monarch_ft.config.job", "monarch_ft.config"],
+    "options_types": ["monarch_ft.launcher"],
+    "ChaosConfig": ["chaos.config", "chaos.drill"],
+    "FaultOptions": ["chaos.kinds", "chaos.kinds.base"],
+    "fault_kinds": ["chaos.kinds"],
+    "EventKind": ["monarch_ft.records.events", "monarch_ft.events"],
+    "JobStatus": ["monarch_ft.records.events", "monarch_ft.events"],
+    "GroupStatus": ["monarch_ft.records.events", "monarch_ft.events"],
+    "GiveUpReason": ["monarch_ft.records.events", "monarch_ft.events"],
+    "RecoveryPath": ["monarch_ft.records.events", "monarch_ft.events"],
+    "RankExit": ["monarch_ft.records.exits", "monarch_ft.launcher.base", "monarch_ft.launcher"],
+}
+# The MTTR bench's own section lives in its recipe (a script, imported by path).
+BENCH_RECIPE = os.path.join(REPO, "recipes", "mttr_bench.py")
+
+
+def find(name: str) -> Any:
+    """``name`` from the first of its candidate modules that defines it."""
+    tried = []
+    for module in CANDIDATES[name]:
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if not (e.name and (module == e.name or module.startswith(e.name + "."))):
+                raise  # the module exists but something it imports is missing: a real error
+            tried.append(module)
+            continue
+        if hasattr(mod, name):
+            return getattr(mod, name)
+        tried.append(module)
+    raise SystemExit(f"gen_reference: error: {name} is in none of {', '.join(tried)}: add its module to CANDIDATES in scripts/gen_reference.py")
+
+
+def bench_config() -> type:
+    """``BenchConfig`` of recipes/mttr_bench.py (a script, not a package module)."""
+    spec = importlib.util.spec_from_file_location("_mttr_bench_recipe", BENCH_RECIPE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses and inspect look the module up there
+    spec.loader.exec_module(module)
+    return module.BenchConfig
+
+
+# -- the docs of a class's members ------------------------------------------------------------
+
+
+def _one_paragraph(text: str) -> str:
+    """``text`` on one line, in Markdown: reST roles and double backquotes become plain code spans."""
+    text = " ".join(line.strip() for line in text.splitlines() if line.strip())
+    return re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", text).replace("``", "`")
+
+
+def _sentence(text: str) -> str:
+    """``text`` starting with a capital and ending with a full stop."""
+    text = text.strip()
+    if not text:
+        return text
+    return text[0].upper() + text[1:] + ("" if text[-1] in ".!?)" else ".")
+
+
+def member_docs(cls: type) -> dict[str, str]:
+    """Each member (field, enum member) of ``cls`` and its bases -> its doc, by the rule in the module doc."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or klass.__module__ in ("builtins", "enum"):
+            continue
+        try:
+            source = textwrap.dedent(inspect.getsource(klass))
+        except (OSError, TypeError):
+            continue
+        docs.update(_docs_in_class_source(source))
+    return docs
+
+
+def _docs_in_class_source(source: str) -> dict[str, str]:
+    tree = ast.parse(source)
+    cls = next(node for node in tree.body if isinstance(node, ast.ClassDef))
+    lines = source.splitlines()
+    trailing: dict[int, str] = {}
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT and lines[tok.start[0] - 1][: tok.start[1]].strip():
+            trailing[tok.start[0]] = tok.string.lstrip("#").strip()
+    docs: dict[str, str] = {}
+    body = cls.body
+    for i, stmt in enumerate(body):
+        if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+            name = stmt.target.id
+        elif isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name):
+            name = stmt.targets[0].id
+        else:
+            continue
+        after = body[i + 1] if i + 1 < len(body) else None
+        if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+            docs[name] = _one_paragraph(inspect.cleandoc(after.value.value))
+            continue
+        above: list[str] = []
+        n = stmt.lineno - 2  # the line above, 0-based
+        while n >= 0 and lines[n].strip().startswith("#"):
+            above.insert(0, lines[n].strip().lstrip("#").strip())
+            n -= 1
+        end = [trailing[n] for n in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1) if n in trailing]
+        docs[name] = _one_paragraph(" ".join(_sentence(part) for part in (" ".join(above), *end) if part))
+    return docs
+
+
+def class_doc(cls: type) -> str:
+    """The class's own docstring (never the signature dataclasses put in ``__doc__``)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    except (OSError, TypeError):
+        return ""
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef))
+    return inspect.cleandoc(ast.get_docstring(node) or "")
+
+
+# -- rendering ----------------------------------------------------------------------------------
+
+
+def value_text(value: Any) -> str:
+    """A default as one would write it on the command line (YAML)."""
+    if isinstance(value, Enum):
+        value = value.value
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value if value else '""'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(value_text(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return repr(value)
+
+
+def type_text(field: dataclasses.Field) -> str:
+    t = field.type
+    return t if isinstance(t, str) else getattr(t, "__name__", str(t))
+
+
+def _default(field: dataclasses.Field) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return field.default_factory()  # type: ignore[misc]
+    return dataclasses.MISSING
+
+
+def field_lines(cls: type, prefix: str, skip: Iterable[str] = ()) -> list[str]:
+    """One bullet per field of ``cls`` (``prefix`` + name, type, default, doc); a field that is
+    itself a dataclass gets its own bullets under its name."""
+    docs = member_docs(cls)
+    out: list[str] = []
+    for f in dataclasses.fields(cls):
+        if f.name in skip:
+            continue
+        default = _default(f)
+        doc = docs.get(f.name, "")
+        if dataclasses.is_dataclass(default):
+            about = doc or _one_paragraph(class_doc(type(default)).split("\n\n")[0])
+            out.append(f"- **`{prefix}{f.name}`**" + (f": {about}" if about else ""))
+            out += ["  " + line for line in field_lines(type(default), f"{prefix}{f.name}.")]
+            continue
+        shown = "(required)" if default is dataclasses.MISSING else f"`{value_text(default)}`"
+        out.append(f"- **`{prefix}{f.name}`** (`{type_text(f)}`, default {shown})" + (f": {doc}" if doc else ""))
+    return out
+
+
+def section(title: str, doc: str, lines: list[str], level: int = 2) -> list[str]:
+    out = [f"{'#' * level} {title}", ""]
+    if doc:
+        out += [_one_paragraph(doc), ""]
+    return out + lines + [""]
+
+
+HEADER = "<!-- Generated by scripts/gen_reference.py from {what}: do not edit; run `{command}`. -->"
+
+
+def render_config() -> str:
+    job_cls = find("JobConfig")
+    out = [
+        HEADER.format(what="the config dataclasses", command=COMMAND),
+        "",
+        "# Config reference",
+        "",
+        "Every key a recipe takes on its command line (`key=value`, Hydra's syntax), with its type, its default and",
+        "what it does. `recipes/pretrain.py` takes the job's sections; `recipes/drill.py` adds `chaos`;",
+        "`recipes/mttr_bench.py` adds `chaos` and `bench`. A key that is not here, or a value of the wrong type, is",
+        "refused before anything starts (one `monarch_ft: error:` line, exit 2).",
+        "",
+        "Sections: "
+        + ", ".join(f"[`{f.name}`](#{f.name})" for f in dataclasses.fields(job_cls) if dataclasses.is_dataclass(_default(f)))
+        + ", [`chaos`](#chaos) (drills), [`bench`](#bench) (the MTTR bench).",
+        "",
+    ]
+    for f in dataclasses.fields(job_cls):
+        value = _default(f)
+        if not dataclasses.is_dataclass(value):
+            continue
+        cls = type(value)
+        out += section(f.name, class_doc(cls), field_lines(cls, f"{f.name}."))
+        if f.name == "launcher":
+            for name, options in sorted(find("options_types")().items()):
+                out += section(
+                    f"`launcher={name}`: `launcher.options`",
+                    class_doc(options),
+                    field_lines(options, "launcher.options.") or ["(no options)"],
+                    level=3,
+                )
+    chaos_cls = find("ChaosConfig")
+    out += section("chaos", class_doc(chaos_cls) or "A drill's faults (`recipes/drill.py`, `recipes/mttr_bench.py`).", field_lines(chaos_cls, "chaos."))
+    base = find("FaultOptions")
+    out += section("`chaos.faults` entries", class_doc(base), field_lines(base, ""), level=3)
+    common = {f.name for f in dataclasses.fields(base)}
+    for name, kind in sorted(find("fault_kinds")().items()):
+        module_doc = inspect.getmodule(type(kind)).__doc__ or ""
+        first = _one_paragraph(module_doc.split("\n\n")[0])
+        modes = tuple(getattr(kind, "modes", ()))
+        facts = (
+            f"Category `{value_text(kind.category)}`"
+            + ("; costs a restart of its group" if getattr(kind, "costs_restart", False) else "")
+            + (f"; `mode`: {', '.join(f'`{m}`' for m in modes)} (the first is the default)" if modes else "")
+            + "."
+        )
+        own = field_lines(kind.options, "", skip=common)
+        out += section(f"`kind: {name}`", f"{first} {facts}".strip(), own or ["No options of its own."], level=4)
+    bench = bench_config()
+    out += section("bench", class_doc(bench) or "The MTTR bench's sweep (`recipes/mttr_bench.py` only).", field_lines(bench, "bench."))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def enum_lines(enum_cls: type, name: Callable[[Any], str] = lambda m: str(m.value)) -> list[str]:
+    docs = member_docs(enum_cls)
+    return [f"- `{name(m)}`" + (f": {docs[m.name]}" if docs.get(m.name) else "") for m in enum_cls]
+
+
+def render_events() -> str:
+    kinds = find("EventKind")
+    out = [
+        HEADER.format(what="EventKind and the status enums", command=COMMAND),
+        "",
+        "# Events and statuses reference",
+        "",
+        "`events.jsonl` in a run directory holds one JSON object per line: `time` (wall clock, seconds), `event`",
+        "(one of the kinds below) and the event's own fields. The controller writes the job's and the groups'",
+        "events; the ranks' records reach it through their report files and are relayed into the same log.",
+        "",
+    ]
+    out += section("Event kinds", class_doc(kinds), enum_lines(kinds))
+    for name, title in (
+        ("JobStatus", "Job statuses (`summary.json` `status`)"),
+        ("GroupStatus", "Group states (`python -m monarch_ft status`)"),
+        ("GiveUpReason", "Why a group was given up"),
+        ("RecoveryPath", "Recovery paths (`recovery_path` events, `drill.json`)"),
+    ):
+        cls = find(name)
+        out += section(title, class_doc(cls), enum_lines(cls))
+    exits = find("RankExit")
+    out += section("Rank exit codes", class_doc(exits), enum_lines(exits, lambda m: f"{m.value}` `{m.name.lower()}"))
+    return "\n".join(out).rstrip() + "\n"
+
+
+def pages() -> dict[str, str]:
+    """Each reference page's path -> its content as the code says now."""
+    return {os.path.join(OUT_DIR, "config.md"): render_config(), os.path.join(OUT_DIR, "events.md"): render_events()}
+
+
+def stale(pages_now: Optional[dict[str, str]] = None) -> list[str]:
+    """The checked-in pages that differ from what the code says now."""
+    out = []
+    for path, text in (pages_now or pages()).items():
+        try:
+            with open(path) as f:
+                if f.read() == text:
+                    continue
+        except FileNotFoundError:
+            pass
+        out.append(os.path.relpath(path, REPO))
+    return out
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a page is stale")
+    args = parser.parse_args(argv)
+    now = pages()
+    if args.check:
+        old = stale(now)
+        for path in old:
+            print(f"gen_reference: {path} is stale: run {COMMAND}", file=sys.stderr)
+        return 1 if old else 0
+    os.makedirs(OUT_DIR, exist_ok=True)
+    for path, text in now.items():
+        with open(path, "w") as f:
+            f.write(text)
+        print(f"gen_reference: wrote {os.path.relpath(path, REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
