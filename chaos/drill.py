@@ -17,9 +17,9 @@ from chaos.kinds import fault_mode
 from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
 from chaos.mttr import analyze_fault, steps_never_go_back
 from chaos.schedule import build_faults
-from monarch_ft.components.metrics import ReportTail
+from monarch_ft.records.reports import ReportTail
 from monarch_ft.config import validate
-from monarch_ft.run_layout import RunLayout
+from monarch_ft.records.layout import RunLayout
 
 
 def _read_jsonl(path: str) -> list[dict]:

@@ -27,8 +27,8 @@ from typing import Any, Optional
 
 from chaos.kinds import FaultCategory, fault_kind
 from chaos.outcome import recovery_path
-from monarch_ft.events import PHASES  # one definition, shared with chaos.report
-from monarch_ft.recovered import Failure, recovery
+from monarch_ft.records.events import PHASES  # one definition, shared with chaos.report
+from monarch_ft.records.recovered import Failure, recovery
 
 
 def _first(items, pred):

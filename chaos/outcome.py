@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from monarch_ft.events import EventKind, RecoveryPath, StrEnum
+from monarch_ft.records.events import EventKind, RecoveryPath, StrEnum
 
 
 class NotInjected(StrEnum):

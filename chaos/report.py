@@ -29,7 +29,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from monarch_ft.events import PHASES  # one definition, shared with chaos.mttr
+from monarch_ft.records.events import PHASES  # one definition, shared with chaos.mttr
 from matplotlib.transforms import blended_transform_factory
 
 from chaos.kinds import fault_label

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from monarch_ft.config import ConfigError
+from monarch_ft.records.errors import ConfigError
 
 
 class _Parser(argparse.ArgumentParser):

@@ -12,7 +12,8 @@ import sys
 
 from omegaconf import DictConfig, OmegaConf
 
-from monarch_ft.config import ConfigError, JobConfig, register_configs
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.config import JobConfig, register_configs
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 

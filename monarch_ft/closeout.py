@@ -20,9 +20,10 @@ import time
 
 
 def close_out(run_dir: str, reason: str) -> int:
-    from monarch_ft.config import ConfigError, JobConfig
+    from monarch_ft.records.errors import ConfigError
+    from monarch_ft.config import JobConfig
     from monarch_ft.controller import Controller
-    from monarch_ft.events import JobStatus
+    from monarch_ft.records.events import JobStatus
     from monarch_ft.supervisor import Supervisor
 
     cfg = JobConfig()

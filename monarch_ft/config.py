@@ -14,9 +14,7 @@ from typing import Any, Optional
 
 from hydra.core.config_store import ConfigStore
 
-
-class ConfigError(ValueError):
-    """A config value that cannot run; the message says what to change."""
+from monarch_ft.records.errors import ConfigError
 
 
 @dataclass
@@ -344,11 +342,11 @@ def validate(cfg: JobConfig) -> None:
 
     launcher_options(cfg.launcher)
     _check_transport_interface(cfg)
-    from monarch_ft.model_catalog import model_problem
+    from monarch_ft.common.model_catalog import model_problem
 
     problem = model_problem(cfg.model.name, cfg.model.flavor)
     _require(problem is None, problem or "")
-    from monarch_ft.devices import CROSS_GROUP_BACKENDS, DEVICES
+    from monarch_ft.common.devices import CROSS_GROUP_BACKENDS, DEVICES
 
     _require(tr.device in DEVICES, f"training.device={tr.device!r}: choose one of {', '.join(DEVICES)}")
     _require(
@@ -418,7 +416,7 @@ def validate(cfg: JobConfig) -> None:
     from monarch_ft.launcher import launcher_traits
 
     if launcher_traits(cfg.launcher).ranks_on_this_machine:
-        from monarch_ft.devices import device_problem
+        from monarch_ft.common.devices import device_problem
 
         problem = device_problem(tr.device, ft.cross_group_backend, ft.nccl_hostid_per_group, ft.replica_groups, ft.ranks_per_group)
         _require(problem is None, problem or "")

@@ -16,8 +16,8 @@ import signal
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from monarch_ft.components.fault_agent import request_collective_fault
-from monarch_ft.events import EventKind, GroupStatus
+from monarch_ft.records.faults import request_collective_fault
+from monarch_ft.records.events import EventKind, GroupStatus
 
 if TYPE_CHECKING:
     from monarch_ft.supervisor import Supervisor

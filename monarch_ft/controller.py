@@ -38,17 +38,18 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
-from monarch_ft.components.lease import finish_at, heartbeat_time, lease_expired  # noqa: F401 (re-exported: pure lease decisions)
-from monarch_ft.config import ConfigError
-from monarch_ft.events import EventKind, GroupStatus, JobStatus, StrEnum
-from monarch_ft.components.metrics import ReportTail
-from monarch_ft.launcher.base import RankLaunch, RankProcess, describe_exit
-from monarch_ft.process import is_zombie, start_ticks
+from monarch_ft.records.lease import finish_at, heartbeat_time
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.events import EventKind, GroupStatus, JobStatus, StrEnum
+from monarch_ft.records.reports import ReportTail
+from monarch_ft.launcher.base import RankLaunch, RankProcess
+from monarch_ft.records.exits import describe_exit
 from monarch_ft.recovery import job_outcome
-from monarch_ft.run_layout import RunLayout, atomic_write, read_json, read_jsonl
+from monarch_ft.records.layout import RunLayout, atomic_write, read_json, read_jsonl
+from monarch_ft.common.process import ProcessIdentity
+from monarch_ft.records.reports import report_finished
 
 if TYPE_CHECKING:
     from monarch_ft.supervisor import Supervisor
@@ -64,29 +65,6 @@ LOST_EXIT = 255
 
 
 # ---------------------------------------------------------------- pure decisions
-@dataclass(frozen=True)
-class ProcessIdentity:
-    """One process: its pid and its start time (clock ticks since boot). The pair never
-    names a later process that reuses the pid."""
-
-    pid: int
-    start: Optional[str]
-
-    @classmethod
-    def of(cls, pid: Optional[int]) -> Optional["ProcessIdentity"]:
-        if not pid:
-            return None
-        return cls(pid, start_ticks(pid))
-
-    def alive(self) -> bool:
-        """Still running: the same process, and not a zombie (a rank orphaned by a killed
-        controller is reaped by whatever init the machine has, maybe late)."""
-        return is_same_process(self.start, start_ticks(self.pid)) and not is_zombie(self.pid)
-
-
-def is_same_process(recorded_start: Optional[str], current_start: Optional[str]) -> bool:
-    """The recorded process still runs: its pid exists and started when it did then."""
-    return recorded_start is not None and current_start == recorded_start
 
 
 class AttachAction(StrEnum):
@@ -165,9 +143,6 @@ def controller_attached(layout: RunLayout) -> Optional[int]:
 
 
 # ---------------------------------------------------------------- adopted ranks
-def report_finished(report_path: str) -> bool:
-    """The rank reported ``rank_finished`` (it exits 0 right after)."""
-    return any(r.get("type") == "event" and r.get("event") == "rank_finished" for r in read_jsonl(report_path))
 
 
 class AdoptedProcess(RankProcess):

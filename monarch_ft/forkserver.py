@@ -68,10 +68,12 @@ import time
 import traceback
 from typing import Any, Callable, Iterable, Optional
 
-from monarch_ft import proctitle
-from monarch_ft.events import EventKind, RecoveryPath, StrEnum
+from monarch_ft.common import proctitle
+from monarch_ft.records.events import EventKind, RecoveryPath, StrEnum
 from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch, RankProcess
-from monarch_ft.process import is_running, start_ticks
+from monarch_ft.common.process import is_running, start_ticks
+from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
+from monarch_ft.records.launch import WORKER_MODULE, worker_spec
 
 # What a rank imports before it reads its spec (monarch_ft.worker -> monarch_ft.trainer) and
 # what the trainer imports lazily while building: everything whose import a relaunch skips.
@@ -100,21 +102,10 @@ PRELOAD = (
     "monarch_ft.transport.sharded",
     "monarch_ft.transport.interface",
 )
-WORKER_MODULE = "monarch_ft.worker"
 # How long the supervisor waits for the server to answer one fork.
 FORK_REPLY_TIMEOUT_S = 10.0
 # A server that dies before it is ready this many times in a row on one host is not restarted.
 MAX_FAILED_STARTS = 3
-
-
-class ForkOp(StrEnum):
-    """The protocol's messages (``op``)."""
-
-    READY = "ready"  # server -> supervisor: imports done, waiting for forks
-    FORK = "fork"  # supervisor -> server: start one rank
-    FORKED = "forked"  # the rank runs, with this pid
-    REFUSED = "refused"  # the fork was not made (unsafe, or it failed): start it cold
-    EXITED = "exited"  # a forked rank exited (reaped by the server), with its code
 
 
 class ServerState(StrEnum):
@@ -123,53 +114,7 @@ class ServerState(StrEnum):
     GONE = "gone"  # exited or closed
 
 
-class ProtocolError(ValueError):
-    """A line that is not a message of the protocol."""
-
-
-_FIELDS: dict[ForkOp, tuple[str, ...]] = {
-    ForkOp.READY: ("pid", "import_s", "threads"),
-    ForkOp.FORK: ("id", "argv", "env", "cwd", "log_path", "die_with_parent"),
-    ForkOp.FORKED: ("id", "pid"),
-    ForkOp.REFUSED: ("id", "error"),
-    ForkOp.EXITED: ("id", "pid", "code"),
-}
-
-
 # ---------------------------------------------------------------- pure parts
-def encode(op: ForkOp, **fields: Any) -> bytes:
-    """One message as a line of JSON."""
-    return (json.dumps({"op": op.value, **fields}) + "\n").encode()
-
-
-def decode(line: bytes) -> dict:
-    """One line -> the message (``op`` a :class:`ForkOp`), every field its op needs present.
-
-    Raises:
-        ProtocolError: not JSON, not an object, an unknown op or a missing field.
-    """
-    try:
-        msg = json.loads(line)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise ProtocolError(f"not JSON: {line[:80]!r} ({e})") from None
-    if not isinstance(msg, dict):
-        raise ProtocolError(f"not an object: {line[:80]!r}")
-    try:
-        msg["op"] = ForkOp(msg.get("op"))
-    except ValueError:
-        raise ProtocolError(f"unknown op {msg.get('op')!r}") from None
-    missing = [f for f in _FIELDS[msg["op"]] if f not in msg]
-    if missing:
-        raise ProtocolError(f"{msg['op']} without {', '.join(missing)}")
-    return msg
-
-
-def worker_spec(argv: list[str]) -> Optional[str]:
-    """The spec path of a plain rank launch (``PYTHON -m monarch_ft.worker SPEC``), else None:
-    anything else (a ``nice`` prefix, another program) is not what a fork can become."""
-    if len(argv) == 4 and argv[1] == "-m" and argv[2] == WORKER_MODULE:
-        return argv[3]
-    return None
 
 
 def relaunch_path(recovery: str, warm_fork: bool, launcher_problem: Optional[str], server: Optional[ServerState]) -> tuple[RecoveryPath, Optional[str]]:
@@ -358,7 +303,7 @@ def _become_rank(msg: dict, spec: str, server: int, inherited: tuple[int, ...], 
         os.setsid()  # its own session, as start_new_session=True
         set_cmdline(msg["argv"])  # it reads as the rank it becomes, not as the server
         if msg["die_with_parent"]:
-            from monarch_ft.process import die_with_parent
+            from monarch_ft.common.process import die_with_parent
 
             die_with_parent()
             if os.getppid() != server:  # the server died before the line above
@@ -562,7 +507,8 @@ class ForkedProcess(RankProcess):
         if self._code is None:
             self._code = self.server.exit_code(self.rid)
         if self._code is None and self.server.state is ServerState.GONE and not is_running(self._pid, self._start):
-            from monarch_ft.controller import LOST_EXIT, report_finished
+            from monarch_ft.records.exits import LOST_EXIT
+            from monarch_ft.records.reports import report_finished
 
             # The exit may still be on its way: the server's last words are read before GONE.
             self._code = self.server.exit_code(self.rid)

@@ -14,13 +14,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-from monarch_ft.components.checkpoint import MANIFEST, CheckpointHealth, quarantined, step_dir, steps_on_disk, verify_step
-from monarch_ft.components.lease import heartbeat_time
-from monarch_ft.config import ConfigError
-from monarch_ft.controller import ProcessIdentity, controller_attached
-from monarch_ft.events import EventKind, GiveUpReason, JobStatus, RecoveryPath
-from monarch_ft.recovered import SEEN_FAILURES, Failure, is_back, marker_time, recovery
-from monarch_ft.run_layout import RunLayout, read_json, read_jsonl
+from monarch_ft.records.manifest import MANIFEST, step_dir, steps_on_disk, verify_step
+from monarch_ft.components.checkpoint import CheckpointHealth, quarantined
+from monarch_ft.records.lease import heartbeat_time
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.common.process import ProcessIdentity
+from monarch_ft.controller import controller_attached
+from monarch_ft.records.events import EventKind, GiveUpReason, JobStatus, RecoveryPath
+from monarch_ft.records.recovered import SEEN_FAILURES, Failure, is_back, marker_time, recovery
+from monarch_ft.records.layout import RunLayout, read_json, read_jsonl
 
 # Fault events a status lists (injected by a drill, or seen by the supervisor).
 _FAULT_KINDS = (EventKind.FAULT_INJECTED, *SEEN_FAILURES)
@@ -330,7 +332,7 @@ def _live_ranks(state: dict) -> dict[str, tuple[ProcessIdentity, str]]:
 def job_stacks(run_dir: str, group: Optional[int] = None) -> dict[str, str]:
     """Every live rank's Python stacks (py-spy; the rank's faulthandler, copied from its log,
     where py-spy cannot read it: monarch_ft.stacks) into ``stacks/cli-<ms>/``; label -> file."""
-    from monarch_ft.stacks import capture_stacks
+    from monarch_ft.common.stacks import capture_stacks
 
     layout, state = open_run(run_dir)
     ranks = _live_ranks(state)
@@ -352,7 +354,7 @@ def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
     and ends the job as completed (summary.json); with none, the ranks do it themselves
     (components.lease) and the Lighthouse follows. (Ctrl-C on the controller is the hard
     stop.) Returns how many ranks were still alive at the timeout."""
-    from monarch_ft.run_layout import atomic_write
+    from monarch_ft.records.layout import atomic_write
 
     layout, state = open_run(run_dir)
     if state.get("finished"):

@@ -15,9 +15,10 @@ import time
 
 import psutil
 
-from monarch_ft.config import ConfigError, FTConfig
-from monarch_ft.process import is_running, start_ticks
-from monarch_ft.net import free_port, host_port, port_in_use, reachable
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.config import FTConfig
+from monarch_ft.common.process import is_running, start_ticks
+from monarch_ft.common.net import free_port, host_port, port_in_use, reachable
 
 
 def lighthouse_binary() -> str:

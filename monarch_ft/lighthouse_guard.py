@@ -23,10 +23,10 @@ import subprocess
 import sys
 import time
 
-from monarch_ft import proctitle
+from monarch_ft.common import proctitle
 from monarch_ft.components.lease import ControllerLease
-from monarch_ft.process import die_with_parent, is_running
-from monarch_ft.run_layout import RunLayout
+from monarch_ft.common.process import die_with_parent, is_running
+from monarch_ft.records.layout import RunLayout
 
 
 def live_ranks(state_path: str) -> int:

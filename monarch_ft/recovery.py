@@ -13,77 +13,12 @@ again from its initial weights.
 
 from __future__ import annotations
 
-import os
-import traceback
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from monarch_ft.events import GroupStatus, JobStatus, StrEnum
-
-
-class StateSource(StrEnum):
-    """Where a group's training state comes from when it (re)joins the job."""
-
-    INIT = "init"  # its initial weights: only while the job has committed nothing
-    PEER = "peer"  # healed by TorchFT from a live group in the quorum
-    DISK = "disk"  # the newest complete disk checkpoint
-
-
-@dataclass(frozen=True)
-class StateDecision:
-    source: StateSource
-    # DISK: the checkpoint step to load. PEER/INIT: None.
-    step: Optional[int] = None
-    # Committed steps the job gives up by going back to ``step`` (DISK only).
-    steps_lost: int = 0
-
-
-class JobStateLost(Exception):
-    """Every group holding the job's state is gone and no checkpoint exists."""
-
-
-def needs_disk(live_peers: Sequence[int], job_step: int) -> bool:
-    """Whether :func:`decide_state_source` needs the checkpoint step: no live peer, and steps
-    committed. Finding an intact checkpoint reads every byte of it, so it is done only then."""
-    return not live_peers and job_step > 0
-
-
-def decide_state_source(live_peers: Sequence[int], job_step: int, checkpoint_step: Optional[int], tried: Sequence[str] = ()) -> StateDecision:
-    """Where a group that is ready to join gets its state.
-
-    Args:
-        live_peers: groups stepping in the job right now (they hold its committed state).
-        job_step: steps the job has committed (the Manager's step after the newest commit),
-            or the step it resumed from; 0 when nothing was committed yet.
-        checkpoint_step: the newest intact checkpoint step of any group not after
-            ``job_step`` (an older job's checkpoints in the same folder are not this job's
-            state), None if none.
-        tried: the checkpoint steps that were found damaged or failed to load, each as
-            ``step N (why)``: with none left, the stop names each.
-
-    Raises:
-        JobStateLost: no live peer, steps committed, and no checkpoint to resume from.
-    """
-    if live_peers:
-        return StateDecision(StateSource.PEER)
-    if job_step == 0:
-        return StateDecision(StateSource.INIT)
-    if checkpoint_step is not None:
-        if checkpoint_step > job_step:
-            raise ValueError(f"checkpoint step {checkpoint_step} is ahead of the job's step {job_step}: not this job's")
-        return StateDecision(StateSource.DISK, checkpoint_step, job_step - checkpoint_step)
-    if tried:
-        raise JobStateLost(
-            f"every replica group holding the job's state was lost at step {job_step} and no intact disk checkpoint "
-            f"is left: {'; '.join(tried)}; each was moved to its group folder's quarantine/ (nothing deleted; "
-            "python -m monarch_ft verify RUN_DIR checks what is on disk)"
-        )
-    raise JobStateLost(
-        f"every replica group holding the job's state was lost at step {job_step} and there is no complete "
-        "disk checkpoint to resume from; enable checkpoint.enable=true with a checkpoint.interval below the "
-        "steps a job may lose, then resume with checkpoint.resume=true"
-    )
+from monarch_ft.records.events import GroupStatus, JobStatus, StrEnum
+from monarch_ft.records.phases import Phase
 
 
 class CommitLedger:
@@ -168,22 +103,6 @@ SELF_EXPLAINED = {OsState.STOPPED.value, OsState.TRACING_STOP.value, OsState.ZOM
 # waiting for any timeout: SIGSTOPped, dead but not reaped, or stuck in uninterruptible I/O.
 # Not tracing-stop: that is a debugger's or py-spy's own ptrace stop (a stacks capture).
 OS_STALL_STATES = {OsState.STOPPED.value, OsState.ZOMBIE.value, OsState.DEAD.value, OsState.DISK_SLEEP.value}
-
-
-class Phase(StrEnum):
-    """What a rank's main thread is doing; its liveness thread reports it every beat.
-
-    The hang detector judges a rank by its phase: a long save, a wait for a quorum while
-    a peer heals or saves, are not hangs within their own budgets (see HangLimits).
-    """
-
-    STARTUP = "startup"  # building the model, loading state
-    GATE = "gate"  # waiting at a start or launch gate
-    COMPUTE = "compute"  # forward, backward, optimizer step
-    SYNC = "sync"  # TorchFT: quorum, cross-group allreduce, should_commit (bounded by its timeouts)
-    SAVE = "save"  # a checkpoint save (bounded by its own watchdog)
-    HOLD = "hold"  # finished, serving quorums while another group has work
-    STANDBY = "standby"  # a warm standby waiting for its promotion (never a replica group's phase)
 
 
 # Phases whose work is disk I/O (imports and model files, checkpoint writes): a long
@@ -650,51 +569,6 @@ def start_gate_opens(all_ready: bool, waited_s: float, startup_timeout_s: float)
 
 
 # ---------------------------------------------------------------- crash loops
-# Errors of the world around a rank, not of its config, data or code: a connection, a store,
-# a collective whose peer died, a timeout, and anything raised inside TorchFT (its Lighthouse
-# and Manager clients: coordination with other processes). A relaunch may not meet them again
-# (a partition heals, a peer comes back), so they never make a crash loop; the restart budget
-# bounds them as before. Misjudging one the other way would give up a group that could have
-# come back, so the doubtful cases count as environmental.
-ENVIRONMENT_ERRORS = (ConnectionError, TimeoutError)
-ENVIRONMENT_ERROR_NAMES = {"DistNetworkError", "DistStoreError", "DistBackendError"}  # torch.distributed's, by name: no torch import here
-ENVIRONMENT_PACKAGES = ("torchft",)
-
-
-def short_path(path: str) -> str:
-    """A source path as a user reads it: from its package down (``torchtitan/models/...``,
-    ``monarch_ft/...``), not the machine's install prefix."""
-    for marker in ("site-packages/", "dist-packages/"):
-        if marker in path:
-            return path.rsplit(marker, 1)[1]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-    return path[len(root) :] if path.startswith(root) else path
-
-
-def error_record(exc: BaseException) -> dict[str, Any]:
-    """What a rank reports (event ``rank_error``) about the exception that ends it.
-
-    ``error`` is the traceback's own last line (``RuntimeError: shape ...``), ``error_type``
-    the exception's qualified name and ``frame`` the innermost frame (``file:line in
-    function``): the two the controller compares between relaunches (:func:`crash_loop`).
-    ``environmental``: see :data:`ENVIRONMENT_ERRORS`. The full traceback stays in the rank's log.
-    """
-    tb = traceback.extract_tb(exc.__traceback__)
-    last = tb[-1] if tb else None
-    frame = f"{short_path(last.filename)}:{last.lineno} in {last.name}" if last else ""
-    kind = type(exc)
-    module = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
-    names = {c.__name__ for c in kind.__mro__}
-    in_package = bool(last) and any(f"/{p}/" in last.filename for p in ENVIRONMENT_PACKAGES)
-    line = traceback.format_exception_only(kind, exc)[-1].strip()
-    return {
-        "error": line[:1000],
-        "error_type": module + kind.__qualname__,
-        "frame": frame,
-        "environmental": isinstance(exc, ENVIRONMENT_ERRORS) or bool(names & ENVIRONMENT_ERROR_NAMES) or in_package,
-    }
-
-
 def startup_failure(stepped: bool, errors: Sequence[dict]) -> Optional[dict]:
     """A group attempt's failure at start-up, as the controller compares it between relaunches; else None.
 

@@ -32,7 +32,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from monarch_ft.events import EventKind, RecoveryPath, StandbyStatus
+from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
+from monarch_ft.records.decisions import Promotion
 
 # Niceness of a standby while it builds and waits: below the training ranks (0), so a
 # standby being (re)built in the background does not slow the job it protects.
@@ -73,7 +74,7 @@ def standby_config_error(configured: Optional[int], launcher: str) -> Optional[s
 
 def check_standby_config(cfg: Any) -> None:
     """config.validate's check (raises ConfigError: one line, exit 2, before anything runs)."""
-    from monarch_ft.config import ConfigError
+    from monarch_ft.records.errors import ConfigError
 
     error = standby_config_error(cfg.ft.standby_groups, cfg.launcher.name)
     if error:
@@ -147,29 +148,6 @@ class UnreadyClock:
 
 
 # ---------------------------------------------------------------- promotion
-@dataclass
-class Promotion:
-    """What a promoted standby becomes (the promotion file's content).
-
-    Args:
-        standby: the standby's number.
-        group: the failed group's index it takes; replica_id is TorchFT's ``group_<g>``.
-        attempt: the group's new attempt (its report files are named by it).
-        ranks: per rank (str index): report_path, spec_path, scratch_dir.
-        checkpoint_dir: the group's checkpoint folder.
-        decision: where its state comes from: {"source": StateSource, "step": int|None},
-            what a launch gate carries (Supervisor._open_launch_gates).
-        promoted_at: the supervisor's wall-clock time of the promotion.
-    """
-
-    standby: int
-    group: int
-    replica_id: str
-    attempt: int
-    ranks: dict
-    checkpoint_dir: str
-    decision: dict
-    promoted_at: float = 0.0
 
 
 def build_promotion(layout: Any, standby: int, group: int, attempt: int, ranks: int, decision: dict, now: float) -> Promotion:
@@ -251,8 +229,8 @@ class ControllerWatch:
         self._checked = time.time()
 
     def _beat(self) -> tuple[Optional[float], Optional[int]]:
-        from monarch_ft.components.lease import heartbeat_time
-        from monarch_ft.run_layout import read_json
+        from monarch_ft.records.lease import heartbeat_time
+        from monarch_ft.records.layout import read_json
 
         beat = heartbeat_time(self.path)
         if beat is None:
@@ -282,7 +260,7 @@ def wait_for_promotion(path: str, poll_s: float = PROMOTION_POLL_S, orphaned: Op
     cancellation and the task wrapper with slurm). The heartbeat check covers what those
     cannot: a Slurm standby on another node, or Monarch procs (which outlive a SIGKILLed
     controller), must not hold their allocation until the job's time limit."""
-    from monarch_ft.run_layout import read_json
+    from monarch_ft.records.layout import read_json
 
     while True:
         data = read_json(path)

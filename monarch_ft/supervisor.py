@@ -28,40 +28,39 @@ from typing import Any, Optional, Protocol
 
 import psutil
 
-from monarch_ft import proctitle
-from monarch_ft.components.checkpoint import CheckpointHealth, folder_write_problem, quarantine_step, recover_checkpoint, save_failure_fix, step_dir
-from monarch_ft.components.metrics import ReportTail
-from monarch_ft.config import ConfigError, JobConfig, validate
+from monarch_ft.common import proctitle
+from monarch_ft.components.checkpoint import CheckpointHealth, folder_write_problem, quarantine_step, recover_checkpoint, save_failure_fix
+from monarch_ft.records.manifest import step_dir
+from monarch_ft.records.reports import ReportTail
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.config import JobConfig, validate
 from monarch_ft.control import JobControl
 from monarch_ft.controller import DETACH_SIGNAL, DETACHED_EXIT, Controller
-from monarch_ft.data import prepare_data
-from monarch_ft.devices import gpu_device_nodes
-from monarch_ft.events import EventKind, EventLog, GiveUpReason, GroupStatus, JobStatus, RecoveryPath
+from monarch_ft.common.data import prepare_data
+from monarch_ft.common.devices import gpu_device_nodes
+from monarch_ft.records.events import EventKind, EventLog, GiveUpReason, GroupStatus, JobStatus, RecoveryPath
 from monarch_ft.forkserver import ForkError, WarmForks
-from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, describe_exit, launcher_options
-from monarch_ft.launcher.base import RankExit
+from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, launcher_options
+from monarch_ft.records.exits import describe_exit
+from monarch_ft.records.exits import RankExit
 from monarch_ft.lighthouse import Lighthouse
-from monarch_ft.net import free_port
+from monarch_ft.common.net import free_port
 from monarch_ft.recovery import (
     CommitLedger,
     CpuSample,
     Hang,
     HangLimits,
-    JobStateLost,
     OsSample,
     RankView,
     StepTimeLearner,
-    StateSource,
     asleep_compute_timeout,
     auto_hang_timeout,
     crash_loop,
-    decide_state_source,
     find_hang,
     hang_timeout_setting,
     is_job_stall,
     job_outcome,
     recent_restarts,
-    needs_disk,
     redone_commit,
     track_cpu,
     track_os_state,
@@ -69,8 +68,9 @@ from monarch_ft.recovery import (
     start_gate_opens,
     startup_failure,
 )
-from monarch_ft.run_layout import RunLayout, atomic_write, atomic_write_json, read_jsonl
-from monarch_ft.stacks import capture_stacks
+from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source, needs_disk
+from monarch_ft.records.layout import RunLayout, atomic_write, atomic_write_json, read_jsonl
+from monarch_ft.common.stacks import capture_stacks
 from monarch_ft.standby import STANDBY_NICENESS, StandbyPool, build_promotion, resolve_standby_groups
 
 log = logging.getLogger("monarch_ft.supervisor")

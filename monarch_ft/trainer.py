@@ -34,19 +34,9 @@ from typing import Any, Iterator, Optional
 import torch
 import torch.distributed as dist
 
-from monarch_ft import proctitle
-from monarch_ft.components.checkpoint import (
-    SaveWatchdog,
-    TrainState,
-    build_checkpointer,
-    describe_error,
-    describe_os_error,
-    errno_name,
-    remove_partial,
-    save_due,
-    step_dir,
-    storage_error,
-)
+from monarch_ft.common import proctitle
+from monarch_ft.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, describe_error, remove_partial, save_due, storage_error
+from monarch_ft.records.manifest import describe_os_error, errno_name, step_dir
 from monarch_ft.components.fault_agent import FaultAgent
 from monarch_ft.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
 from monarch_ft.components.lease import ControllerLease
@@ -54,12 +44,14 @@ from monarch_ft.components.sync import build_sync, checkpoint_interval, uses_asy
 from monarch_ft.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.components.model import build_model
 from monarch_ft.config import JobConfig
-from monarch_ft.data import TokenBatches
-from monarch_ft.events import EventKind
-from monarch_ft.devices import cross_group_backend, cuda_index, device_type, set_nccl_hostid
-from monarch_ft.launcher.base import RankExit
-from monarch_ft.recovery import Phase, StateSource, error_record
-from monarch_ft.run_layout import RunLayout, read_int, read_json
+from monarch_ft.common.data import TokenBatches
+from monarch_ft.records.events import EventKind
+from monarch_ft.common.devices import cross_group_backend, cuda_index, device_type, set_nccl_hostid
+from monarch_ft.records.exits import RankExit
+from monarch_ft.records.phases import Phase
+from monarch_ft.records.decisions import StateSource
+from monarch_ft.records.reports import error_record
+from monarch_ft.records.layout import RunLayout, read_int, read_json
 
 
 @dataclass
@@ -275,7 +267,7 @@ class Trainer:
         """A warm standby: report ready, wait (no CPU to speak of) for the promotion file,
         then become the group it names: its report files, attempt and the supervisor's
         decision on where its state comes from (monarch_ft.standby)."""
-        from monarch_ft.process import outlive_parent
+        from monarch_ft.common.process import outlive_parent
         from monarch_ft.standby import ControllerWatch, orphan_after_s, promoted_spec, renice_threads, wait_for_promotion
 
         self.liveness.enter(Phase.STANDBY)

@@ -14,8 +14,8 @@ import os
 import sys
 import traceback
 
-from monarch_ft import proctitle
-from monarch_ft.proctitle import rank_or_standby
+from monarch_ft.common import proctitle
+from monarch_ft.common.proctitle import rank_or_standby
 
 
 def main(argv: list[str]) -> int:

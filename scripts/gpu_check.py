@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 
-from monarch_ft.run_layout import read_jsonl as _jsonl  # noqa: E402  (a torn last line is skipped)
+from monarch_ft.records.layout import read_jsonl as _jsonl  # noqa: E402  (a torn last line is skipped)
 
 
 class Fail(Exception):

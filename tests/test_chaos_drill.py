@@ -73,7 +73,7 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
 
     # The report's files exist and agree with drill.json.
     from chaos.report import label_faults, phase_stats
-    from monarch_ft.events import RecoveryPath
+    from monarch_ft.records.events import RecoveryPath
 
     report = (run_dir / "report.md").read_text()
     assert "(blamed)" in report and "g1r1.txt" in report  # the stacks are linked from the report

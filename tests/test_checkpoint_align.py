@@ -2,7 +2,8 @@
 
 from types import SimpleNamespace
 
-from monarch_ft.components.checkpoint import complete_steps, recover_checkpoint, seal_step
+from monarch_ft.records.manifest import complete_steps
+from monarch_ft.components.checkpoint import recover_checkpoint, seal_step
 
 
 def _save(folder, step, complete=True, payload=b"weights"):

@@ -20,17 +20,15 @@ import pytest
 from monarch_ft.components.checkpoint import (
     CheckpointHealth,
     choose_resume_step,
-    complete_steps,
     folder_write_problem,
     quarantine_step,
     recover_checkpoint,
     seal_step,
     storage_error,
-    verify_step,
-    verify_step_cached,
 )
-from monarch_ft.events import EventKind
-from monarch_ft.recovery import JobStateLost, StateSource, decide_state_source, needs_disk
+from monarch_ft.records.manifest import complete_steps, verify_step, verify_step_cached
+from monarch_ft.records.events import EventKind
+from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source, needs_disk
 
 from conftest import REPO
 

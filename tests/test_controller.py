@@ -9,11 +9,13 @@ import time
 
 import pytest
 
-from monarch_ft.components.lease import ControllerLease, finish_at, lease_expired, stop_unanswered
-from monarch_ft.config import ConfigError
-from monarch_ft.controller import AttachAction, ProcessIdentity, RunLock, controller_attached, decide_attach, is_same_process
-from monarch_ft.events import GroupStatus
-from monarch_ft.run_layout import RunLayout
+from monarch_ft.components.lease import ControllerLease
+from monarch_ft.records.lease import finish_at, lease_expired, stop_unanswered
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.controller import AttachAction, RunLock, controller_attached, decide_attach
+from monarch_ft.common.process import ProcessIdentity, is_same_process
+from monarch_ft.records.events import GroupStatus
+from monarch_ft.records.layout import RunLayout
 
 
 def test_identity_is_pid_and_start_time():

@@ -7,8 +7,8 @@ import pytest
 from chaos.config import ChaosConfig, DrillConfig, FaultConfig, validate_chaos
 from chaos.kinds import fault_label, fault_mode
 from chaos.outcome import NotInjected, blocked_reason, explain_not_injected, fix_line, recovery_path
-from monarch_ft.config import ConfigError
-from monarch_ft.events import RecoveryPath
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.events import RecoveryPath
 
 
 def test_the_injector_names_what_holds_a_fault_back_in_its_own_order():

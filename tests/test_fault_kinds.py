@@ -12,8 +12,8 @@ from chaos.config import ChaosConfig, DrillConfig, FaultConfig, validate_chaos
 from chaos.kinds import FaultCategory, FaultOptions, fault_kind, fault_kinds, parse_fault
 from chaos.kinds.base import FaultKind
 from chaos.schedule import build_faults
-from monarch_ft.config import ConfigError
-from monarch_ft.recovered import RecoveryRule
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.recovered import RecoveryRule
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 # The kinds a drill had before the registry: each must still be there, under its name.

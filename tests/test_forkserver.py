@@ -13,22 +13,13 @@ import time
 import psutil
 import pytest
 
-from monarch_ft.events import RecoveryPath
-from monarch_ft.forkserver import (
-    ForkError,
-    ForkOp,
-    ForkServer,
-    ProtocolError,
-    ServerState,
-    decode,
-    encode,
-    fork_unsafe,
-    relaunch_path,
-    worker_spec,
-)
+from monarch_ft.records.events import RecoveryPath
+from monarch_ft.forkserver import ForkError, ForkServer, ServerState, fork_unsafe, relaunch_path
+from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
+from monarch_ft.records.launch import worker_spec
 from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch
 from monarch_ft.launcher.local import LocalLauncher
-from monarch_ft.process import die_with_parent
+from monarch_ft.common.process import die_with_parent
 
 WORKER = [sys.executable, "-m", "monarch_ft.worker"]
 

@@ -116,7 +116,7 @@ def test_refuses_a_log_folder_in_use(tmp_path):
 
 
 def test_gpu_assignment_spreads_groups_and_flags_sharing():
-    from monarch_ft.devices import cuda_index, groups_share_a_gpu
+    from monarch_ft.common.devices import cuda_index, groups_share_a_gpu
 
     # 2 groups x 2 ranks on 4 GPUs: every rank its own GPU (rank % GPUs put both groups on 0-1).
     assert [cuda_index(g, r, 2, 4) for g in range(2) for r in range(2)] == [0, 1, 2, 3]

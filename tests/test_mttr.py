@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from chaos.mttr import analyze_fault, batch_accounting, steps_never_go_back
-from monarch_ft.events import PHASES
+from monarch_ft.records.events import PHASES
 
 T0 = 100.0  # the fault's injection time
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from monarch_ft.run_layout import RunLayout, atomic_write
+from monarch_ft.records.layout import RunLayout, atomic_write
 from monarch_ft.supervisor import request_finish
 
 from conftest import FAST, console, finish_job, read_jsonl, start_job, wait_for
@@ -130,7 +130,7 @@ SLOW_SAVE = [*FAST, "ft.hang_timeout_s=6", "ft.timeout_s=3", "checkpoint.save_ti
 
 
 def test_slow_save_is_not_a_hang_and_a_stuck_save_fails_clearly(run_dir):
-    from monarch_ft.components.fault_agent import request_slow_save
+    from monarch_ft.records.faults import request_slow_save
 
     proc = start_job(run_dir, *SLOW_SAVE, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000")
     layout = RunLayout(str(run_dir))
@@ -200,7 +200,7 @@ def test_every_group_stuck_at_once_is_one_stall_waited_out_then_escalated(run_di
     One group: two groups stuck at once cannot be arranged deterministically (the first
     to stall holds the other in TorchFT's quorum, inside its own budget, which is right),
     and a lone group is the same case, the last group holding the job's state."""
-    from monarch_ft.components.fault_agent import request_collective_fault
+    from monarch_ft.records.faults import request_collective_fault
 
     proc = start_job(
         run_dir,

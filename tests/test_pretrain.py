@@ -135,7 +135,7 @@ def test_sigterm_to_supervisor_stops_everything(run_dir):
     proc.send_signal(signal.SIGTERM)
     assert finish_job(proc, run_dir, 30) == 143
     assert not [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
-    from monarch_ft.net import port_in_use
+    from monarch_ft.common.net import port_in_use
 
     assert not port_in_use("127.0.0.1", port), "the Lighthouse port is still held"
     summary = json.loads((run_dir / "summary.json").read_text())

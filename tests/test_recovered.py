@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from monarch_ft.events import EventKind
-from monarch_ft.recovered import CONTROLLER_REPLACED, RESTARTED, Failure, RecoveryRule, recovery
-from monarch_ft.run_layout import RunLayout
+from monarch_ft.records.events import EventKind
+from monarch_ft.records.recovered import CONTROLLER_REPLACED, RESTARTED, Failure, RecoveryRule, recovery
+from monarch_ft.records.layout import RunLayout
 
 T0 = 1000.0  # the fault
 

@@ -10,20 +10,16 @@ import pytest
 
 from monarch_ft.components.checkpoint import SaveWatchdog, save_due
 from monarch_ft.components.ft import CommitFloor
-from monarch_ft.launcher.base import RankExit, describe_exit
+from monarch_ft.records.exits import RankExit, describe_exit
 from monarch_ft.recovery import (
     BlameReason,
     CommitLedger,
     Hang,
     HangLimits,
-    JobStateLost,
-    Phase,
     RankView,
-    StateSource,
     StepTimeLearner,
     asleep_compute_timeout,
     auto_hang_timeout,
-    decide_state_source,
     find_hang,
     hang_timeout_setting,
     is_job_stall,
@@ -31,7 +27,9 @@ from monarch_ft.recovery import (
     track_cpu,
     track_os_state,
 )
-from monarch_ft.run_layout import RunLayout, atomic_write, read_json
+from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source
+from monarch_ft.records.phases import Phase
+from monarch_ft.records.layout import RunLayout, atomic_write, read_json
 
 LIMITS = HangLimits(hang_timeout_s=6, startup_timeout_s=120, save_timeout_s=30, sync_budget_s=36)
 
@@ -431,7 +429,7 @@ def _raised(exc: BaseException) -> BaseException:
 
 
 def test_a_rank_error_names_its_last_line_and_innermost_frame_and_the_environment():
-    from monarch_ft.recovery import error_record
+    from monarch_ft.records.reports import error_record
 
     def build(n_heads: int) -> None:
         raise ValueError(f"n_heads={n_heads}: does not divide dim 64")
@@ -478,7 +476,7 @@ def test_the_same_failure_at_start_up_twice_in_a_row_is_a_crash_loop():
 
 
 def test_the_job_fails_when_every_group_gave_up():
-    from monarch_ft.events import GroupStatus, JobStatus
+    from monarch_ft.records.events import GroupStatus, JobStatus
     from monarch_ft.recovery import job_outcome
 
     done, gone = GroupStatus.DONE, GroupStatus.GIVEN_UP

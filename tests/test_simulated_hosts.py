@@ -246,7 +246,7 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
             print("SKIP part: tc tbf not available, slow_link not exercised")
         # The controller gone (its hosts' state names a dead process): the hosts stay while
         # ranks run in them, and a new controller's launcher adopts them, ranks and all.
-        from monarch_ft.controller import ProcessIdentity
+        from monarch_ft.common.process import ProcessIdentity
         from monarch_ft.hosts import cleanup_stale
 
         state_path = f"/run/monarch_ft/hosts/{run_id}.json"
@@ -355,7 +355,8 @@ def test_link_delay_refused_exactly_where_the_kernel_lacks_netem(tmp_path):
     machine's), accepted where it has it; either way something is asserted."""
     _need_netns()
     from chaos.config import DrillConfig, FaultConfig, validate_chaos
-    from monarch_ft.config import ConfigError, LauncherConfig
+    from monarch_ft.records.errors import ConfigError
+    from monarch_ft.config import LauncherConfig
     from monarch_ft.hosts import qdisc_supported
 
     fault = FaultConfig(kind="slow_link", at_step=5, delay_ms=50)

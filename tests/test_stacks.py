@@ -8,9 +8,9 @@ import subprocess
 import sys
 import time
 
-from monarch_ft.controller import ProcessIdentity
+from monarch_ft.common.process import ProcessIdentity
 from monarch_ft.jobctl import job_stacks
-from monarch_ft.run_layout import RunLayout, atomic_write_json
+from monarch_ft.records.layout import RunLayout, atomic_write_json
 
 CHILD = (
     "import faulthandler, signal, sys, time\n"

@@ -11,11 +11,10 @@ import os
 
 import pytest
 
-from monarch_ft.events import EventKind, RecoveryPath, StandbyStatus
-from monarch_ft.run_layout import RunLayout
+from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
+from monarch_ft.records.layout import RunLayout
 from monarch_ft.standby import (
     MAX_FAILED_BUILDS,
-    Promotion,
     StandbyPool,
     UnreadyClock,
     build_promotion,
@@ -26,6 +25,7 @@ from monarch_ft.standby import (
     standby_loss,
     standbys_to_launch,
 )
+from monarch_ft.records.decisions import Promotion
 from monarch_ft.trainer import RankSpec
 
 
@@ -58,7 +58,7 @@ def test_config_errors_name_the_fix():
 
 
 def test_a_waiting_standby_gives_up_when_its_controller_is_gone(tmp_path):
-    from monarch_ft.run_layout import atomic_write_json
+    from monarch_ft.records.layout import atomic_write_json
     from monarch_ft.standby import ControllerWatch, orphan_after_s, standby_orphaned, wait_for_promotion
 
     # Much sooner than a training rank's lease, never later.
@@ -273,7 +273,7 @@ def test_drill_names_the_recovery_path_of_each_fault():
 def test_a_controller_that_attached_numbers_its_standbys_after_its_predecessors(tmp_path):
     """A reused number would find the old standby's promotion file (and ready report) and
     take that identity at once: numbers continue after every standby file of the run."""
-    from monarch_ft.run_layout import RunLayout
+    from monarch_ft.records.layout import RunLayout
 
     layout = RunLayout(str(tmp_path))
     assert layout.next_standby_number() == 0  # no ranks/ folder yet

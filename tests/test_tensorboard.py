@@ -7,7 +7,7 @@ import json
 from monarch_ft.components.metrics import RankReporter, build_metric_sinks
 from monarch_ft.components.tensorboard import Marker, MarkerTracker, TensorBoardSink, restart_cause
 from monarch_ft.config import MetricsConfig
-from monarch_ft.run_layout import RunLayout, read_jsonl
+from monarch_ft.records.layout import RunLayout, read_jsonl
 
 from conftest import read_tensorboard_run as read_run
 

@@ -254,7 +254,7 @@ def _group(role, port, metas=("", "")):
 def test_dtensor_round_trip():
     """Sharded (even, uneven, dim 1) and replicated DTensors move between two 2-rank
     replica groups in separate processes, with and without a template."""
-    from monarch_ft.net import free_port
+    from monarch_ft.common.net import free_port
 
     senders = _group("send", free_port())
     receivers = []

@@ -16,9 +16,9 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from monarch_ft.config import ConfigError
-from monarch_ft.events import EventKind, StrEnum
-from monarch_ft.recovered import RESTARTED, RecoveryRule
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.events import EventKind, StrEnum
+from monarch_ft.records.recovered import RESTARTED, RecoveryRule
 
 if TYPE_CHECKING:
     from chaos.config import DrillConfig

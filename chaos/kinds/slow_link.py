@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
 from chaos.kinds.base import NetworkFault, NetworkOptions
-from monarch_ft.config import ConfigError
+from monarch_ft.records.errors import ConfigError
 
 
 @dataclass

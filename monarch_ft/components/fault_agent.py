@@ -28,20 +28,8 @@ import threading
 import time
 from typing import Callable
 
-from monarch_ft.run_layout import RunLayout, atomic_write_json, read_json
-
-
-def request_collective_fault(layout: RunLayout, group: int, rank: int, mode: str, duration_s: float) -> str:
-    path = layout.collective_fault(group, rank)
-    atomic_write_json(path, {"mode": mode, "duration_s": duration_s, "requested_at": time.time()})
-    return path
-
-
-def request_slow_save(layout: RunLayout, group: int, rank: int, delay_s: float) -> str:
-    """Make the rank's next checkpoint save take ``delay_s`` longer (slow storage)."""
-    path = layout.slow_save(group, rank)
-    atomic_write_json(path, {"delay_s": delay_s, "requested_at": time.time()})
-    return path
+from monarch_ft.records.layout import RunLayout, read_json
+from monarch_ft.records.faults import GIL_HANG_SIGNAL
 
 
 def _take(path: str):
@@ -51,10 +39,6 @@ def _take(path: str):
     request = read_json(path)
     os.remove(path)
     return request
-
-
-# The signal a rank answers by sleeping with the GIL held (chaos ``hang`` ``mode: gil``).
-GIL_HANG_SIGNAL = signal.SIGUSR2
 
 
 def sleep_holding_the_gil(seconds: float) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 
-from monarch_ft.run_layout import read_int
+from monarch_ft.records.layout import read_int
 
 EPOCH_STRIDE = 1_000_000
 

@@ -153,39 +153,3 @@ class Liveness:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=self.interval_s * 2)
-
-
-class ReportTail:
-    """Incrementally reads complete lines appended to a rank's report file."""
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-        self._offset = 0
-        self._partial = b""
-
-    @property
-    def position(self) -> int:
-        """Byte offset of the first line not returned yet (what a new controller resumes at)."""
-        return self._offset - len(self._partial)
-
-    def seek(self, position: int) -> None:
-        self._offset, self._partial = position, b""
-
-    def read(self) -> list[dict[str, Any]]:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self._offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        self._offset += len(chunk)
-        data = self._partial + chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out

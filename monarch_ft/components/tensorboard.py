@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from monarch_ft.events import EventKind, StrEnum
-from monarch_ft.run_layout import RunLayout, read_jsonl
+from monarch_ft.records.events import EventKind, StrEnum
+from monarch_ft.records.layout import RunLayout, read_jsonl
 
 
 class Marker(StrEnum):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess, describe_exit
+from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 
 _NOT_LAUNCHERS = {"base"}
 
@@ -60,7 +60,6 @@ __all__ = [
     "RankProcess",
     "available_launchers",
     "build_launcher",
-    "describe_exit",
     "launcher_class",
     "launcher_options",
     "launcher_traits",

@@ -18,7 +18,7 @@ import threading
 
 from monarch.actor import Actor, endpoint
 
-from monarch_ft.process import die_with_parent
+from monarch_ft.common.process import die_with_parent
 
 
 def _train(spec_path: str) -> int:

@@ -21,8 +21,8 @@ import socket
 import subprocess
 import sys
 
-from monarch_ft.process import die_with_parent, start_ticks
-from monarch_ft.run_layout import atomic_write, atomic_write_json
+from monarch_ft.common.process import die_with_parent, start_ticks
+from monarch_ft.records.layout import atomic_write, atomic_write_json
 
 # Slurm's view of the task, passed on to the rank next to the rank's own environment.
 _SLURM_VARS = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_STEP_ID", "SLURMD_NODENAME", "SLURM_NODEID", "SLURM_LOCALID")

@@ -12,7 +12,6 @@ import signal
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Any, Callable, ClassVar, Optional
 
 
@@ -82,7 +81,7 @@ class LauncherOptions:
         from omegaconf import OmegaConf
         from omegaconf.errors import OmegaConfBaseException
 
-        from monarch_ft.config import ConfigError
+        from monarch_ft.records.errors import ConfigError
 
         if isinstance(value, LauncherOptions) and not isinstance(value, cls):
             other = type(value).__module__.rsplit(".", 1)[-1]
@@ -245,32 +244,3 @@ class Launcher(ABC):
 
     def close(self) -> None:
         """Release whatever the launcher holds (allocations, connections)."""
-
-
-class RankExit(IntEnum):
-    """Exit codes a rank ends with on purpose (anything else non-zero is a crash)."""
-
-    OK = 0
-    # It was about to commit a step below the job's committed step (trainer.CommitFloor).
-    COMMIT_BELOW_FLOOR = 75
-    # A checkpoint save outlived checkpoint.save_timeout_s (trainer.SaveWatchdog).
-    SAVE_TIMEOUT = 76
-    # Loading a disk checkpoint raised (trainer.Trainer.load_checkpoint): the controller
-    # quarantines that copy and decides again (an older step, or a live peer). Not an
-    # exception escaping the rank: a checkpoint that cannot be read is not a crash loop.
-    CHECKPOINT_LOAD_FAILED = 77
-
-
-def describe_exit(code: Optional[int]) -> dict:
-    """Exit code -> {"exit_code": n} or {"signal": "SIGKILL"} for the event log, with the
-    :class:`RankExit` name for a deliberate exit."""
-    if code is None:
-        return {}
-    if code < 0:
-        try:
-            return {"signal": signal.Signals(-code).name, "exit_code": code}
-        except ValueError:
-            return {"signal": f"SIG{-code}", "exit_code": code}
-    if code in RankExit._value2member_map_ and code != 0:
-        return {"exit_code": code, "exit_reason": RankExit(code).name.lower()}
-    return {"exit_code": code}

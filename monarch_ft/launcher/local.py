@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from monarch_ft.launcher.base import ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
-from monarch_ft.process import die_with_parent
+from monarch_ft.common.process import die_with_parent
 
 _CLONE_NEWUTS = 0x04000000
 

@@ -53,7 +53,7 @@ from typing import Any, List, Optional
 
 import psutil
 
-from monarch_ft.config import ConfigError
+from monarch_ft.records.errors import ConfigError
 from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 
 log = logging.getLogger("monarch_ft.launcher.monarch")

@@ -37,10 +37,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from monarch_ft.config import ConfigError
+from monarch_ft.records.errors import ConfigError
 from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
-from monarch_ft.process import start_ticks
-from monarch_ft.run_layout import RunLayout
+from monarch_ft.common.process import start_ticks
+from monarch_ft.records.layout import RunLayout
 
 
 @dataclass

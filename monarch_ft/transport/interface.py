@@ -171,7 +171,7 @@ def resolve(setting: Optional[str], lighthouse_addr: str) -> Choice:
         setting: ``ft.transport_interface``.
         lighthouse_addr: the Lighthouse's address, ``http://host:port`` or ``host:port``.
     """
-    from monarch_ft.net import host_port
+    from monarch_ft.common.net import host_port
     from monarch_ft.transport import rdma_discovery
 
     interfaces = local_interfaces()

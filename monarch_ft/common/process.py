@@ -1,9 +1,11 @@
-"""Child-process hygiene shared by everything the supervisor starts."""
+"""Child-process hygiene shared by everything the controller starts, and process identities
+(a pid with its start time) that outlive the controller that recorded them."""
 
 from __future__ import annotations
 
 import ctypes
 import signal
+from dataclasses import dataclass
 from typing import Optional
 
 _PR_SET_PDEATHSIG = 1
@@ -12,7 +14,7 @@ _PR_SET_PDEATHSIG = 1
 def die_with_parent() -> None:
     """``preexec_fn``: the kernel SIGKILLs the child when the process that started it dies.
     For helpers' own children (the Lighthouse guard's server, a Slurm task's rank); the
-    ranks and the Lighthouse outlive the supervisor (monarch_ft.controller)."""
+    ranks and the Lighthouse outlive the controller (monarch_ft.controller.takeover)."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
@@ -50,3 +52,28 @@ def is_zombie(pid: int) -> bool:
 def is_running(pid: Optional[int], start: Optional[str]) -> bool:
     """The process ``pid`` that started at ``start`` is still running (not a later one, not a zombie)."""
     return bool(pid) and start is not None and start_ticks(pid) == start and not is_zombie(pid)
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """One process: its pid and its start time (clock ticks since boot). The pair never
+    names a later process that reuses the pid."""
+
+    pid: int
+    start: Optional[str]
+
+    @classmethod
+    def of(cls, pid: Optional[int]) -> Optional["ProcessIdentity"]:
+        if not pid:
+            return None
+        return cls(pid, start_ticks(pid))
+
+    def alive(self) -> bool:
+        """Still running: the same process, and not a zombie (a rank orphaned by a killed
+        controller is reaped by whatever init the machine has, maybe late)."""
+        return is_same_process(self.start, start_ticks(self.pid)) and not is_zombie(self.pid)
+
+
+def is_same_process(recorded_start: Optional[str], current_start: Optional[str]) -> bool:
+    """The recorded process still runs: its pid exists and started when it did then."""
+    return recorded_start is not None and current_start == recorded_start

@@ -27,6 +27,8 @@ import json
 import os
 from typing import Any, Optional
 
+from monarch_ft.records.reports import ReportTail
+
 
 def atomic_write(path: str, text: str) -> None:
     """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one."""
@@ -64,8 +66,6 @@ def read_int(path: str, default: int = 0) -> int:
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
     """Every complete JSON line of ``path`` (a torn last line of a writer that died is skipped)."""
-    from monarch_ft.components.metrics import ReportTail
-
     return ReportTail(path).read()
 
 

@@ -146,7 +146,7 @@ def open_tokens(path: str | os.PathLike) -> np.ndarray:
 
 
 def _fail(path: str, problem: str) -> None:
-    from monarch_ft.config import ConfigError
+    from monarch_ft.records.errors import ConfigError
 
     raise ConfigError(f"data.path={path}: {problem}")
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
-from monarch_ft.events import EventKind, StrEnum
+from monarch_ft.records.events import EventKind, StrEnum
 
 
 class Clock(StrEnum):
