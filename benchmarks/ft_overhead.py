@@ -50,7 +50,7 @@ def _worker(spec: dict) -> None:
     from torchtitan.components.optimizer import OptimizersContainer
     from torchtitan.config.job_config import LRScheduler
 
-    from monarch_ft.components.model import build_model
+    from monarch_ft.rank.components.model import build_model
     from monarch_ft.config import ModelConfig
     from monarch_ft.common.data import TokenBatches
 

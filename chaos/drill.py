@@ -28,7 +28,7 @@ def _read_jsonl(path: str) -> list[dict]:
 
 def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     """Run the job with the faults injected; returns the drill dict (also drill.json)."""
-    from monarch_ft.supervisor import Supervisor
+    from monarch_ft.controller.loop import Supervisor
 
     faults = build_faults(cfg.chaos)
     validate(cfg)

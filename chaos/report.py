@@ -46,7 +46,7 @@ __all__ = [
     "main",
 ]
 
-# Canonical phase order (monarch_ft.events.PHASES); unknown phase names are appended in
+# Canonical phase order (monarch_ft.records.events.PHASES); unknown phase names are appended in
 # first-seen order.
 BASELINE_RECOVERY = "full_restart"
 

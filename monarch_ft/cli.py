@@ -31,7 +31,7 @@ def to_job_config(cfg: DictConfig) -> JobConfig:
 
 
 def run_job(cfg: DictConfig, hooks=None) -> int:
-    from monarch_ft.supervisor import Supervisor
+    from monarch_ft.controller.loop import Supervisor
 
     try:
         supervisor = Supervisor(to_job_config(cfg), run_dir(), hooks=hooks)

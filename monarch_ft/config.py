@@ -45,13 +45,13 @@ class TrainingConfig:
     # to check that a rejoined group holds exactly the healthy groups' weights.
     state_hash_every: int = 0
     # auto: CUDA when torch sees a GPU, else CPU; cpu; cuda (refused where torch sees none).
-    # See monarch_ft/devices.py for the GPU each rank takes.
+    # See monarch_ft/common/devices.py for the GPU each rank takes.
     device: str = "auto"
 
 
 @dataclass
 class DataConfig:
-    """What the ranks train on (monarch_ft/data.py); prepared once by the controller."""
+    """What the ranks train on (monarch_ft/common/data.py); prepared once by the controller."""
 
     # Text shipped with every Python install: the standard library's own sources (used
     # when ``path`` is unset; also what the tokenizer is trained on).
@@ -90,7 +90,7 @@ class FTConfig:
     cross_group_backend: str = "auto"
     # Each group its own NCCL_HOSTID, so a cross-group NCCL communicator accepts two groups'
     # ranks on one GPU (NCCL then uses its socket transport between them). Needed when
-    # groups share a GPU (more ranks than GPUs on the host); see monarch_ft/devices.py.
+    # groups share a GPU (more ranks than GPUs on the host); see monarch_ft/common/devices.py.
     nccl_hostid_per_group: bool = False
     # Where the sharded transport (not http) binds and what it advertises to the peers
     # that heal from this rank: an interface name (e.g. ib0: its address) or an address
@@ -98,7 +98,7 @@ class FTConfig:
     # route to the Lighthouse (the local address the kernel uses to reach it). Each
     # rank logs its choice and why (event transport_interface).
     transport_interface: Optional[str] = None
-    # Supervisor watch (monarch_ft/recovery.py). A rank that reports nothing (its liveness
+    # Supervisor watch (monarch_ft/controller/hangs.py). A rank that reports nothing (its liveness
     # thread beats 4 times a second) or computes one step for longer than this is hung.
     # auto: learned as the job runs: max(hang_min_s, hang_step_factor x the p99 of the last
     # 200 steps' compute seconds (step time less quorum and cross-group sync), every rank's);
@@ -145,7 +145,7 @@ class FTConfig:
     # full_restart: stop every group and resume all from the last disk checkpoint
     # (what plain torchrun/TorchElastic does): the baseline drills compare against.
     recovery: str = "live"
-    # Warm standby groups (monarch_ft/standby.py): groups of ranks_per_group ranks, built
+    # Warm standby groups (monarch_ft/controller/standby_pool.py): groups of ranks_per_group ranks, built
     # (model sharded, optimizer state, data, transport) and waiting without joining the
     # quorum, one of which takes a failed group's place instead of a cold restart. None:
     # the launcher's default (LauncherTraits.default_standby_groups): 1 with launcher=local
@@ -154,13 +154,13 @@ class FTConfig:
     # ft.recovery=full_restart uses none.
     standby_groups: Optional[int] = None
     # A relaunch with no standby ready forks its ranks from a fork server that imported
-    # torch/TorchTitan/TorchFT at launch (monarch_ft/forkserver.py: recovery path warm_fork)
+    # torch/TorchTitan/TorchFT at launch (monarch_ft/controller/fork_pool.py: recovery path warm_fork)
     # instead of fresh interpreters (cold_start). launcher=local/local_hosts only (others
     # start cold and say so); ft.recovery=full_restart never uses it. false: always cold.
     warm_fork: bool = True
     restart_backoff_s: float = 0.5
     restart_backoff_max_s: float = 8.0
-    # How groups synchronise (monarch_ft/components/sync.py):
+    # How groups synchronise (monarch_ft/rank/components/sync.py):
     # hsdp: every step, the local grad shards averaged across groups (one flat allreduce);
     # localsgd: each group steps alone, the parameters averaged every ``sync_every`` steps
     # (torchft.local_sgd.LocalSGD); diloco: each group steps alone, every ``sync_every`` steps
@@ -202,7 +202,7 @@ class MetricsConfig:
     # TensorBoard event files, one run per replica group (<run>/tensorboard/group_<g>, written by
     # the group's rank 0): loss, lr, tokens/s, step time, quorum size, and a marker at every
     # restart, heal, disk load, quorum change, failed commit and fault
-    # (monarch_ft/components/tensorboard.py). View: tensorboard --logdir <run>/tensorboard
+    # (monarch_ft/rank/components/tensorboard.py). View: tensorboard --logdir <run>/tensorboard
     tensorboard: bool = False
     # Seconds between flushes of the event files: the curve a killed rank can lose (markers are flushed at once).
     tensorboard_flush_s: float = 1.0
@@ -210,7 +210,7 @@ class MetricsConfig:
 
 @dataclass
 class ControllerConfig:
-    """The controller (supervisor) and the job are separate lives (monarch_ft/controller.py).
+    """The controller (supervisor) and the job are separate lives (monarch_ft/controller/takeover.py).
 
     The ranks and the Lighthouse no longer die with the supervisor: a supervisor that is
     killed, or detached (SIGUSR2), leaves the job training, and a new one takes it over.
@@ -295,7 +295,7 @@ def _check_transport_interface(cfg: JobConfig) -> None:
 
     traits = launcher_traits(cfg.launcher)
     if traits.simulated_hosts:
-        from monarch_ft.hosts import Host
+        from monarch_ft.launcher.hosts import Host
 
         names = sorted({"lo", Host.ifname})
         _require(
@@ -373,7 +373,7 @@ def validate(cfg: JobConfig) -> None:
         )
         _require(ft.outer_lr > 0, f"ft.outer_lr={ft.outer_lr}: must be > 0")
         _require(0 <= ft.outer_momentum < 1, f"ft.outer_momentum={ft.outer_momentum}: must be in [0, 1)")
-    from monarch_ft.standby import check_standby_config
+    from monarch_ft.controller.standby_pool import check_standby_config
 
     check_standby_config(cfg)
     _require(ft.max_restarts >= 0, f"ft.max_restarts={ft.max_restarts}: must be >= 0")
@@ -381,7 +381,7 @@ def validate(cfg: JobConfig) -> None:
         ft.restart_window_s > 0,
         f"ft.restart_window_s={ft.restart_window_s}: must be > 0 (the seconds within which at most ft.max_restarts relaunches of a group are allowed)",
     )
-    from monarch_ft.recovery import hang_timeout_setting
+    from monarch_ft.controller.hangs import hang_timeout_setting
 
     try:
         hang_timeout = hang_timeout_setting(ft.hang_timeout_s)

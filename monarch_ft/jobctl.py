@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
 from monarch_ft.records.manifest import MANIFEST, step_dir, steps_on_disk, verify_step
-from monarch_ft.components.checkpoint import CheckpointHealth, quarantined
+from monarch_ft.controller.checkpoints import CheckpointHealth, quarantined
 from monarch_ft.records.lease import heartbeat_time
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.common.process import ProcessIdentity
-from monarch_ft.controller import controller_attached
+from monarch_ft.controller.takeover import controller_attached
 from monarch_ft.records.events import EventKind, GiveUpReason, JobStatus, RecoveryPath
 from monarch_ft.records.recovered import SEEN_FAILURES, Failure, is_back, marker_time, recovery
 from monarch_ft.records.layout import RunLayout, read_json, read_jsonl
@@ -172,7 +172,7 @@ def _attempt_at(events: list[dict], group: int, t: float) -> int:
 
 
 def mttr_of(layout: RunLayout, state: dict, fault: dict, events: list[dict]) -> Optional[float]:
-    """Seconds from a fault to its recovery, by monarch_ft.recovered's rule (the drill's and its
+    """Seconds from a fault to its recovery, by monarch_ft.records.recovered's rule (the drill's and its
     report's); None while it is not recovered.
 
     An injected fault: the drill's injector applied the rule (its ``fault_recovered``). A
@@ -331,7 +331,7 @@ def _live_ranks(state: dict) -> dict[str, tuple[ProcessIdentity, str]]:
 
 def job_stacks(run_dir: str, group: Optional[int] = None) -> dict[str, str]:
     """Every live rank's Python stacks (py-spy; the rank's faulthandler, copied from its log,
-    where py-spy cannot read it: monarch_ft.stacks) into ``stacks/cli-<ms>/``; label -> file."""
+    where py-spy cannot read it: monarch_ft.common.stacks) into ``stacks/cli-<ms>/``; label -> file."""
     from monarch_ft.common.stacks import capture_stacks
 
     layout, state = open_run(run_dir)

@@ -43,7 +43,7 @@ from monarch_ft.records.errors import ConfigError  # noqa: E402
 # A sweep mode: ft.recovery, the warm standby groups and ft.warm_fork it runs with.
 MODES = {
     "live_standby": ("live", 1, True),
-    # No standby: relaunches fork from a warm fork server (monarch_ft.forkserver) ...
+    # No standby: relaunches fork from a warm fork server (monarch_ft.controller.fork_pool) ...
     "live_fork": ("live", 0, True),
     # ... or start fresh interpreters (the cold path).
     "live": ("live", 0, False),

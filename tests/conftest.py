@@ -130,7 +130,7 @@ def job_processes(run_dir: Path) -> list[psutil.Process]:
 
 def processes_matching(needle: str) -> list[psutil.Process]:
     """Every live (non-zombie) process with ``needle`` in a command-line argument, except this
-    one (a controller run in the test's own process titles it after its run: monarch_ft.proctitle)."""
+    one (a controller run in the test's own process titles it after its run: monarch_ft.common.proctitle)."""
     found = []
     for p in psutil.process_iter(["cmdline", "status"]):
         try:

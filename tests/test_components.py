@@ -9,8 +9,8 @@ import threading
 import pytest
 import torch
 
-from monarch_ft.components.ft import GradSync, load_in_place
-from monarch_ft.components.metrics import RankReporter
+from monarch_ft.rank.components.ft import GradSync, load_in_place
+from monarch_ft.rank.components.metrics import RankReporter
 from monarch_ft.records.reports import ReportTail
 from monarch_ft.records.layout import read_jsonl
 

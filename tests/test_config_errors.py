@@ -31,7 +31,7 @@ def _refusal(tmp_path, overrides: str) -> str:
 
     from monarch_ft.cli import CONFIG_DIR, to_job_config
     from monarch_ft.records.errors import ConfigError
-    from monarch_ft.supervisor import Supervisor
+    from monarch_ft.controller.loop import Supervisor
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="refusal"):
         cfg = compose(config_name="pretrain", overrides=overrides.split())

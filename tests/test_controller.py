@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from monarch_ft.components.lease import ControllerLease
+from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.records.lease import finish_at, lease_expired, stop_unanswered
 from monarch_ft.records.errors import ConfigError
-from monarch_ft.controller import AttachAction, RunLock, controller_attached, decide_attach
+from monarch_ft.controller.takeover import AttachAction, RunLock, controller_attached, decide_attach
 from monarch_ft.common.process import ProcessIdentity, is_same_process
 from monarch_ft.records.events import GroupStatus
 from monarch_ft.records.layout import RunLayout
@@ -161,7 +161,7 @@ def test_records_relayed_before_a_kill_are_relayed_once(tmp_path):
     the next one reads from the saved offset but drops what it finds already relayed."""
     import json
 
-    from monarch_ft.controller import ResumedTail, relayed_records
+    from monarch_ft.controller.takeover import ResumedTail, relayed_records
 
     report, metrics = tmp_path / "g0r0.a0.jsonl", tmp_path / "metrics.jsonl"
     recs = [{"type": "step", "group": 0, "rank": 0, "pid": 7, "step": s, "committed": True, "time": 100.0 + s} for s in range(4)]

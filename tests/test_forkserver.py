@@ -1,4 +1,4 @@
-"""Warm fork (monarch_ft.forkserver): the pure parts (path decision, protocol, fork safety)
+"""Warm fork (monarch_ft.controller.fork_pool): the pure parts (path decision, protocol, fork safety)
 fast; a real fork server with real forked children, signals and exit codes in one short
 slow test. The whole path in a job (a killed group with no standby back through warm_fork,
 in quorum, weights consistent) is in tests/test_standby_jobs.py."""
@@ -14,14 +14,15 @@ import psutil
 import pytest
 
 from monarch_ft.records.events import RecoveryPath
-from monarch_ft.forkserver import ForkError, ForkServer, ServerState, fork_unsafe, relaunch_path
+from monarch_ft.controller.fork_pool import ForkError, ForkServer, ServerState, relaunch_path
+from monarch_ft.rank.zygote import fork_unsafe
 from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
 from monarch_ft.records.launch import worker_spec
 from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch
 from monarch_ft.launcher.local import LocalLauncher
 from monarch_ft.common.process import die_with_parent
 
-WORKER = [sys.executable, "-m", "monarch_ft.worker"]
+WORKER = [sys.executable, "-m", "monarch_ft.rank.worker"]
 
 
 def test_relaunch_path_warm_only_when_asked_possible_and_ready():
@@ -108,11 +109,11 @@ def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
     session and log, signals and /proc reach them by pid, their exit codes come back through
     the server; once the server is gone a child is watched by pid and start time."""
     env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONUNBUFFERED="1")
-    server = ForkServer(ForkHost("localhost", [], die_with_parent), env, str(tmp_path / "logs" / "fs.log"), str(tmp_path), ["monarch_ft.trainer"])
+    server = ForkServer(ForkHost("localhost", [], die_with_parent), env, str(tmp_path / "logs" / "fs.log"), str(tmp_path), ["monarch_ft.rank.trainer"])
     try:
         _wait(lambda: server.state is ServerState.READY, 120, "the fork server ready")
         assert server.ready_info["import_s"] > 0
-        # A spec that is not there: the worker fails as `python -m monarch_ft.worker` would (1).
+        # A spec that is not there: the worker fails as `python -m monarch_ft.rank.worker` would (1).
         bad = server.fork(_launch(tmp_path, "bad", str(tmp_path / "missing.json")), die_with_parent=False)
         assert bad.wait(30) == 1
         assert "missing.json" in (tmp_path / "logs" / "bad.log").read_text()
@@ -127,7 +128,7 @@ def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
         assert pa.ppid() == server.pid and os.getsid(a.pid) == a.pid and pa.cwd() == str(tmp_path)
         # It reads as the rank it is (ps, psutil, a run's leak check), not as the server.
         assert pa.cmdline() == a.launch.argv, pa.cmdline()
-        # Its kernel name too (top's column): the program's, not the server's title (monarch_ft.proctitle).
+        # Its kernel name too (top's column): the program's, not the server's title (monarch_ft.common.proctitle).
         assert psutil.Process(server.pid).name() == "mft:forkserver" and pa.name() == os.path.basename(a.launch.argv[0])[:15], pa.name()
         assert psutil.Process(server.pid).cmdline()[0] == f"monarch_ft[{tmp_path}] forkserver", psutil.Process(server.pid).cmdline()
         assert a.poll() is None

@@ -19,7 +19,7 @@ import monarch.actor  # noqa: E402,F401  (a hard dependency: a broken install fa
 
 from monarch_ft.config import LauncherConfig  # noqa: E402
 from monarch_ft.launcher import RankLaunch, build_launcher  # noqa: E402
-from monarch_ft.supervisor import request_finish  # noqa: E402
+from monarch_ft.controller.loop import request_finish  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
 
@@ -64,7 +64,7 @@ def _ranks(run_dir: Path, attempt: int, sleeps: list[float]) -> list[RankLaunch]
                 group=0,
                 rank=r,
                 attempt=attempt,
-                argv=[sys.executable, "-m", "monarch_ft.worker", str(spec)],
+                argv=[sys.executable, "-m", "monarch_ft.rank.worker", str(spec)],
                 env=env,
                 log_path=str(run_dir / "logs" / f"g0r{r}.a{attempt}.log"),
                 cwd=str(run_dir),

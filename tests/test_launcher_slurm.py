@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from conftest import FAST, assert_weights_agree_after, console, events_of, finish_job, job_processes, read_jsonl, start_job, wait_for
-from monarch_ft.supervisor import request_finish
+from monarch_ft.controller.loop import request_finish
 from monarch_ft.launcher import RankLaunch, build_launcher
 from monarch_ft.slurm_cluster import LocalSlurmCluster, missing_binaries
 

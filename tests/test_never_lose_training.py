@@ -15,7 +15,7 @@ import time
 import pytest
 
 from monarch_ft.records.layout import RunLayout, atomic_write
-from monarch_ft.supervisor import request_finish
+from monarch_ft.controller.loop import request_finish
 
 from conftest import FAST, console, finish_job, read_jsonl, start_job, wait_for
 

@@ -11,7 +11,7 @@ import numpy as np
 import psutil
 import pytest
 
-from monarch_ft.supervisor import request_finish
+from monarch_ft.controller.loop import request_finish
 
 from conftest import FAST, finish_job, console, read_jsonl, read_tensorboard_run, run_job, start_job, wait_for
 

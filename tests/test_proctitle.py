@@ -1,4 +1,4 @@
-"""Process titles (monarch_ft.proctitle): the format, and what ps shows of a real process."""
+"""Process titles (monarch_ft.common.proctitle): the format, and what ps shows of a real process."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""monarch_ft.recovered: the one rule for "recovered" and MTTR, and the three places that apply it.
+"""monarch_ft.records.recovered: the one rule for "recovered" and MTTR, and the three places that apply it.
 
 The fixtures are what a 2 groups x 2 ranks job records (step records as in the ranks' report
 files and metrics.jsonl, events as in events.jsonl), cut down to what the rule reads, with

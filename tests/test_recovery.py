@@ -8,12 +8,11 @@ import os
 
 import pytest
 
-from monarch_ft.components.checkpoint import SaveWatchdog, save_due
-from monarch_ft.components.ft import CommitFloor
+from monarch_ft.rank.components.checkpoint import SaveWatchdog, save_due
+from monarch_ft.rank.components.ft import CommitFloor
 from monarch_ft.records.exits import RankExit, describe_exit
-from monarch_ft.recovery import (
+from monarch_ft.controller.hangs import (
     BlameReason,
-    CommitLedger,
     Hang,
     HangLimits,
     RankView,
@@ -27,6 +26,7 @@ from monarch_ft.recovery import (
     track_cpu,
     track_os_state,
 )
+from monarch_ft.controller.ledger import CommitLedger
 from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source
 from monarch_ft.records.phases import Phase
 from monarch_ft.records.layout import RunLayout, atomic_write, read_json
@@ -257,14 +257,14 @@ def test_step_time_learner_skips_first_steps_and_sync_waits():
 
 
 def test_restart_backoff_doubles_to_its_cap_then_the_budget_gives_up():
-    from monarch_ft.recovery import restart_backoff
+    from monarch_ft.controller.budget import restart_backoff
 
     assert [restart_backoff(n, 5, 0.5, 3.0) for n in range(6)] == [0.5, 1.0, 2.0, 3.0, 3.0, None]
     assert restart_backoff(0, 0, 0.5, 8.0) is None, "ft.max_restarts=0: a failed group is never relaunched"
 
 
 def test_start_gate_waits_for_every_group_or_half_the_startup_timeout():
-    from monarch_ft.recovery import start_gate_opens
+    from monarch_ft.controller.gates import start_gate_opens
 
     assert start_gate_opens(True, 0.0, 120.0)
     assert not start_gate_opens(False, 59.0, 120.0)
@@ -272,7 +272,7 @@ def test_start_gate_waits_for_every_group_or_half_the_startup_timeout():
 
 
 def test_a_step_committed_again_by_a_later_quorum_with_other_weights_was_redone():
-    from monarch_ft.recovery import redone_commit
+    from monarch_ft.controller.ledger import redone_commit
 
     seen: dict = {}
     assert redone_commit(seen, 3, 0, "aaa") is None  # group 0 commits step s alone in quorum 3, then dies
@@ -284,7 +284,7 @@ def test_a_step_committed_again_by_a_later_quorum_with_other_weights_was_redone(
 
 
 def test_a_redone_step_is_told_whichever_commit_is_read_first():
-    from monarch_ft.recovery import redone_commit
+    from monarch_ft.controller.ledger import redone_commit
 
     seen: dict = {}
     assert redone_commit(seen, 4, 1, "bbb") is None  # the later quorum's report read first
@@ -392,7 +392,7 @@ def test_a_frozen_rank_is_a_fault_of_its_own_every_group_asleep_in_compute_is_on
 
 
 def test_the_restart_budget_is_a_rate_five_faults_hours_apart_pass_three_in_a_second_spend_it():
-    from monarch_ft.recovery import recent_restarts, restart_backoff
+    from monarch_ft.controller.budget import recent_restarts, restart_backoff
 
     hour = 3600.0
 
@@ -454,7 +454,7 @@ def test_a_rank_error_names_its_last_line_and_innermost_frame_and_the_environmen
 
 
 def test_the_same_failure_at_start_up_twice_in_a_row_is_a_crash_loop():
-    from monarch_ft.recovery import crash_loop, startup_failure
+    from monarch_ft.controller.budget import crash_loop, startup_failure
 
     def err(rank: int, t: float, frame: str = "torchtitan/models/llama3/model/model.py:164 in apply_rotary_emb", kind: str = "RuntimeError", env: bool = False):
         error = f"{kind}: shape '[2, 64, 3, -1, 2]' is invalid"
@@ -477,7 +477,7 @@ def test_the_same_failure_at_start_up_twice_in_a_row_is_a_crash_loop():
 
 def test_the_job_fails_when_every_group_gave_up():
     from monarch_ft.records.events import GroupStatus, JobStatus
-    from monarch_ft.recovery import job_outcome
+    from monarch_ft.controller.summary import job_outcome
 
     done, gone = GroupStatus.DONE, GroupStatus.GIVEN_UP
     assert job_outcome([done, done], regressed=False) is JobStatus.COMPLETED
@@ -488,7 +488,8 @@ def test_the_job_fails_when_every_group_gave_up():
 
 
 def test_the_console_says_each_rollback_once_and_names_a_crash_loop_in_one_line():
-    from monarch_ft.supervisor import crash_loop_line, rollback_lines
+    from monarch_ft.controller.budget import crash_loop_line
+    from monarch_ft.controller.summary import rollback_lines
 
     back = {"steps_lost": 5, "from_step": 15, "to_step": 10, "reason": "no_live_peer", "group": 0}
     lines = rollback_lines([back, {**back, "group": 1}, back, back, {**back, "steps_lost": 10, "from_step": 20}])
@@ -498,8 +499,8 @@ def test_the_console_says_each_rollback_once_and_names_a_crash_loop_in_one_line(
     ]
     assert len(set(lines)) == len(lines)
     assert rollback_lines([]) == []
-    failure = {"error": "ValueError: bad flavor", "error_type": "ValueError", "frame": "monarch_ft/components/model.py:33 in model_args", "rank": 0}
+    failure = {"error": "ValueError: bad flavor", "error_type": "ValueError", "frame": "monarch_ft/rank/components/model.py:33 in model_args", "rank": 0}
     line = crash_loop_line(1, failure, "/run/logs/g1r0.a1.log")
     assert "\n" not in line and line.startswith("group 1 failed the same way on its last two launches")
-    assert "ValueError: bad flavor (at monarch_ft/components/model.py:33 in model_args)" in line
+    assert "ValueError: bad flavor (at monarch_ft/rank/components/model.py:33 in model_args)" in line
     assert "fix the config or the data" in line and "/run/logs/g1r0.a1.log" in line

@@ -122,7 +122,7 @@ def test_hosts_added_while_hosts_talk_to_the_bridge_address_never_cut_them_off()
     more. (A bridge that follows its ports takes that MAC; the hosts' neighbour entries then
     name one it drops frames to: measured 0.4 s for the busy connection, 30-55 s for host 1.)"""
     _need_netns()
-    from monarch_ft.hosts import SimulatedHosts
+    from monarch_ft.launcher.hosts import SimulatedHosts
 
     hosts = SimulatedHosts()
     adopted = None
@@ -234,7 +234,7 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
             time.sleep(0.1)
         assert restored and restored[0]["kind"] == "partition" and reach(1)
 
-        from monarch_ft.hosts import qdisc_supported
+        from monarch_ft.launcher.hosts import qdisc_supported
 
         if qdisc_supported("tbf"):
             launcher.slow_link(1, rate="1mbit", seconds=30)
@@ -247,7 +247,7 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
         # The controller gone (its hosts' state names a dead process): the hosts stay while
         # ranks run in them, and a new controller's launcher adopts them, ranks and all.
         from monarch_ft.common.process import ProcessIdentity
-        from monarch_ft.hosts import cleanup_stale
+        from monarch_ft.launcher.hosts import cleanup_stale
 
         state_path = f"/run/monarch_ft/hosts/{run_id}.json"
         state = json.load(open(state_path))
@@ -357,7 +357,7 @@ def test_link_delay_refused_exactly_where_the_kernel_lacks_netem(tmp_path):
     from chaos.config import DrillConfig, FaultConfig, validate_chaos
     from monarch_ft.records.errors import ConfigError
     from monarch_ft.config import LauncherConfig
-    from monarch_ft.hosts import qdisc_supported
+    from monarch_ft.launcher.hosts import qdisc_supported
 
     fault = FaultConfig(kind="slow_link", at_step=5, delay_ms=50)
     cfg = DrillConfig(launcher=LauncherConfig(name="local", options={"simulated_hosts": True}))

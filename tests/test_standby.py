@@ -13,20 +13,20 @@ import pytest
 
 from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
 from monarch_ft.records.layout import RunLayout
-from monarch_ft.standby import (
+from monarch_ft.controller.standby_pool import (
     MAX_FAILED_BUILDS,
     StandbyPool,
     UnreadyClock,
     build_promotion,
-    promoted_spec,
     recovery_path,
     resolve_standby_groups,
     standby_config_error,
     standby_loss,
     standbys_to_launch,
 )
+from monarch_ft.rank.standby_wait import promoted_spec
 from monarch_ft.records.decisions import Promotion
-from monarch_ft.trainer import RankSpec
+from monarch_ft.rank.trainer import RankSpec
 
 
 def _default(launcher: str) -> int:
@@ -59,7 +59,7 @@ def test_config_errors_name_the_fix():
 
 def test_a_waiting_standby_gives_up_when_its_controller_is_gone(tmp_path):
     from monarch_ft.records.layout import atomic_write_json
-    from monarch_ft.standby import ControllerWatch, orphan_after_s, standby_orphaned, wait_for_promotion
+    from monarch_ft.rank.standby_wait import ControllerWatch, orphan_after_s, standby_orphaned, wait_for_promotion
 
     # Much sooner than a training rank's lease, never later.
     assert orphan_after_s(1.0, 600.0) == 10.0 and orphan_after_s(5.0, 600.0) == 50.0 and orphan_after_s(5.0, 20.0) == 20.0

@@ -6,7 +6,7 @@ of a group killed, its scratch and checkpoint files deleted) is recovered by the
 standby, which lives on a host of its own, back in quorum with bit-identical weights; a
 second fault right after, while the next standby is still being built, takes the warm fork
 path (no standby ready: its ranks forked from the fork server on its host, which imported
-everything at launch; monarch_ft.forkserver), back in quorum with the same weights.
+everything at launch; monarch_ft.controller.fork_pool), back in quorum with the same weights.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from conftest import FAST, console, finish_job, read_jsonl, start_job, wait_for
-from monarch_ft.supervisor import request_finish
+from monarch_ft.controller.loop import request_finish
 
 pytestmark = pytest.mark.slow
 
@@ -36,7 +36,7 @@ def _pid(run_dir, group, rank, attempt):
 
 
 def _ps(pid) -> str:
-    """What ps shows of a process: its kernel name (top's column) and its command line (monarch_ft.proctitle)."""
+    """What ps shows of a process: its kernel name (top's column) and its command line (monarch_ft.common.proctitle)."""
     return " ".join(subprocess.run(["ps", "-ww", "-o", "comm=", "-o", "args=", "-p", str(pid)], capture_output=True, text=True).stdout.split())
 
 

@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from chaos.mttr import batch_accounting
-from monarch_ft.supervisor import request_finish
+from monarch_ft.controller.loop import request_finish
 
 from conftest import FAST, REPO, console, finish_job, read_jsonl, start_job, wait_for
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from monarch_ft.components.metrics import RankReporter, build_metric_sinks
-from monarch_ft.components.tensorboard import Marker, MarkerTracker, TensorBoardSink, restart_cause
+from monarch_ft.rank.components.metrics import RankReporter, build_metric_sinks
+from monarch_ft.rank.components.tensorboard import Marker, MarkerTracker, TensorBoardSink, restart_cause
 from monarch_ft.config import MetricsConfig
 from monarch_ft.records.layout import RunLayout, read_jsonl
 

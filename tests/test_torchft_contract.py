@@ -1,6 +1,6 @@
 """torchft's private surface, checked against the installed (pinned) torchft in seconds.
 
-Every private name monarch_ft.components.torchft_compat touches (its PRIVATE_SURFACE) must
+Every private name monarch_ft.rank.components.torchft_compat touches (its PRIVATE_SURFACE) must
 be there with the expected parameters or type. A torchft upgrade that moves one fails here,
 naming it. The adapter's functions then run once against a real Manager: an in-process
 Lighthouse, a TCPStore, gloo, one replica, LocalSGD and DiLoCo on a tiny model. This also
@@ -19,9 +19,9 @@ from datetime import timedelta
 import pytest
 import torch
 
-from monarch_ft.components import torchft_compat as compat
-from monarch_ft.components.ft import CrossGroup, MonarchManager, RecordingTransport, _recording, build_manager
-from monarch_ft.components.lighthouse_epoch import EPOCH_STRIDE
+from monarch_ft.rank.components import torchft_compat as compat
+from monarch_ft.rank.components.ft import CrossGroup, MonarchManager, RecordingTransport, _recording, build_manager
+from monarch_ft.rank.components.lighthouse_epoch import EPOCH_STRIDE
 from monarch_ft.config import FTConfig
 
 # torchft's own logger calls the deprecated Logger.warn (no flight recorder on CPU).
@@ -102,7 +102,7 @@ def test_private_name_is_there_as_expected(private, torchft_job):
     owner = _resolve(private.owner)
     if private.params is not None:
         method = getattr(owner, private.name, None)
-        assert callable(method), f"torchft {private.owner}.{private.name} is gone: update monarch_ft/components/torchft_compat.py"
+        assert callable(method), f"torchft {private.owner}.{private.name} is gone: update monarch_ft/rank/components/torchft_compat.py"
         params = tuple(inspect.signature(method).parameters)
         assert params == private.params, f"torchft {private.owner}.{private.name}{params}: expected {private.params} (torchft_compat.py)"
     else:
@@ -128,7 +128,7 @@ def test_what_the_adapter_relies_on_publicly(torchft_job):
 
 
 def test_the_lighthouse_console_script_is_the_extension_the_controller_starts():
-    from monarch_ft.lighthouse import lighthouse_argv
+    from monarch_ft.controller.lighthouse import lighthouse_argv
 
     (script,) = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == "torchft_lighthouse"]
     assert script.value == "torchft._torchft:lighthouse_main", script.value

@@ -70,7 +70,7 @@ IN_HOST = textwrap.dedent(
     # Runs inside simulated host 0: picks the address, serves a checkpoint from it.
     import json, sys, torch
     from datetime import timedelta
-    from monarch_ft.components.ft import build_transport
+    from monarch_ft.rank.components.ft import build_transport
     from monarch_ft.config import FTConfig
     from monarch_ft.transport.interface import InterfaceError, resolve
 
@@ -98,7 +98,7 @@ def test_interface_choice_on_a_simulated_host():
     from test_simulated_hosts import _left_behind, _need_netns
 
     _need_netns()
-    from monarch_ft.hosts import SimulatedHosts
+    from monarch_ft.launcher.hosts import SimulatedHosts
 
     hosts = SimulatedHosts()
     p = None

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from monarch_ft import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 _FORMAT_VERSION = 1
 
 # data.path formats, by suffix: raw token files (dtype) and text the project's tokenizer encodes.
@@ -81,7 +81,7 @@ def _stdlib_files(max_bytes: int) -> tuple[Path, ...]:
 
 
 def default_cache_dir() -> Path:
-    return REPO_ROOT / ".cache" / "monarch_ft"
+    return Path(REPO_ROOT) / ".cache" / "monarch_ft"
 
 
 def prepare(cache_dir: str | os.PathLike | None, vocab_size: int, max_corpus_mb: float) -> PreparedData:

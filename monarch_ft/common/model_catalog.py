@@ -1,7 +1,7 @@
 """Which TorchTitan models and flavors exist, known on the controller before anything starts.
 
 A rank finds its model as ``torchtitan.models.<model.name>.<model.name>_args[model.flavor]``
-(:func:`monarch_ft.components.model.model_args`). Importing ``torchtitan.models.<name>``
+(:func:`monarch_ft.rank.components.model.model_args`). Importing ``torchtitan.models.<name>``
 to check the names would import torch and TorchTitan into the controller, tens of seconds
 on a loaded machine, only to reject a typo; so the controller reads the same table from
 TorchTitan's source instead (the ``<name>_args = {...}`` literal in the model package's

@@ -4,11 +4,22 @@
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 from dataclasses import dataclass
 from typing import Optional
 
+from monarch_ft import REPO_ROOT
+
 _PR_SET_PDEATHSIG = 1
+
+
+def on_python_path(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this checkout first on PYTHONPATH: a process started as ``python -m
+    monarch_ft....`` imports this code, whatever its working directory."""
+    env = dict(env)
+    env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
 
 
 def die_with_parent() -> None:

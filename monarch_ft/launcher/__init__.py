@@ -14,7 +14,8 @@ import pkgutil
 
 from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 
-_NOT_LAUNCHERS = {"base"}
+# Modules of this package that are not launchers: the interface, and the simulated hosts local runs on.
+_NOT_LAUNCHERS = {"base", "hosts"}
 
 
 def available_launchers() -> list[str]:

@@ -6,7 +6,7 @@ manifest. The wrapper exists because Slurm alone cannot tell the supervisor, per
 without slurmdbd, whether a rank exited 3 or was SIGKILLed: it runs the rank's argv as its
 child, writes ``<log>.pid`` (node, host, pids) once the rank runs and ``<log>.exit`` (the
 child's code, negative for a signal, as :mod:`subprocess` reports it) when it ends, both
-whole (:func:`~monarch_ft.run_layout.atomic_write`) because the supervisor polls them.
+whole (:func:`~monarch_ft.records.layout.atomic_write`) because the supervisor polls them.
 
 It imports nothing outside the standard library and this package (it is run with ``-S``,
 no site-packages), so a task starts in milliseconds.

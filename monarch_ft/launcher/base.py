@@ -8,11 +8,17 @@ group) plugs in by implementing :class:`Launcher` without touching the superviso
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Callable, ClassVar, Optional
+
+from monarch_ft.common.process import ProcessIdentity
+from monarch_ft.records.exits import LOST_EXIT
+from monarch_ft.records.reports import report_finished
 
 
 @dataclass
@@ -27,7 +33,7 @@ class RankLaunch:
     # Logical host the rank is placed on (a simulated host on one machine).
     host: str = "localhost"
     extra: dict = field(default_factory=dict)
-    # Dies with the controller that launched it (a waiting warm standby: monarch_ft.standby);
+    # Dies with the controller that launched it (a waiting warm standby: monarch_ft.controller.standby_pool);
     # training ranks outlive their controller (monarch_ft.controller). Each launcher does it
     # its own way: local, PR_SET_PDEATHSIG; monarch, its mesh is stopped when the launcher
     # closes; slurm, its job is cancelled then, and its task wrapper kills the rank when a
@@ -49,7 +55,7 @@ class RankLaunch:
 
 @dataclass
 class ForkHost:
-    """Where a fork server for a group's ranks runs (monarch_ft.forkserver): the host the
+    """Where a fork server for a group's ranks runs (monarch_ft.controller.fork_pool): the host the
     launcher would start the group's ranks on, and how it puts a process there."""
 
     # One fork server per key (the host: "localhost", or a simulated host's namespace).
@@ -60,6 +66,13 @@ class ForkHost:
     # Env the launcher adds for a rank on that host (setdefault), and the name it records.
     rank_env: dict[str, str] = field(default_factory=dict)
     host: str = "localhost"
+
+
+class Capability(str, Enum):
+    """What a launcher can do to a group's host beyond signalling its ranks."""
+
+    PARTITION = "partition"  # take the host's link down for a while
+    SLOW_LINK = "slow_link"  # rate-limit (or delay) the host's link for a while
 
 
 @dataclass
@@ -134,6 +147,36 @@ class RankProcess(ABC):
             time.sleep(0.05)
 
 
+class AdoptedProcess(RankProcess):
+    """A rank a previous controller launched: watched by pid and start time.
+
+    It is not this process's child, so there is no exit status to read: a rank that is
+    gone is taken to have exited 0 if its report says it finished, else :data:`LOST_EXIT`.
+    """
+
+    def __init__(self, launch: RankLaunch, identity: ProcessIdentity, report_path: str) -> None:
+        self.launch = launch
+        self.identity = identity
+        self.report_path = report_path
+        self._code: Optional[int] = None
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.identity.pid
+
+    def poll(self) -> Optional[int]:
+        if self._code is None and not self.identity.alive():
+            self._code = 0 if report_finished(self.report_path) else LOST_EXIT
+        return self._code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.identity.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
 @dataclass(frozen=True)
 class LauncherTraits:
     """What a launcher can do, declared on its class (:attr:`Launcher.traits`).
@@ -150,7 +193,7 @@ class LauncherTraits:
     # Relaunches can be forked from a warm fork server on the group's host (ft.warm_fork):
     # the launcher starts the ranks itself, not through an engine.
     forkable: bool = False
-    # Each group on its own simulated host (a network namespace, monarch_ft.hosts): its
+    # Each group on its own simulated host (a network namespace, monarch_ft.launcher.hosts): its
     # interfaces are the host's (eth0, lo), and network faults (partition, slow_link) can
     # act on its link.
     simulated_hosts: bool = False
@@ -204,7 +247,7 @@ class Launcher(ABC):
 
     @property
     def capabilities(self) -> set:
-        """Faults this launcher can do to a group's host (monarch_ft.control.Capability)."""
+        """Faults this launcher can do to a group's host (:class:`Capability`)."""
         return set()
 
     def describe(self) -> dict:
@@ -217,7 +260,7 @@ class Launcher(ABC):
 
     def fork_host(self, group: int) -> Optional[ForkHost]:
         """Where ``group``'s relaunched ranks can be forked from a warm fork server
-        (monarch_ft.forkserver, ``ft.warm_fork``); None where an engine starts the ranks
+        (monarch_ft.controller.fork_pool, ``ft.warm_fork``); None where an engine starts the ranks
         (Slurm, Monarch): their relaunches start cold. A launcher that returns one declares
         ``traits.forkable``."""
         return None
@@ -237,7 +280,7 @@ class Launcher(ABC):
 
         Args:
             launch: the rank's recorded launch.
-            identity: its ``monarch_ft.controller.ProcessIdentity`` (pid and start time).
+            identity: its :class:`~monarch_ft.common.process.ProcessIdentity` (pid and start time).
             report_path: its report file (an adopted rank's exit status is read from it).
         """
         raise NotImplementedError(self.adoption_problem())

@@ -41,6 +41,7 @@ from monarch_ft.records.errors import ConfigError
 from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 from monarch_ft.common.process import start_ticks
 from monarch_ft.records.layout import RunLayout
+from monarch_ft import REPO_ROOT
 
 
 @dataclass
@@ -104,8 +105,6 @@ _STATE_CODES = {
     "COMPLETED": 1,  # the wrapper itself failed: see the job's slurm-*.out
 }
 _HOSTNAME = socket.gethostname()
-# The directory holding the monarch_ft package: the task wrapper's PYTHONPATH.
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class SlurmError(ConfigError):
@@ -296,7 +295,7 @@ class SlurmLauncher(Launcher):
         (it ended before the last save) is watched by pid and start time like launcher=local's."""
         job = next((j for j in self.jobs.values() if (j.group, j.attempt) == (launch.group, launch.attempt)), None)
         if job is None:
-            from monarch_ft.controller import AdoptedProcess
+            from monarch_ft.launcher.base import AdoptedProcess
 
             return AdoptedProcess(launch, identity, report_path)
         rank = SlurmRank(launch, job, self)
@@ -459,7 +458,7 @@ class SlurmLauncher(Launcher):
         # The task wrapper is this package's own module, run without site-packages (-S) and
         # without the job's cwd on sys.path (-P), from the repository the supervisor runs.
         task = [sys.executable, "-P", "-S", "-m", "monarch_ft.launcher._slurm_task", manifest]
-        lines.append(f"export PYTHONPATH={shlex.quote(_PACKAGE_ROOT)}")
+        lines.append(f"export PYTHONPATH={shlex.quote(REPO_ROOT)}")
         lines.append(f"srun --ntasks={m} --kill-on-bad-exit=0 " + " ".join(shlex.quote(a) for a in task))
         script = os.path.join(d, f"{tag}.sbatch")
         with open(script, "w") as f:

@@ -44,7 +44,7 @@ class EventKind(StrEnum):
     SUPERVISOR_ERROR = "supervisor_error"
     SUPERVISOR_STALLED = "supervisor_stalled"  # its own loop was held up
     JOB_FINISHED = "job_finished"
-    # The job outlives its controller and its Lighthouse (monarch_ft/controller.py).
+    # The job outlives its controller and its Lighthouse (monarch_ft/controller/takeover.py).
     CONTROLLER_LOST = "controller_lost"  # written by the next controller, at the last heartbeat's time
     CONTROLLER_ATTACHED = "controller_attached"  # unsupervised_s: how long the job ran without one
     CONTROLLER_DETACHED = "controller_detached"  # it exited on request, the job still running
@@ -64,7 +64,7 @@ class EventKind(StrEnum):
     CRASH_LOOP = "crash_loop"  # two launches in a row failed the same way at start-up: given up (recovery.crash_loop)
     FULL_RESTART = "full_restart"
     QUORUM_CHANGE = "quorum_change"
-    # The job's committed state (monarch_ft.recovery).
+    # The job's committed state (monarch_ft.controller.hangs).
     STATE_SOURCE = "state_source"  # where a rejoining group's state comes from
     # A group's copy of a step that failed verification or failed to load, moved aside.
     CHECKPOINT_QUARANTINED = "checkpoint_quarantined"
@@ -80,12 +80,12 @@ class EventKind(StrEnum):
     # How a failed group came back (RecoveryPath): one per relaunch, before its group_launched
     # (cold_because: why a relaunch without a standby did not fork from a warm fork server).
     RECOVERY_PATH = "recovery_path"
-    # Warm standby groups (monarch_ft.standby), written by the supervisor.
+    # Warm standby groups (monarch_ft.controller.standby_pool), written by the supervisor.
     STANDBY_LAUNCHED = "standby_launched"
     STANDBY_READY = "standby_ready"  # every rank built and waiting for a promotion
     STANDBY_PROMOTED = "standby_promoted"  # it took a failed group's identity
     STANDBY_LOST = "standby_lost"  # it died (or was stopped) while waiting; rebuilt, never promoted
-    # Warm fork servers (monarch_ft.forkserver): imports done on a host; one died (restarted).
+    # Warm fork servers (monarch_ft.controller.fork_pool): imports done on a host; one died (restarted).
     FORK_SERVER_READY = "fork_server_ready"
     FORK_SERVER_LOST = "fork_server_lost"
     # Written by the ranks (their report files), relayed by the supervisor.
@@ -136,7 +136,7 @@ class GiveUpReason(StrEnum):
 
 
 class StandbyStatus(StrEnum):
-    """A warm standby group's state in the supervisor's pool (monarch_ft.standby)."""
+    """A warm standby group's state in the supervisor's pool (monarch_ft.controller.standby_pool)."""
 
     BUILDING = "building"  # launched, building its model
     READY = "ready"  # built, waiting for a promotion file

@@ -1,10 +1,11 @@
-"""How a rank is started, wherever it runs: ``python -m monarch_ft.worker SPEC.json``.
+"""How a rank is started, wherever it runs: ``python -m monarch_ft.rank.worker SPEC.json``.
 
 The controller writes each rank's spec and hands its launcher this command
 (:func:`worker_argv`); the local launcher runs it, the Slurm task wrapper runs it as its
 child, the fork server's child becomes it (:func:`worker_spec`), and the Monarch launcher
 runs the same ``train(spec)`` call in an actor it names by module path
-(:data:`RANK_ACTOR`). Naming the rank side by module path, never importing it, keeps the
+(:data:`RANK_ACTOR`); the fork pool starts the fork server by its path too
+(:data:`ZYGOTE_MODULE`). Naming the rank side by module path, never importing it, keeps the
 controller and the launchers apart from the rank's code (and from torch).
 """
 
@@ -12,12 +13,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-# The module a rank process runs (monarch_ft.worker): one rank, its spec file as argument.
-WORKER_MODULE = "monarch_ft.worker"
+# The module a rank process runs: one rank, its spec file as argument.
+WORKER_MODULE = "monarch_ft.rank.worker"
+# The fork server a warm relaunch forks its ranks from (``python -m ZYGOTE_MODULE FD RUN_DIR [MODULE ...]``).
+ZYGOTE_MODULE = "monarch_ft.rank.zygote"
 # The Monarch actor that runs one rank in a Monarch proc, and the function its ``run``
 # endpoint calls by default, as ``module:name`` (imported in the proc, by name).
-RANK_ACTOR = "monarch_ft.launcher._monarch_actor:RankActor"
-RANK_ENTRY = "monarch_ft.launcher._monarch_actor:_train"
+RANK_ACTOR = "monarch_ft.rank.monarch_actor:RankActor"
+RANK_ENTRY = "monarch_ft.rank.monarch_actor:_train"
 
 
 def worker_argv(python: str, spec_path: str) -> list[str]:
@@ -26,7 +29,7 @@ def worker_argv(python: str, spec_path: str) -> list[str]:
 
 
 def worker_spec(argv: list[str]) -> Optional[str]:
-    """The spec path of a plain rank launch (``PYTHON -m monarch_ft.worker SPEC``), else None:
+    """The spec path of a plain rank launch (``PYTHON -m monarch_ft.rank.worker SPEC``), else None:
     anything else (a ``nice`` prefix, another program) is not what a fork can become."""
     if len(argv) == 4 and argv[1] == "-m" and argv[2] == WORKER_MODULE:
         return argv[3]

@@ -164,7 +164,7 @@ class RunLayout:
         return self._p("logs", "lighthouse.log")
 
     def fork_server_log(self, host: str, number: int) -> str:
-        """A warm fork server's own output (monarch_ft.forkserver): one per host and start."""
+        """A warm fork server's own output (monarch_ft.controller.fork_pool): one per host and start."""
         return self._p("logs", f"forkserver.{host}.{number}.log")
 
     # ------------------------------------------------------------ control channel
@@ -219,7 +219,7 @@ class RunLayout:
 
     def promotion(self, standby: int) -> str:
         """A warm standby's promotion: the identity its ranks take and where the group's state
-        comes from (monarch_ft.standby.Promotion), written once, whole, by the supervisor."""
+        comes from (monarch_ft.records.decisions.Promotion), written once, whole, by the supervisor."""
         return self._p("control", f"promote.sb{standby}.json")
 
     def collective_fault(self, group: int, rank: int) -> str:
@@ -260,5 +260,5 @@ class RunLayout:
 
     def checkpoint(self, group: int) -> str:
         """A group's checkpoints (TorchTitan's ``step-N/``, our manifests and ``quarantine/``:
-        see monarch_ft.components.checkpoint)."""
+        see monarch_ft.rank.components.checkpoint)."""
         return self._p(self.checkpoint_folder, f"group_{group}")

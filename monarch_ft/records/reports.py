@@ -15,6 +15,8 @@ import os
 import traceback
 from typing import Any
 
+from monarch_ft import REPO_ROOT
+
 
 class ReportTail:
     """Incrementally reads complete lines appended to a rank's report file."""
@@ -74,7 +76,7 @@ def short_path(path: str) -> str:
     for marker in ("site-packages/", "dist-packages/"):
         if marker in path:
             return path.rsplit(marker, 1)[1]
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep  # above monarch_ft/
+    root = REPO_ROOT + os.sep
     return path[len(root) :] if path.startswith(root) else path
 
 

@@ -106,7 +106,7 @@ def build_metric_sinks(cfg, layout, group: int, rank: int, attempt: int) -> list
     """
     sinks: list[MetricSink] = []
     if cfg.tensorboard and rank == 0:
-        from monarch_ft.components.tensorboard import TensorBoardSink
+        from monarch_ft.rank.components.tensorboard import TensorBoardSink
 
         sinks.append(TensorBoardSink(layout, group, attempt, flush_s=cfg.tensorboard_flush_s))
     return sinks
@@ -119,7 +119,7 @@ class Liveness:
     is inside the save or the wait, so it only marks each phase as it enters it
     (:meth:`enter`); this thread reports the phase and since when. A rank that reports
     nothing at all is frozen (stopped, or holding the GIL); one in a phase past that
-    phase's budget is stuck in it (see monarch_ft.recovery.HangLimits).
+    phase's budget is stuck in it (see monarch_ft.controller.hangs.HangLimits).
 
     Beats are frequent so that a frozen rank is told in about a second (the hang detector's
     floor, ``ft.hang_min_s``, is a few missed beats); a beat is one short line.
@@ -138,7 +138,7 @@ class Liveness:
         self._thread.start()
 
     def enter(self, phase: str, fresh: bool = False) -> None:
-        """Mark the start of ``phase`` (a monarch_ft.recovery.Phase value). Cheap: no I/O.
+        """Mark the start of ``phase`` (a monarch_ft.records.phases.Phase value). Cheap: no I/O.
 
         ``fresh``: a new spell of the same phase (localsgd/diloco stay in compute for a
         whole window of inner steps; each step gets the phase's budget anew)."""

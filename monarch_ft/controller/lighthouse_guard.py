@@ -1,4 +1,4 @@
-"""``python -m monarch_ft.lighthouse_guard RUN_DIR LEASE_S HEARTBEAT_S -- LIGHTHOUSE ARGV...``
+"""``python -m monarch_ft.controller.lighthouse_guard RUN_DIR LEASE_S HEARTBEAT_S -- LIGHTHOUSE ARGV...``
 
 The Lighthouse no longer dies with the supervisor (a new controller takes it over), so
 something must end it when nobody ever does: this small parent. It runs the
@@ -8,9 +8,9 @@ and exits
 - with the server's own exit status when the server dies (the supervisor then restarts
   the Lighthouse on the same address);
 - once the job has ended without a controller (the ranks' lease ran out, or a ``stop``
-  went unanswered: :mod:`monarch_ft.components.lease`) and no rank recorded in
+  went unanswered: :mod:`monarch_ft.rank.components.lease`) and no rank recorded in
   ``controller.json`` is still alive (they needed it for their last quorums). Being the
-  last of the job, it then writes the job's ``summary.json`` (:mod:`monarch_ft.closeout`).
+  last of the job, it then writes the job's ``summary.json`` (:mod:`monarch_ft.controller.closeout`).
 
 Killing the guard (the supervisor's ``Lighthouse.stop``) takes the server with it.
 Imports stay light (no torch, no Hydra): it starts in well under a second.
@@ -24,9 +24,10 @@ import sys
 import time
 
 from monarch_ft.common import proctitle
-from monarch_ft.components.lease import ControllerLease
+from monarch_ft.records.lease import LeaseWatch
 from monarch_ft.common.process import die_with_parent, is_running
 from monarch_ft.records.layout import RunLayout
+from monarch_ft.controller import closeout
 
 
 def live_ranks(state_path: str) -> int:
@@ -46,20 +47,20 @@ def live_ranks(state_path: str) -> int:
 
 def close_out(run_dir: str, reason: str) -> None:
     """The last of the job: write its summary.json as its controller would have
-    (:mod:`monarch_ft.closeout`, a process of its own: it loads what the supervisor does)."""
+    (:mod:`monarch_ft.controller.closeout`, a process of its own: it loads what the supervisor does)."""
     try:
-        subprocess.run([sys.executable, "-m", "monarch_ft.closeout", run_dir, reason], stdin=subprocess.DEVNULL, timeout=300)
+        subprocess.run([sys.executable, "-m", closeout.__name__, run_dir, reason], stdin=subprocess.DEVNULL, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as e:
         print(f"[lighthouse_guard] the job's close-out failed: {e}", flush=True)
 
 
 def main(argv: list[str]) -> int:
     if len(argv) < 5 or argv[3] != "--":
-        print("usage: python -m monarch_ft.lighthouse_guard RUN_DIR LEASE_S HEARTBEAT_S -- LIGHTHOUSE ARGV...", file=sys.stderr)
+        print("usage: python -m monarch_ft.controller.lighthouse_guard RUN_DIR LEASE_S HEARTBEAT_S -- LIGHTHOUSE ARGV...", file=sys.stderr)
         return 2
     layout = RunLayout(argv[0])
     proctitle.set_title(layout.run_dir, proctitle.LIGHTHOUSE_GUARD)
-    lease = ControllerLease(layout.controller_heartbeat, layout.stop_request, float(argv[1]), float(argv[2]))
+    lease = LeaseWatch(layout.controller_heartbeat, layout.stop_request, float(argv[1]), float(argv[2]))
     server = subprocess.Popen(argv[4:], stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
     while True:
         code = server.poll()

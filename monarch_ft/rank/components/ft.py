@@ -20,8 +20,8 @@ from torch import nn
 from torchft import Manager
 from torchft.checkpointing import CheckpointTransport
 
-from monarch_ft.components.lighthouse_epoch import LighthouseEpoch, quorum_retries
-from monarch_ft.components.torchft_compat import offset_quorum_ids
+from monarch_ft.rank.components.lighthouse_epoch import LighthouseEpoch, quorum_retries
+from monarch_ft.rank.components.torchft_compat import offset_quorum_ids
 from monarch_ft.config import FTConfig
 from monarch_ft.records.layout import read_int
 
@@ -193,12 +193,12 @@ class MonarchManager(Manager):
     """torchft's Manager with three small additions the sync strategies need, through its
     public methods only (what the trainer needs of its process group and transport is kept
     by :class:`FTParts`; what torchft has no public seam for is in
-    monarch_ft.components.torchft_compat).
+    monarch_ft.rank.components.torchft_compat).
 
     * ``before_commit``: called at the top of every ``should_commit``, after the quorum and
       the sync's collectives. In localsgd/diloco torchft's own optimizer hooks call
       ``should_commit``, so this is the one place between a heal and a commit where a rank
-      can learn who took part (monarch_ft.components.sync) and refuse a commit below the
+      can learn who took part (monarch_ft.rank.components.sync) and refuse a commit below the
       job's floor (CommitFloor).
     * ``heals``: how many times the Manager's own state was loaded (a heal from a peer, or a
       disk checkpoint), so a step record can say that a group's window was replaced.
@@ -273,7 +273,7 @@ class CrossGroup:
     """What a rank needs across groups before it knows which group it is: the cross-group
     process group (unconfigured until the first quorum) and the checkpoint transport
     (bound and serving). Neither talks to the Lighthouse, so a warm standby builds them
-    ahead of its promotion (monarch_ft.standby).
+    ahead of its promotion (monarch_ft.rank.standby_wait).
 
     Args:
         process_group: torchft's ProcessGroupGloo/NCCL, recording its quorum id.
@@ -285,7 +285,7 @@ class CrossGroup:
 
 
 def build_cross_group(cfg: FTConfig, *, lighthouse_addr: str, report: Callable[..., None], backend: str) -> CrossGroup:
-    """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/devices.py)."""
+    """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/common/devices.py)."""
     from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 
     timeout = timedelta(seconds=cfg.timeout_s)
@@ -346,7 +346,7 @@ def build_manager(
     the rank knows its group (a standby builds it on promotion, never before: a
     heartbeating replica that never asks for a quorum holds every quorum up).
 
-    ``lighthouse_epoch_path``: the run's Lighthouse epoch file (monarch_ft.lighthouse): quorum
+    ``lighthouse_epoch_path``: the run's Lighthouse epoch file (monarch_ft.controller.lighthouse): quorum
     ids are offset per Lighthouse restart. Whatever it is, a quorum the Lighthouse failed is
     retried across ``ft.quorum_timeout_s`` (components.lighthouse_epoch).
 

@@ -10,7 +10,8 @@ process dies (a laptop sleeps, an OOM, a SIGKILL), the job must not die with it.
   tick where something changed, so a SIGKILL at any instant leaves a state a new
   controller can take over. Records a killed controller relayed after its last save are
   read again by the next one and dropped (:class:`ResumedTail`): each is relayed once.
-- ``controller.attach=true`` takes the job over (:meth:`Controller.take_over`): every
+- ``controller.attach=true`` takes the job over (:meth:`Controller.restore`, applied by
+  ``Supervisor._take_over``): every
   recorded rank is checked to be the *same process* (pid and start time: a reused pid is
   a different process), live groups are re-adopted as they are, a group with a rank gone
   is failed (the normal restart path), reports are read on from the saved offsets, and
@@ -21,7 +22,7 @@ process dies (a laptop sleeps, an OOM, a SIGKILL), the job must not die with it.
 - SIGUSR2 (or ``kill -USR2 <supervisor pid>``) detaches: the controller exits and leaves
   the job running; Ctrl-C / SIGTERM still stop the whole job.
 - A heartbeat file (``control/controller``) is the ranks' lease
-  (:mod:`monarch_ft.components.lease`): ranks never reattached end the job themselves
+  (:mod:`monarch_ft.records.lease`): ranks never reattached end the job themselves
   after ``controller.lease_s`` with a checkpoint.
 
 The pure decisions (is it the same process, what to do with a recorded group, has the
@@ -42,17 +43,15 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from monarch_ft.records.lease import finish_at, heartbeat_time
 from monarch_ft.records.errors import ConfigError
-from monarch_ft.records.events import EventKind, GroupStatus, JobStatus, StrEnum
+from monarch_ft.records.events import EventKind, GroupStatus, StrEnum
 from monarch_ft.records.reports import ReportTail
 from monarch_ft.launcher.base import RankLaunch, RankProcess
-from monarch_ft.records.exits import describe_exit
-from monarch_ft.recovery import job_outcome
 from monarch_ft.records.layout import RunLayout, atomic_write, read_json, read_jsonl
 from monarch_ft.common.process import ProcessIdentity
-from monarch_ft.records.reports import report_finished
+from monarch_ft.controller.state import RankState
 
 if TYPE_CHECKING:
-    from monarch_ft.supervisor import Supervisor
+    from monarch_ft.controller.loop import Supervisor
 
 # The documented detach signal: the controller exits, the job keeps training.
 DETACH_SIGNAL = signal.SIGUSR2
@@ -142,39 +141,6 @@ def controller_attached(layout: RunLayout) -> Optional[int]:
         os.close(fd)
 
 
-# ---------------------------------------------------------------- adopted ranks
-
-
-class AdoptedProcess(RankProcess):
-    """A rank a previous controller launched: watched by pid and start time.
-
-    It is not this process's child, so there is no exit status to read: a rank that is
-    gone is taken to have exited 0 if its report says it finished, else :data:`LOST_EXIT`.
-    """
-
-    def __init__(self, launch: RankLaunch, identity: ProcessIdentity, report_path: str) -> None:
-        self.launch = launch
-        self.identity = identity
-        self.report_path = report_path
-        self._code: Optional[int] = None
-
-    @property
-    def pid(self) -> Optional[int]:
-        return self.identity.pid
-
-    def poll(self) -> Optional[int]:
-        if self._code is None and not self.identity.alive():
-            self._code = 0 if report_finished(self.report_path) else LOST_EXIT
-        return self._code
-
-    def send_signal(self, sig: int) -> None:
-        if self.poll() is None:
-            try:
-                os.kill(self.identity.pid, sig)
-            except ProcessLookupError:
-                pass
-
-
 # ---------------------------------------------------------------- the takeover state
 def _rank_record(rs, identity: Optional[ProcessIdentity]) -> dict:
     launch = rs.proc.launch
@@ -217,8 +183,10 @@ class Controller:
     """The supervisor's side of attach, detach, the lock, the heartbeat and the state file.
 
     The supervisor calls it at a few points: :meth:`open` (before touching the run
-    directory), :meth:`take_over` (instead of starting a job), :meth:`tick` (every watch
-    tick), and :meth:`close` (at the end, detached or not).
+    directory), :meth:`restore` and :meth:`lost` (instead of starting a job, or to close out
+    a job that ended without one), :meth:`tick` (every watch tick), and :meth:`close` (at the
+    end, detached or not). The job-wide part of the state file is the supervisor's own
+    (``Supervisor.takeover_record``); the groups' and ranks' fields are listed here.
 
     Args:
         sup: the supervisor it serves.
@@ -336,31 +304,12 @@ class Controller:
 
     def snapshot(self, finished: bool = False) -> dict[str, Any]:
         sup = self.sup
-        lh = sup.lighthouse
         return {
             "version": STATE_VERSION,
             "finished": finished,
-            "status": sup.status,
             "controller_pid": os.getpid(),
-            "config": dataclasses.asdict(sup.cfg),
-            "run_dir": sup.run_dir,
-            "started": sup._started,
-            "tokens_path": sup._tokens_path,
-            "lighthouse": {"address": lh.address, "epoch": sup.lighthouse_epoch, **lh.identity()},
-            "launcher": sup.launcher.describe(),
-            "launcher_handles": sup.launcher.handles(),
-            "job_step": sup.ledger.job_step,
-            "ledger": {str(q): s for q, s in sup.ledger._newest.items()},
-            "full_restarts": sup._full_restarts,
-            "gate_since": sup._gate_since,
-            "membership": list(sup._membership) if sup._membership is not None else None,
-            "transport_owner": [[k, v] for k, v in sup._transport_owner.items()],
-            "last_commit": {str(g): r for g, r in sup.last_commit.items()},
-            "rollbacks": sup.rollbacks,
-            "steps_redone": sup.steps_redone,
-            "regressions": sup.regressions,
-            "step_hashes": {str(s): [[g, r, h] for (g, r), h in v.items()] for s, v in sorted(sup.step_hashes.items())[-20:]},
-            "first_step_time": sup.first_step_time,
+            # The job-wide state, as the supervisor records it (Supervisor.takeover_record).
+            **sup.takeover_record(),
             "losses": {str(g.index): g.losses[:1] + g.losses[-1:] for g in sup.groups},
             "groups": [
                 {
@@ -381,30 +330,16 @@ class Controller:
             self._last_saved = text
 
     # ------------------------------------------------------------ takeover
-    def _restore(self, now: float) -> tuple[dict, dict[int, str], list]:
+    def restore(self, now: float) -> tuple[dict, dict[int, str], list]:
         """Rebuild the supervisor's view from ``controller.json`` and the live processes (no
-        event, no action yet). Returns the state, each group's :class:`AttachAction`, and the
-        groups to fail with their lost ranks."""
-        from monarch_ft.supervisor import RankState
-
+        event, no action yet: the supervisor applies it, ``Supervisor._take_over``).
+        Returns the state, each group's :class:`AttachAction`, and the groups to fail with
+        their lost ranks."""
         sup = self.sup
         state = read_json(self.layout.controller_state)
         sup.events.events = read_jsonl(self.layout.events)
         relayed = relayed_records(sup.events.events, self.layout.metrics)
-        sup._started = state.get("started") or now
-        sup._tokens_path = state.get("tokens_path") or ""
-        sup.ledger.job_step = int(state.get("job_step", 0))
-        sup.ledger._newest = {int(q): s for q, s in state.get("ledger", {}).items()}
-        sup._full_restarts = state.get("full_restarts", 0)
-        sup._gate_since = state.get("gate_since") or now
-        sup._membership = tuple(state["membership"]) if state.get("membership") is not None else None
-        sup._transport_owner = {k: tuple(v) for k, v in state.get("transport_owner", [])}
-        sup.last_commit = {int(g): r for g, r in state.get("last_commit", {}).items()}
-        sup.rollbacks, sup.regressions = list(state.get("rollbacks", [])), list(state.get("regressions", []))
-        sup.steps_redone = list(state.get("steps_redone", []))
-        sup.step_hashes = {int(s): {(g, r): h for g, r, h in v} for s, v in state.get("step_hashes", {}).items()}
-        sup.first_step_time = state.get("first_step_time")
-        sup.launcher.restore_handles(state.get("launcher_handles") or {})
+        sup.restore_takeover_record(state, now)
         decisions: dict[int, str] = {}
         failed = []
         for rec in state.get("groups", []):
@@ -443,72 +378,10 @@ class Controller:
                 g.next_launch = now
         return state, decisions, failed
 
-    def _lost(self, state: dict, now: float) -> dict:
+    def lost(self, state: dict, now: float) -> dict:
+        """Record ``controller_lost`` at the previous controller's last heartbeat."""
         last_beat = heartbeat_time(self.layout.controller_heartbeat) or now
-        return self.sup.events.emit(EventKind.CONTROLLER_LOST, time=last_beat, pid=state.get("controller_pid"), job_step=self.sup.ledger.job_step)
-
-    def take_over(self, now: float) -> None:
-        """Take the job over: re-adopt live groups, fail the lost ones, adopt (or restart) the Lighthouse."""
-        sup = self.sup
-        state, decisions, failed = self._restore(now)
-        lost = self._lost(state, now)
-        lh = state.get("lighthouse", {})
-        sup.lighthouse_epoch = int(lh.get("epoch", 0))
-        lighthouse = sup.lighthouse.adopt(lh.get("address", ""), lh.get("guard_pid"), lh.get("guard_start"), lh.get("server_pid"), lh.get("server_start"))
-        sup.events.emit(
-            EventKind.CONTROLLER_ATTACHED,
-            pid=os.getpid(),
-            previous_pid=state.get("controller_pid"),
-            unsupervised_s=round(now - lost["time"], 3),
-            groups=decisions,
-            lighthouse=lighthouse,
-            job_step=sup.ledger.job_step,
-        )
-        self.start_heartbeat()
-        if not lighthouse["alive"]:
-            sup._restart_lighthouse(now)
-        for g, ranks in failed:
-            # Reports up to now first: what the group did while unsupervised is recorded.
-            sup._consume_reports(g, now)
-            sup._fail_group(g, now, reason="lost_while_unsupervised", ranks=ranks)
-        sup.status = JobStatus.RUNNING
-        self.save()
-
-    def close_out(self, reason: str, now: float) -> None:
-        """The job ended with no controller (its ranks' lease ran out, or a ``stop`` no
-        controller answered; :mod:`monarch_ft.closeout` runs this once nothing of the job is
-        left): read the ranks' reports to their end as a controller would have, record how
-        each rank ended, and set the job's status, so that the supervisor's own end
-        (``Supervisor._shutdown``: summary.json, job_finished, controller.json marked
-        finished) covers the whole job, the part nobody supervised included.
-
-        Args:
-            reason: why the ranks ended the job (``components.lease.ControllerLease.ended``).
-            now: the time of the close-out.
-        """
-        sup = self.sup
-        state, _, _ = self._restore(now)
-        self._lost(state, now)
-        self.ended_by = reason
-        # Its address for the record; the guard (this process's caller) is not adopted: nothing to stop.
-        self.sup.lighthouse.adopt(state.get("lighthouse", {}).get("address", ""), None, None, None, None)
-        for g in sup.groups:
-            if not g.ranks:
-                continue
-            sup._consume_reports(g, now)
-            for rs in g.ranks:
-                if rs.exited is None:
-                    # Gone by now (the guard waited for every rank): 0 if it reported rank_finished.
-                    rs.exited = rs.proc.wait(5.0)
-                    if rs.exited is not None:
-                        sup.events.emit(EventKind.RANK_EXITED, group=g.index, rank=rs.proc.launch.rank, attempt=g.attempt, **describe_exit(rs.exited))
-            if g.status in (GroupStatus.STARTING, GroupStatus.RUNNING) and all(r.exited == 0 for r in g.ranks):
-                g.status = GroupStatus.DONE
-                sup.events.emit(EventKind.GROUP_FINISHED, group=g.index, attempt=g.attempt, step=g.last_step)
-        if reason == "lease_expired":
-            sup.status = JobStatus.LEASE_EXPIRED
-        else:  # a stop: as a controller ends it
-            sup.status = job_outcome([g.status for g in sup.groups], regressed=False)
+        return self.sup.events.emit(EventKind.CONTROLLER_LOST, time=last_beat, pid=state.get("controller_pid"), job_step=self.sup.job_step)
 
     # ------------------------------------------------------------ summary
     def summary(self) -> dict[str, Any]:

@@ -19,6 +19,8 @@ from monarch_ft.records.errors import ConfigError
 from monarch_ft.config import FTConfig
 from monarch_ft.common.process import is_running, start_ticks
 from monarch_ft.common.net import free_port, host_port, port_in_use, reachable
+from monarch_ft.common.process import on_python_path
+from monarch_ft.controller import lighthouse_guard
 
 
 def lighthouse_binary() -> str:
@@ -44,7 +46,7 @@ def lighthouse_argv() -> tuple[list[str], dict[str, str]]:
 
 
 class Lighthouse:
-    """The job's Lighthouse: started (through :mod:`monarch_ft.lighthouse_guard`), watched,
+    """The job's Lighthouse: started (through :mod:`monarch_ft.controller.lighthouse_guard`), watched,
     restarted on the same address when it dies, and taken over by a new controller.
 
     Args:
@@ -101,11 +103,9 @@ class Lighthouse:
         ]
         if self.guard is not None:
             run_dir, lease_s, heartbeat_s = self.guard
-            argv = [sys.executable, "-m", "monarch_ft.lighthouse_guard", run_dir, str(lease_s), str(heartbeat_s), "--", *argv]
+            argv = [sys.executable, "-m", lighthouse_guard.__name__, run_dir, str(lease_s), str(heartbeat_s), "--", *argv]
         log = open(self.log_path, "ab")
-        env = {**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info"), **server_env}
-        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        env = on_python_path({**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info"), **server_env})
         # Not tied to the supervisor's life: a new controller takes it over (the guard ends it
         # when the job ended without one). Its own session: a terminal's Ctrl-C is the
         # supervisor's to act on.

@@ -13,21 +13,14 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-from enum import Enum
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from monarch_ft.records.faults import request_collective_fault
 from monarch_ft.records.events import EventKind, GroupStatus
+from monarch_ft.launcher.base import Capability
 
 if TYPE_CHECKING:
-    from monarch_ft.supervisor import Supervisor
-
-
-class Capability(str, Enum):
-    """What a launcher can do to a group's host beyond signalling its ranks."""
-
-    PARTITION = "partition"  # take the host's link down for a while
-    SLOW_LINK = "slow_link"  # rate-limit (or delay) the host's link for a while
+    from monarch_ft.controller.loop import Supervisor
 
 
 class JobControl:
@@ -115,7 +108,7 @@ class JobControl:
 
     @property
     def run_layout(self):
-        """The run directory's paths (monarch_ft.run_layout.RunLayout)."""
+        """The run directory's paths (monarch_ft.records.layout.RunLayout)."""
         return self._sup.layout
 
     def kill_host(self, group: int) -> dict:

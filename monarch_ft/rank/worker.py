@@ -1,4 +1,4 @@
-"""Entry point of one rank: ``python -m monarch_ft.worker SPEC.json``.
+"""Entry point of one rank: ``python -m monarch_ft.rank.worker SPEC.json``.
 
 Any launcher (local processes, Slurm tasks, Monarch actors) only has to run this
 with a spec file the supervisor wrote; the exit status is the rank's verdict: 0 done,
@@ -20,14 +20,14 @@ from monarch_ft.common.proctitle import rank_or_standby
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m monarch_ft.worker SPEC.json", file=sys.stderr)
+        print("usage: python -m monarch_ft.rank.worker SPEC.json", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     with open(argv[0]) as f:
         fields = json.load(f)
     # Before the imports (seconds of torch): ps shows which rank this is while it starts.
     proctitle.set_title(fields["run_dir"], rank_or_standby(fields["group"], fields["rank"], fields["attempt"], fields.get("standby", -1)))
-    from monarch_ft.trainer import RankSpec, train
+    from monarch_ft.rank.trainer import RankSpec, train
 
     try:
         train(RankSpec(**fields))

@@ -11,9 +11,9 @@ that test and names it, not a job minutes later.
 
 What torchft's public surface already covers is not here: a Lighthouse restart under a
 quorum in flight is retried by the Manager's own ``quorum_retries``
-(monarch_ft.components.lighthouse_epoch.quorum_retries).
+(monarch_ft.rank.components.lighthouse_epoch.quorum_retries).
 
-The controller also depends on one packaging detail. monarch_ft.lighthouse starts the
+The controller also depends on one packaging detail. monarch_ft.controller.lighthouse starts the
 Lighthouse from torchft's extension module (``torchft._torchft.lighthouse_main``, the
 function torchft's own ``torchft_lighthouse`` console script calls) without importing
 torch. That code stays with the controller, which does not import the ranks' modules, and
@@ -106,7 +106,7 @@ def offset_quorum_ids(manager: Any, offset: Callable[[], int]) -> None:
     Manager reconfigures its process group only when the quorum id changes, and it names the
     cross-group store prefix after the id (``torchft/<quorum_id>/<rank>``). A repeated id
     would keep a stale process group or rendezvous on an earlier quorum's keys.
-    monarch_ft.components.lighthouse_epoch gives every Lighthouse restart its own range of
+    monarch_ft.rank.components.lighthouse_epoch gives every Lighthouse restart its own range of
     ids, the same on every rank.
     """
     manager._client = _OffsetQuorumClient(manager._client, offset)

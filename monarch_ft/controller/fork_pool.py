@@ -1,10 +1,12 @@
-"""Warm fork: relaunched ranks forked from a parent that has already imported everything.
+"""Warm fork, the controller's side: relaunched ranks forked from a parent that has already imported everything.
 
 A cold relaunch (no warm standby ready: two faults close together, or ``ft.standby_groups=0``)
 spends most of its time in a fresh interpreter importing torch, TorchTitan and TorchFT. A
-*fork server* (a "zygote", as Android starts its apps) does those imports once, at launch,
-and then waits; a relaunch asks it to ``fork()`` each rank, which then runs exactly what
-``python -m monarch_ft.worker SPEC`` runs, minus the imports (:data:`RecoveryPath.WARM_FORK`).
+*fork server* (a "zygote", as Android starts its apps: :mod:`monarch_ft.rank.zygote`) does
+those imports once, at launch, and then waits; a relaunch asks it to ``fork()`` each rank,
+which then runs exactly what ``python -m monarch_ft.rank.worker SPEC`` runs, minus the imports
+(:data:`RecoveryPath.WARM_FORK`). Why the server does nothing but import (fork safety) is
+said there; the messages both sides exchange are :mod:`monarch_ft.records.fork_wire`.
 
 Where it runs: one fork server per host the launcher places ranks on (``Launcher.fork_host``):
 one for ``launcher=local``, one per simulated host for ``local_hosts``, started inside that
@@ -12,72 +14,35 @@ host's network, mount and UTS namespaces (``ip netns exec``, the host's name), b
 forked process stays in its parent's namespaces. Other launchers start ranks through an
 engine (Slurm, Monarch): their relaunches stay cold, and the ``recovery_path`` event says why.
 
-Fork safety, which is why the server does *nothing* but import: ``fork()`` copies only the
-calling thread. A lock held by another thread at that instant (an OpenMP or intra-op pool,
-a gloo or TorchFT runtime thread, the CUDA driver's) stays locked forever in the child, and
-a CUDA context cannot be used across a fork at all. So the server imports modules and runs
-no torch op, starts no thread pool, opens no process group, never touches CUDA and never
-constructs a TorchFT ``Manager`` (which would heartbeat the Lighthouse as a replica that
-never joins a quorum). Before every fork it checks that it is still single-threaded and
-that CUDA is not initialised, and refuses otherwise (the relaunch then starts cold).
-Environment read at import time (``OMP_NUM_THREADS`` by libgomp when torch loads it) is
-the ranks' own: the server is started with the ranks' environment, and the child applies
-its launch's environment to ``os.environ`` before the worker reads anything. Two native
-pools start at import all the same, and are dealt with: numpy's OpenBLAS (sized from the
-environment: the server sets ``OPENBLAS_NUM_THREADS=1`` unless the ranks' environment sizes
-it) and pyarrow's jemalloc purger (:data:`FORK_SAFE_THREADS`).
-
-The child becomes the rank the local launcher would start: its own session (a Ctrl-C in the
-terminal reaches the supervisor only), the launch's cwd, environment and log file on
-stdout/stderr, stdin from /dev/null, and the launcher's life rule: training ranks outlive
-the controller (issue 11), while the server itself dies with it (``PR_SET_PDEATHSIG``); a
-launch marked to die with its controller gets that on the server. Being the
-server's child, not the supervisor's, its exit status comes back through the server, which
-reaps it on ``SIGCHLD`` and reports ``exited`` with the code; signals, psutil and /proc go to
-its pid as for any rank. If the server dies, its children are re-parented (to init) and
-watched by pid and start time, as a new controller watches adopted ranks
-(:class:`monarch_ft.controller.AdoptedProcess`); the server is restarted, and relaunches
+A forked rank is the server's child, not the controller's: its exit status comes back
+through the server (``exited``); signals, psutil and /proc go to its pid as for any rank.
+If the server dies, its children are re-parented (to init) and watched by pid and start
+time, as a new controller watches adopted ranks
+(:class:`monarch_ft.launcher.base.AdoptedProcess`); the server is restarted, and relaunches
 meanwhile start cold.
-
-Protocol: newline-delimited JSON over a socketpair inherited by the server (fd in argv),
-``op`` naming the message (:class:`ForkOp`):
-
-- server -> supervisor: ``ready`` (pid, import seconds, threads), ``forked`` (id, pid),
-  ``refused`` (id, error), ``exited`` (id, pid, code: negative for a signal, as subprocess);
-- supervisor -> server: ``fork`` (id, argv, env, cwd, log_path, die_with_parent).
-
-Run as ``python -m monarch_ft.forkserver FD RUN_DIR [MODULE ...]``: the modules to import (the
-supervisor passes :data:`PRELOAD` and the job's TorchTitan model package); ``RUN_DIR`` names
-the run in its command line, as a rank's spec path does, and leaves room for a forked rank
-to write its own command line over it (:func:`set_cmdline`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
-import selectors
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import traceback
 from typing import Any, Callable, Iterable, Optional
 
-from monarch_ft.common import proctitle
 from monarch_ft.records.events import EventKind, RecoveryPath, StrEnum
 from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch, RankProcess
 from monarch_ft.common.process import is_running, start_ticks
 from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
-from monarch_ft.records.launch import WORKER_MODULE, worker_spec
+from monarch_ft.records.launch import ZYGOTE_MODULE, worker_spec
 
-# What a rank imports before it reads its spec (monarch_ft.worker -> monarch_ft.trainer) and
+# What a rank imports before it reads its spec (monarch_ft.rank.worker -> monarch_ft.rank.trainer) and
 # what the trainer imports lazily while building: everything whose import a relaunch skips.
-# Imports only: see the module docstring on fork safety.
+# Imports only: see monarch_ft.rank.zygote on fork safety.
 PRELOAD = (
     "torch",
     "torch.distributed",
@@ -95,9 +60,9 @@ PRELOAD = (
     "torchft.process_group",
     "torchft.local_sgd",
     "torchft.checkpointing.http_transport",
-    "monarch_ft.worker",
-    "monarch_ft.trainer",
-    "monarch_ft.standby",
+    "monarch_ft.rank.worker",
+    "monarch_ft.rank.trainer",
+    "monarch_ft.rank.standby_wait",
     "monarch_ft.transport.factory",
     "monarch_ft.transport.sharded",
     "monarch_ft.transport.interface",
@@ -139,214 +104,6 @@ def relaunch_path(recovery: str, warm_fork: bool, launcher_problem: Optional[str
     return RecoveryPath.COLD_START, "no fork server on the group's host (gone; restarting)"
 
 
-# Native threads a fork is safe with. jemalloc (pyarrow's allocator, loaded through
-# TorchTitan's datasets import) starts a background purging thread at load; jemalloc takes
-# every lock of its own in a pthread_atfork handler before the fork and re-initialises them
-# and its background threads in the child, so the child's allocator is consistent.
-FORK_SAFE_THREADS = frozenset({"jemalloc_bg_thd"})
-
-
-def fork_unsafe(threads: list[str], cuda_initialized: bool) -> Optional[str]:
-    """Why forking now would hand the child a broken runtime, or None (see the module docstring).
-
-    Args:
-        threads: the names of every thread but the main one.
-        cuda_initialized: ``torch.cuda.is_initialized()``.
-    """
-    unsafe = sorted(t for t in threads if t not in FORK_SAFE_THREADS)
-    if unsafe:
-        return f"the fork server runs other threads ({', '.join(unsafe)}): a fork copies only one, their locks would stay held"
-    if cuda_initialized:
-        return "CUDA is initialised in the fork server (a CUDA context does not survive a fork)"
-    return None
-
-
-def other_threads() -> list[str]:
-    """Names of this process's threads other than the main one, native ones included."""
-    names = []
-    try:
-        tids = os.listdir("/proc/self/task")
-    except OSError:
-        return [t.name for t in threading.enumerate() if t is not threading.main_thread()]
-    for tid in tids:
-        if int(tid) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                names.append(f.read().strip())
-        except OSError:
-            pass  # it ended meanwhile
-    return names
-
-
-# ---------------------------------------------------------------- the server (zygote)
-def serve(fd: int, preload: Iterable[str] = ()) -> int:
-    """The fork server's main loop, on the socket ``fd`` (a socketpair end from the supervisor),
-    after importing ``preload`` (the supervisor passes :data:`PRELOAD` and the model package)."""
-    sock = socket.socket(fileno=fd)
-    started = time.time()
-    for name in preload:
-        importlib.import_module(name)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    rpipe, wpipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-    signal.set_wakeup_fd(wpipe)
-    # A handler (not SIG_IGN: then the kernel would reap the children, status lost): its
-    # only job is the wake-up byte; the loop reaps.
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    sel = selectors.DefaultSelector()
-    sel.register(sock, selectors.EVENT_READ)
-    sel.register(rpipe, selectors.EVENT_READ)
-    children: dict[int, int] = {}  # pid -> request id
-    sock.sendall(encode(ForkOp.READY, pid=os.getpid(), import_s=round(time.time() - started, 3), threads=other_threads()))
-    print(f"[forkserver {os.getpid()}] ready: imported in {time.time() - started:.2f}s, other threads: {other_threads()}", flush=True)
-    buf = b""
-    inherited = (fd, rpipe, wpipe)
-    while True:
-        for key, _ in sel.select(timeout=1.0):
-            if key.fd == rpipe:
-                try:
-                    os.read(rpipe, 4096)
-                except BlockingIOError:
-                    pass
-                continue
-            data = sock.recv(65536)
-            if not data:
-                # The supervisor closed the channel (or died): the server's work is over. Its
-                # children live on (or die by their own PDEATHSIG), adopted by init.
-                return 0
-            buf += data
-            while b"\n" in buf:
-                line, buf = buf.split(b"\n", 1)
-                try:
-                    msg = decode(line)
-                except ProtocolError as e:
-                    print(f"[forkserver] ignored: {e}", file=sys.stderr, flush=True)
-                    continue
-                if msg["op"] is not ForkOp.FORK:
-                    print(f"[forkserver] ignored {msg['op']}", file=sys.stderr, flush=True)
-                    continue
-                reply = _fork(msg, inherited, sel)
-                if reply["op"] is ForkOp.FORKED:
-                    children[reply["pid"]] = msg["id"]
-                sock.sendall(encode(**reply))
-        _reap(children, sock)
-
-
-def _reap(children: dict[int, int], sock: socket.socket) -> None:
-    while children:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        rid = children.pop(pid, None)
-        sock.sendall(encode(ForkOp.EXITED, id=rid, pid=pid, code=os.waitstatus_to_exitcode(status)))
-
-
-def _fork(msg: dict, inherited: tuple[int, ...], sel: selectors.BaseSelector) -> dict:
-    spec = worker_spec(msg["argv"])
-    if spec is None:
-        return {"op": ForkOp.REFUSED, "id": msg["id"], "error": f"not a rank launch: {msg['argv'][:4]}"}
-    torch = sys.modules.get("torch")
-    unsafe = fork_unsafe(other_threads(), torch is not None and torch.cuda.is_initialized())
-    if unsafe:
-        return {"op": ForkOp.REFUSED, "id": msg["id"], "error": unsafe}
-    server = os.getpid()
-    try:
-        pid = os.fork()
-    except OSError as e:
-        return {"op": ForkOp.REFUSED, "id": msg["id"], "error": f"fork: {e}"}
-    if pid == 0:
-        _become_rank(msg, spec, server, inherited, sel)  # never returns
-    return {"op": ForkOp.FORKED, "id": msg["id"], "pid": pid}
-
-
-def set_cmdline(argv: list[str]) -> bool:
-    """Make ``/proc/self/cmdline`` read ``argv``, and the process's name its program's (what ps,
-    top, psutil and the run's own leak checks match a rank by, until the rank titles itself:
-    monarch_ft.proctitle). As setproctitle does: over the original argv memory, which CPython
-    copied at start-up, the new line, a NUL, and padding with a non-NUL last byte (the kernel
-    then reads up to that NUL). A line longer than the original is cut. False where it cannot."""
-    try:
-        with open("/proc/self/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (stat fields 48, 49)
-        size = end - start
-        if size < 2:
-            return False
-        title = " ".join(argv).encode()[: size - 2]
-        with open("/proc/self/mem", "r+b", buffering=0) as mem:
-            mem.seek(start)
-            mem.write(title + b"\0" + b" " * (size - len(title) - 1))
-        with open("/proc/self/comm", "w") as comm:  # the kernel's name too (top), not the server's title
-            comm.write(os.path.basename(argv[0])[:15])
-        return True
-    except (OSError, IndexError, ValueError):
-        return False
-
-
-def _become_rank(msg: dict, spec: str, server: int, inherited: tuple[int, ...], sel: selectors.BaseSelector) -> None:
-    """In the child: become ``python -m monarch_ft.worker SPEC`` as the local launcher starts it."""
-    code = 1
-    try:
-        # The server's own plumbing: a child holding the channel would hide the server's death.
-        signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        sel.close()
-        for fd in inherited:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        os.setsid()  # its own session, as start_new_session=True
-        set_cmdline(msg["argv"])  # it reads as the rank it becomes, not as the server
-        if msg["die_with_parent"]:
-            from monarch_ft.common.process import die_with_parent
-
-            die_with_parent()
-            if os.getppid() != server:  # the server died before the line above
-                os._exit(1)
-        os.chdir(msg["cwd"])
-        os.environ.clear()
-        os.environ.update(msg["env"])
-        os.makedirs(os.path.dirname(msg["log_path"]) or ".", exist_ok=True)
-        log = os.open(msg["log_path"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
-        os.close(log)
-        os.close(null)
-        worker = importlib.import_module(WORKER_MODULE)
-        sys.argv = [worker.__file__, spec]
-        code = worker.main([spec])
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
-    except BaseException:
-        traceback.print_exc()
-        code = 1
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os._exit(code if isinstance(code, int) else 1)
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) < 2 or not argv[0].isdigit():
-        print("usage: python -m monarch_ft.forkserver FD RUN_DIR [MODULE ...]", file=sys.stderr)
-        return 2
-    proctitle.set_title(argv[1], proctitle.FORK_SERVER)  # a forked rank retitles itself (monarch_ft.worker)
-    code = serve(int(argv[0]), argv[2:])
-    sys.stdout.flush()
-    # Nothing to finalise, and tearing down torch's modules only costs time.
-    os._exit(code)
-
-
-# ---------------------------------------------------------------- the supervisor's side
 class ForkError(RuntimeError):
     """A fork the server did not make (the relaunch starts cold instead)."""
 
@@ -382,7 +139,7 @@ class ForkServer:
         try:
             with open(log_path, "ab") as log:
                 self.proc = subprocess.Popen(
-                    [*host.argv_prefix, sys.executable, "-m", "monarch_ft.forkserver", str(theirs.fileno()), cwd, *preload],
+                    [*host.argv_prefix, sys.executable, "-m", ZYGOTE_MODULE, str(theirs.fileno()), cwd, *preload],
                     env=env,
                     cwd=cwd,
                     stdout=log,
@@ -488,7 +245,7 @@ class ForkedProcess(RankProcess):
     """A rank forked by a fork server: signalled and probed by pid like any local rank; its
     exit code is the one the server reaped. With the server gone, it is an orphan adopted
     by init: watched by pid and start time, its status read from its report
-    (as :class:`monarch_ft.controller.AdoptedProcess`)."""
+    (as :class:`monarch_ft.launcher.base.AdoptedProcess`)."""
 
     def __init__(self, launch: RankLaunch, server: ForkServer, rid: int, pid: int, report_path: str = "") -> None:
         self.launch = launch
@@ -524,7 +281,7 @@ class ForkedProcess(RankProcess):
                 pass
 
 
-# ---------------------------------------------------------------- one per host, for the supervisor
+# ---------------------------------------------------------------- one per host, for the controller
 class WarmForks:
     """The supervisor's fork servers: one per host its groups run on, started at launch,
     restarted when one dies, asked for a relaunched group's ranks (``ft.warm_fork``).
@@ -641,7 +398,3 @@ class WarmForks:
         for server in self.servers.values():
             server.close()
         self.servers.clear()
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -2,7 +2,7 @@
 
 ``metrics.tensorboard=true``: each group's rank 0 writes one TensorBoard run,
 ``<run>/tensorboard/group_<g>/`` (RunLayout.tensorboard), from the same records it appends
-to its report file (a :class:`~monarch_ft.components.metrics.MetricSink` of its
+to its report file (a :class:`~monarch_ft.rank.components.metrics.MetricSink` of its
 RankReporter), so the trainer reports once and nothing is measured twice. Rank 0 speaks
 for its group, as its records in ``metrics.jsonl`` do for the drills: the group's ranks
 train one model (FSDP shards) on the same steps. Each launch attempt of the group adds its

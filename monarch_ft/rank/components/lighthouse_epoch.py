@@ -19,7 +19,7 @@ ends the rank. Two things keep the groups and their steps:
   Lighthouse, and quorum ids are offset by ``epoch * EPOCH_STRIDE``. That is the same on
   every rank of every group, so ids stay unique and increasing (the supervisor's
   CommitLedger relies on that too). The Manager takes the offset through
-  monarch_ft.components.torchft_compat.offset_quorum_ids: torchft has no public seam for it.
+  monarch_ft.rank.components.torchft_compat.offset_quorum_ids: torchft has no public seam for it.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 torchft's ``torchft_lighthouse`` script imports the torchft package, i.e. torch: 10-30 s
 on a loaded machine, which is how long every Manager would wait for a restarted
 Lighthouse. This loads only the extension (``MONARCH_FT_TORCHFT_SO``, found by
-monarch_ft.lighthouse) and runs its ``lighthouse_main``, which parses the process's own
+monarch_ft.controller.lighthouse) and runs its ``lighthouse_main``, which parses the process's own
 arguments after this script's path, as it does after the script's: so this file is run
 by path, with the Lighthouse's arguments only.
 """

@@ -1,7 +1,9 @@
-"""The actor that runs one rank inside a Monarch proc (imported in the proc, not the supervisor).
+"""The actor that runs one rank inside a Monarch proc (imported in the proc, not the controller).
 
-Kept apart from ``monarch_ft.launcher.monarch`` so a proc imports only what a rank needs.
-The trainer runs in a worker thread of the actor's event loop, so the actor keeps
+The rank side of ``launcher=monarch``: the launcher (``monarch_ft.launcher.monarch``) names it
+by module path (``monarch_ft.records.launch.RANK_ACTOR``): the controller loads this module
+(light: no torch) only to spawn the actors, and the trainer is imported in the proc, by
+``_train``. The trainer runs in a worker thread of the actor's event loop, so the actor keeps
 answering ``info``/``signal`` while ``run`` is in flight.
 """
 
@@ -19,11 +21,12 @@ import threading
 from monarch.actor import Actor, endpoint
 
 from monarch_ft.common.process import die_with_parent
+from monarch_ft.records.launch import RANK_ENTRY
 
 
 def _train(spec_path: str) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from monarch_ft.trainer import RankSpec, train
+    from monarch_ft.rank.trainer import RankSpec, train
 
     with open(spec_path) as f:
         spec = RankSpec(**json.load(f))
@@ -40,7 +43,7 @@ def _exit_now() -> None:
 
 
 class RankActor(Actor):
-    """One rank of a replica group: ``run(spec_path)`` is ``monarch_ft.worker``'s ``train()`` call."""
+    """One rank of a replica group: ``run(spec_path)`` is ``monarch_ft.rank.worker``'s ``train()`` call."""
 
     def __init__(self) -> None:
         die_with_parent()  # the proc's recording sh dies -> the rank dies
@@ -51,7 +54,7 @@ class RankActor(Actor):
         return {"pid": os.getpid(), "ppid": os.getppid(), "host": socket.gethostname()}
 
     @endpoint
-    async def run(self, spec_path: str, entry: str = "monarch_ft.launcher._monarch_actor:_train", exit_after_s: float = 1.0) -> int:
+    async def run(self, spec_path: str, entry: str = RANK_ENTRY, exit_after_s: float = 1.0) -> int:
         """Calls ``entry(spec_path)`` (``module:function``; train() by default) in a worker thread."""
         module, _, name = entry.partition(":")
         fn = getattr(importlib.import_module(module), name)
@@ -63,7 +66,7 @@ class RankActor(Actor):
         finally:
             self._running = False
         if exit_after_s > 0:
-            # As monarch_ft.worker does after train(): torchft's native threads may outlive
+            # As monarch_ft.rank.worker does after train(): torchft's native threads may outlive
             # the loop, and a graceful ProcMesh.stop() then waits out Monarch's timeouts
             # (0-8 s measured). The reply goes first; the proc then ends itself with 0.
             threading.Timer(exit_after_s, _exit_now).start()

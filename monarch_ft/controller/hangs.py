@@ -1,14 +1,13 @@
-"""Pure recovery decisions: where a relaunched group's state comes from, and what is a hang.
+"""The hang model: from what the controller sees of a group's live ranks, is one of them hung,
+and which one to blame.
 
-Kept apart from the supervisor's watch loop (which only applies them) so each rule is
-unit-tested in milliseconds against plain values (tests/test_recovery.py).
-
-The rule behind :func:`decide_state_source`: **the job's committed step never goes
-back.** A relaunched group heals from a live peer when one holds the job's state; with
-no live peer the job's state is on disk, so it loads the newest intact checkpoint
-(any group's, verified against its manifest, see ``components.checkpoint.recover_checkpoint``);
-with no checkpoint either, the job has lost its state and must stop, never silently train
-again from its initial weights.
+Pure decisions, kept apart from the watch loop (:mod:`monarch_ft.controller.loop`, which
+samples the ranks and applies the verdicts) so each rule is unit-tested in milliseconds
+against plain values. A rank is judged by its reports (silence, its :class:`Phase` and how
+long it has been in it), its OS state held over time (:func:`track_os_state`) and its CPU use
+(:func:`track_cpu`); the limits are :class:`HangLimits`, with ``ft.hang_timeout_s=auto``
+learned from the step times (:class:`StepTimeLearner`, :func:`auto_hang_timeout`). Every
+stepping group hung at once is one job-wide stall (:func:`is_job_stall`), not N faults.
 """
 
 from __future__ import annotations
@@ -17,67 +16,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from monarch_ft.records.events import GroupStatus, JobStatus, StrEnum
+from monarch_ft.records.events import StrEnum
 from monarch_ft.records.phases import Phase
-
-
-class CommitLedger:
-    """The job's committed step, and commits that went back, from records read in any order.
-
-    Record order and wall-clock time do not tell a regression: TorchFT's ``should_commit``
-    agrees within one replica group only, so a slow group may write its commit of step s
-    after another group, which went on in the next quorum without it, committed s+1; that
-    commit of s was legitimate. Quorums do tell: each quorum starts from its participants'
-    newest step (the others heal to it), so a later quorum (a higher Lighthouse quorum id)
-    never commits a lower step than an earlier one did, unless it started from a state the
-    job had left behind (a group alone with its initial weights). So a commit of step s in
-    quorum q went back iff some quorum before q committed a step above s.
-    """
-
-    def __init__(self) -> None:
-        self.job_step = 0  # the Manager's step after the newest commit (steps committed)
-        self._newest: dict[int, int] = {}  # quorum id -> newest step committed in it
-
-    def record(self, step: int, quorum_id: int) -> Optional[int]:
-        """Take a commit of ``step`` in quorum ``quorum_id``; returns the higher step an
-        earlier quorum committed (a regression), or None."""
-        self.job_step = max(self.job_step, step + 1)
-        self._newest[quorum_id] = max(step, self._newest.get(quorum_id, step))
-        earlier = max((s for q, s in self._newest.items() if q < quorum_id), default=-1)
-        return earlier if earlier > step else None
-
-    def rollback(self, step: int) -> None:
-        """The job explicitly went back to a checkpoint at ``step`` (its state was lost)."""
-        self.job_step = step
-        self._newest.clear()
-
-
-def redone_commit(seen: dict[int, tuple[int, str]], quorum_id: int, group: int, state_hash: str) -> Optional[dict]:
-    """A commit of a step another quorum committed with other weights: the step was redone.
-
-    Every member of one quorum commits a step with the same weights; two quorums commit the
-    same step only when a group trained it again from the step before. That happens when the
-    only group holding a commit dies before a healing peer joins it (TorchFT's semantics: the
-    survivor's state is the job's). The job's step does not go back, so CommitLedger sees no
-    regression, yet the dead group's update of that step is gone: a step redone. Only a
-    difference of weights proves it (a record's quorum id alone can name the next quorum,
-    configured while the step ran), so it is told from the state hashes of one rank index.
-
-    Args:
-        seen: for one step and rank index, quorum id -> (group, state hash) already committed.
-        quorum_id, group, state_hash: the new commit of that step.
-
-    Returns:
-        The other quorum's commit (``quorum_id``, ``group``) it contradicts, or None; ``seen``
-        is updated. Records are read in any order (one report file after another), so the
-        other commit may be the later one: the caller tells which by the quorum ids.
-    """
-    other = None
-    for q, (g, h) in seen.items():
-        if q != quorum_id and h != state_hash:
-            other = {"quorum_id": q, "group": g}
-    seen.setdefault(quorum_id, (group, state_hash))
-    return other
 
 
 class OsState(StrEnum):
@@ -517,113 +457,3 @@ def is_job_stall(hung: dict[int, Hang], stepping: Sequence[int]) -> bool:
     if any(h.self_explained for h in hung.values()):
         return False
     return all(g in hung for g in stepping)
-
-
-def recent_restarts(restart_times: Sequence[float], now: float, window_s: float) -> int:
-    """How many of a group's relaunches happened within the last ``window_s`` seconds.
-
-    The restart budget is a rate, not a lifetime count: ``ft.max_restarts`` within any
-    ``ft.restart_window_s``. Over a job's whole life, a multi-day run would give up on a
-    group at its fourth ordinary fault, days apart; a group that keeps failing does so within
-    minutes of each relaunch, so it still spends the budget inside one window.
-
-    Args:
-        restart_times: when the group was relaunched (wall-clock seconds; any order).
-        now: the time of the failure being judged.
-        window_s: ``ft.restart_window_s``.
-    """
-    return sum(1 for t in restart_times if now - t < window_s)
-
-
-def restart_backoff(restarts_done: int, max_restarts: int, backoff_s: float, backoff_max_s: float) -> Optional[float]:
-    """Seconds before a failed group's next launch, or None: its restart budget is spent (give up).
-
-    Doubling from ``backoff_s`` up to ``backoff_max_s``: a group that fails at once on
-    every launch (a broken host, a bug) neither spins nor waits long after a one-off fault.
-
-    Args:
-        restarts_done: times this group was already relaunched within the budget's window
-            (:func:`recent_restarts`): the backoff follows recent failures, so a fault an hour
-            after the last one waits ``backoff_s`` again, not the doubled wait of the past.
-        max_restarts: ``ft.max_restarts``.
-        backoff_s, backoff_max_s: ``ft.restart_backoff_s``, ``ft.restart_backoff_max_s``.
-    """
-    if restarts_done >= max_restarts:
-        return None
-    return min(backoff_s * 2**restarts_done, backoff_max_s)
-
-
-def start_gate_opens(all_ready: bool, waited_s: float, startup_timeout_s: float) -> bool:
-    """Whether a shared start gate (first launch, full restart) lets its groups train.
-
-    Once every group at it has built its model and loaded its state, so they start as one
-    quorum; or after half the startup timeout, so a group that cannot start does not hold
-    the others (it is left to its own startup timeout).
-
-    Args:
-        all_ready: every group waiting at the gate reported model_ready on every rank.
-        waited_s: seconds since the gate's generation began.
-        startup_timeout_s: ``ft.startup_timeout_s``.
-    """
-    return all_ready or waited_s > startup_timeout_s / 2
-
-
-# ---------------------------------------------------------------- crash loops
-def startup_failure(stepped: bool, errors: Sequence[dict]) -> Optional[dict]:
-    """A group attempt's failure at start-up, as the controller compares it between relaunches; else None.
-
-    Start-up: the attempt never stepped (its config, data, model build, checkpoint load or
-    first forward failed). The group's error is its ranks' earliest ``rank_error`` (the
-    others often fail because of that one: a peer gone from a collective). None when the
-    attempt had stepped, no rank reported an error (killed by a signal, or a deliberate exit
-    with its own code, such as a refused commit or a checkpoint set aside), or the earliest
-    error is environmental (:func:`error_record`).
-
-    Args:
-        stepped: some rank of the attempt reported a step (or finished).
-        errors: the attempt's ``rank_error`` records (with ``time``, ``rank``).
-    """
-    if stepped or not errors:
-        return None
-    first = min(errors, key=lambda e: e.get("time") or 0.0)
-    if first.get("environmental"):
-        return None
-    return {k: first.get(k) for k in ("error", "error_type", "frame", "rank", "attempt")}
-
-
-def crash_loop(previous: Optional[dict], current: Optional[dict]) -> bool:
-    """The group's last two launches failed the same way at start-up: relaunching it again
-    would only fail again, so it is given up after the second such failure (not after
-    ``ft.max_restarts`` of them) and its error goes to the console.
-
-    The same way: the same exception type and innermost frame (not the message, which may
-    hold a port, a pid or a time).
-
-    Args:
-        previous: :func:`startup_failure` of the attempt before (None: it stepped, or failed otherwise).
-        current: :func:`startup_failure` of the attempt that just failed.
-    """
-    if previous is None or current is None:
-        return False
-    return (previous["error_type"], previous["frame"]) == (current["error_type"], current["frame"])
-
-
-def job_outcome(group_statuses: Sequence[str], regressed: bool) -> JobStatus:
-    """How a job ended once every group is done or given up.
-
-    Regressed first (a commit went below the job's step: its weights are suspect whatever
-    else happened); completed when every group finished; failed when none did (every group
-    gave up: nothing trained to the end, so calling it degraded would hide a dead job);
-    degraded when some finished and some gave up.
-
-    Args:
-        group_statuses: every group's :class:`GroupStatus`.
-        regressed: some commit went back (``step_regression``).
-    """
-    if regressed:
-        return JobStatus.REGRESSED
-    if all(s == GroupStatus.DONE for s in group_statuses):
-        return JobStatus.COMPLETED
-    if not any(s == GroupStatus.DONE for s in group_statuses):
-        return JobStatus.FAILED
-    return JobStatus.DEGRADED

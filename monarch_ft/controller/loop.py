@@ -23,132 +23,65 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol
 
 import psutil
 
 from monarch_ft.common import proctitle
-from monarch_ft.components.checkpoint import CheckpointHealth, folder_write_problem, quarantine_step, recover_checkpoint, save_failure_fix
+from monarch_ft.controller.checkpoints import CheckpointHealth, folder_write_problem, quarantine_step, recover_checkpoint, save_failure_fix
 from monarch_ft.records.manifest import step_dir
 from monarch_ft.records.reports import ReportTail
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.config import JobConfig, validate
-from monarch_ft.control import JobControl
-from monarch_ft.controller import DETACH_SIGNAL, DETACHED_EXIT, Controller
+from monarch_ft.controller.control import JobControl
+from monarch_ft.controller.takeover import DETACH_SIGNAL, DETACHED_EXIT, Controller
 from monarch_ft.common.data import prepare_data
 from monarch_ft.common.devices import gpu_device_nodes
 from monarch_ft.records.events import EventKind, EventLog, GiveUpReason, GroupStatus, JobStatus, RecoveryPath
-from monarch_ft.forkserver import ForkError, WarmForks
-from monarch_ft.launcher import Launcher, RankLaunch, RankProcess, build_launcher, launcher_options
+from monarch_ft.controller.fork_pool import ForkError, WarmForks
+from monarch_ft.launcher import Launcher, RankLaunch, build_launcher, launcher_options
 from monarch_ft.records.exits import describe_exit
 from monarch_ft.records.exits import RankExit
-from monarch_ft.lighthouse import Lighthouse
+from monarch_ft.controller.lighthouse import Lighthouse
 from monarch_ft.common.net import free_port
-from monarch_ft.recovery import (
-    CommitLedger,
-    CpuSample,
+from monarch_ft.controller.ledger import CommitLedger, redone_commit
+from monarch_ft.controller.hangs import (
     Hang,
     HangLimits,
-    OsSample,
     RankView,
     StepTimeLearner,
     asleep_compute_timeout,
     auto_hang_timeout,
-    crash_loop,
     find_hang,
     hang_timeout_setting,
     is_job_stall,
-    job_outcome,
-    recent_restarts,
-    redone_commit,
     track_cpu,
     track_os_state,
-    restart_backoff,
-    start_gate_opens,
-    startup_failure,
 )
+from monarch_ft.controller.budget import crash_loop, recent_restarts, restart_backoff, startup_failure
+from monarch_ft.controller.summary import job_outcome
+from monarch_ft.controller.gates import start_gate_opens
 from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source, needs_disk
 from monarch_ft.records.layout import RunLayout, atomic_write, atomic_write_json, read_jsonl
 from monarch_ft.common.stacks import capture_stacks
-from monarch_ft.standby import STANDBY_NICENESS, StandbyPool, build_promotion, resolve_standby_groups
+from monarch_ft.controller.standby_pool import STANDBY_NICENESS, StandbyPool, build_promotion, resolve_standby_groups
+from monarch_ft.controller.budget import crash_loop_line
+from monarch_ft.controller.summary import rollback_lines
+from monarch_ft.common.process import on_python_path
+from monarch_ft.records.launch import worker_argv
+from monarch_ft.controller.state import GroupState, RankState
 
-log = logging.getLogger("monarch_ft.supervisor")
+log = logging.getLogger("monarch_ft.controller.loop")
 
 # A watch tick this much later than the previous one means the supervisor itself was held up.
 SUPERVISOR_STALL_S = 2.0
 
 
 class SupervisorHook(Protocol):
-    """Called on every watch tick with the job's narrow control handle (monarch_ft.control);
+    """Called on every watch tick with the job's narrow control handle (monarch_ft.controller.control);
     fault injectors and reporters plug in here."""
 
     def tick(self, job: JobControl, now: float) -> None: ...
-
-
-@dataclass
-class RankState:
-    proc: RankProcess
-    tail: ReportTail
-    last_progress: float
-    last_step: int = -1
-    exited: Optional[int] = None
-    train_done: bool = False
-    state_hash: Optional[str] = None
-    first_step_seen: bool = False
-    model_ready: bool = False
-    # The main thread's phase, from the rank's liveness beats (recovery.Phase): the rank's own
-    # start time of it, and when this supervisor first saw it (the clock hangs are judged by).
-    phase: Optional[str] = None
-    phase_since: float = 0.0
-    phase_seen: float = 0.0
-    # Its OS state, sampled every tick, and since when it has held (recovery.track_os_state).
-    os_sample: Optional[OsSample] = None
-    # Its CPU seconds, sampled every tick: since when it has used next to none (recovery.track_cpu).
-    cpu_sample: Optional[CpuSample] = None
-    # The exception that ended it, as it reported it (rank_error: recovery.error_record), or None.
-    error: Optional[dict] = None
-
-
-@dataclass
-class GroupState:
-    index: int
-    status: GroupStatus = GroupStatus.WAITING
-    attempt: int = -1
-    restarts: int = 0
-    next_launch: float = 0.0
-    ranks: list[RankState] = field(default_factory=list)
-    last_step: int = -1
-    train_done: bool = False
-    launched_at: float = 0.0
-    losses: list[float] = field(default_factory=list)
-    # Checkpoint step the next launch loads before it reports model_ready: -1 the latest
-    # (checkpoint.resume), N that step (a full restart), None nothing (it heals or starts);
-    # and the verified step directory it loads it from (None: its own folder's copy).
-    load_step: Optional[int] = None
-    load_path: Optional[str] = None
-    # The disk checkpoint this attempt was told to load (step, step directory), and its
-    # ranks' checkpoint_load_failed report if the load raised.
-    loading: Optional[tuple[int, str]] = None
-    load_failure: Optional[dict] = None
-    # The gate the next launch waits at before its first step: a shared start gate (first
-    # launch, full restart) or its own launch gate (a live relaunch); see _open_launch_gates.
-    start_gate: str = ""
-    # Its own launch gate was opened (the decision on its state source is written).
-    gate_decided: bool = False
-    # When it was relaunched, within the restart budget's window (recovery.recent_restarts).
-    restart_times: list[float] = field(default_factory=list)
-    # How its latest attempt failed at start-up (recovery.startup_failure), None if it stepped
-    # or failed otherwise: the next attempt failing the same way is a crash loop.
-    startup_failure: Optional[dict] = None
-    # Its latest failure's error, as its ranks reported it (None: none reported; killed, hung).
-    last_error: Optional[dict] = None
-    # Why it was given up (GiveUpReason), None while it is not.
-    gave_up: Optional[str] = None
-
-    @property
-    def active(self) -> bool:
-        return self.status in (GroupStatus.STARTING, GroupStatus.RUNNING)
 
 
 class Supervisor:
@@ -256,7 +189,7 @@ class Supervisor:
         self._unloadable: dict[int, str] = {f["step"]: f["error"] for f in self.ckpt_health.load_failures if f.get("step") is not None}
         self._recovered = None  # the last recover_checkpoint result (which copy each group loads)
         self._verified: dict = {}  # recent verifications (components.checkpoint.verify_step_cached)
-        # Warm standby groups (monarch_ft.standby); each on a host/device slot after the groups'.
+        # Warm standby groups (monarch_ft.controller.standby_pool); each on a host/device slot after the groups'.
         self.standby = StandbyPool(
             resolve_standby_groups(cfg.ft.standby_groups, self.launcher.traits_for(launcher_options(cfg.launcher)).default_standby_groups, cfg.ft.recovery),
             cfg.ft.replica_groups,
@@ -264,7 +197,7 @@ class Supervisor:
             self._launch_standby,
             first_number=self.layout.next_standby_number(),
         )
-        # Warm fork servers (monarch_ft.forkserver): a relaunch with no standby ready forks its
+        # Warm fork servers (monarch_ft.controller.fork_pool): a relaunch with no standby ready forks its
         # ranks from one instead of starting fresh interpreters.
         self.warm_forks = WarmForks(
             cfg.ft.warm_fork and cfg.ft.recovery != "full_restart",
@@ -350,9 +283,7 @@ class Supervisor:
         env = dict(os.environ)
         threads = str(self.cfg.training.threads_per_rank)
         env.update(OMP_NUM_THREADS=threads, MKL_NUM_THREADS=threads, PYTHONUNBUFFERED="1", RUST_BACKTRACE="1")
-        repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = repo + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        return env
+        return on_python_path(env)
 
     def _launch(self, g: GroupState, now: float) -> None:
         g.attempt += 1
@@ -384,7 +315,7 @@ class Supervisor:
                     group=g.index,
                     rank=r,
                     attempt=g.attempt,
-                    argv=[sys.executable, "-m", "monarch_ft.worker", spec_path],
+                    argv=worker_argv(sys.executable, spec_path),
                     env=self._rank_env(),
                     log_path=self.layout.log(g.index, r, g.attempt),
                     cwd=self.run_dir,
@@ -432,7 +363,7 @@ class Supervisor:
     # ---------------------------------------------------------------- standby groups
     def _launch_standby(self, number: int, slot: int, now: float) -> list[RankState]:
         """Start standby ``number`` on ``slot`` (its own host and device slot), niced below the
-        training ranks; its ranks build everything identity-free and wait (monarch_ft.standby)."""
+        training ranks; its ranks build everything identity-free and wait (monarch_ft.controller.standby_pool)."""
         store_host = self.launcher.group_host(slot)
         store_port = free_port(store_host)
         launches = []
@@ -446,7 +377,7 @@ class Supervisor:
                     group=slot,
                     rank=r,
                     attempt=0,
-                    argv=[sys.executable, "-m", "monarch_ft.worker", spec_path],
+                    argv=worker_argv(sys.executable, spec_path),
                     env=self._rank_env(),
                     log_path=self.layout.standby_log(number, r),
                     cwd=self.run_dir,
@@ -1094,7 +1025,7 @@ class Supervisor:
 
     # ---------------------------------------------------------------- run
     def run(self) -> int:
-        # ps/top/py-spy show which run this process controls (monarch_ft.proctitle).
+        # ps/top/py-spy show which run this process controls (monarch_ft.common.proctitle).
         with proctitle.titled(self.run_dir, proctitle.CONTROLLER):
             return self._run()
 
@@ -1104,7 +1035,7 @@ class Supervisor:
         exit_code = 1
         try:
             if self.controller.attaching:
-                self.controller.take_over(time.time())
+                self._take_over(time.time())
                 return self._watch()
             self.controller.start_heartbeat()
             self.events.emit(
@@ -1229,6 +1160,118 @@ class Supervisor:
             )
             self._lighthouse_outage = None
 
+    # ---------------------------------------------------------------- takeover (monarch_ft.controller.takeover)
+    def takeover_record(self) -> dict[str, Any]:
+        """The job-wide state a new controller needs, for ``controller.json`` (beside each
+        group's, which :class:`~monarch_ft.controller.takeover.Controller` records itself)."""
+        lh = self.lighthouse
+        return {
+            "status": self.status,
+            "config": dataclasses.asdict(self.cfg),
+            "run_dir": self.run_dir,
+            "started": self._started,
+            "tokens_path": self._tokens_path,
+            "lighthouse": {"address": lh.address, "epoch": self.lighthouse_epoch, **lh.identity()},
+            "launcher": self.launcher.describe(),
+            "launcher_handles": self.launcher.handles(),
+            "job_step": self.ledger.job_step,
+            "ledger": {str(q): s for q, s in self.ledger.newest_by_quorum().items()},
+            "full_restarts": self._full_restarts,
+            "gate_since": self._gate_since,
+            "membership": list(self._membership) if self._membership is not None else None,
+            "transport_owner": [[k, v] for k, v in self._transport_owner.items()],
+            "last_commit": {str(g): r for g, r in self.last_commit.items()},
+            "rollbacks": self.rollbacks,
+            "steps_redone": self.steps_redone,
+            "regressions": self.regressions,
+            "step_hashes": {str(s): [[g, r, h] for (g, r), h in v.items()] for s, v in sorted(self.step_hashes.items())[-20:]},
+            "first_step_time": self.first_step_time,
+        }
+
+    def restore_takeover_record(self, state: dict, now: float) -> None:
+        """Take back what :meth:`takeover_record` wrote (a previous controller's ``controller.json``)."""
+        self._started = state.get("started") or now
+        self._tokens_path = state.get("tokens_path") or ""
+        self.ledger.restore(int(state.get("job_step", 0)), {int(q): s for q, s in state.get("ledger", {}).items()})
+        self._full_restarts = state.get("full_restarts", 0)
+        self._gate_since = state.get("gate_since") or now
+        self._membership = tuple(state["membership"]) if state.get("membership") is not None else None
+        self._transport_owner = {k: tuple(v) for k, v in state.get("transport_owner", [])}
+        self.last_commit = {int(g): r for g, r in state.get("last_commit", {}).items()}
+        self.rollbacks, self.regressions = list(state.get("rollbacks", [])), list(state.get("regressions", []))
+        self.steps_redone = list(state.get("steps_redone", []))
+        self.step_hashes = {int(s): {(g, r): h for g, r, h in v} for s, v in state.get("step_hashes", {}).items()}
+        self.first_step_time = state.get("first_step_time")
+        self.launcher.restore_handles(state.get("launcher_handles") or {})
+
+    def _take_over(self, now: float) -> None:
+        """Take the job over (``controller.attach=true``): re-adopt live groups, fail the lost
+        ones, adopt (or restart) the Lighthouse."""
+        state, decisions, failed = self.controller.restore(now)
+        lost = self.controller.lost(state, now)
+        lh = state.get("lighthouse", {})
+        self.lighthouse_epoch = int(lh.get("epoch", 0))
+        lighthouse = self.lighthouse.adopt(lh.get("address", ""), lh.get("guard_pid"), lh.get("guard_start"), lh.get("server_pid"), lh.get("server_start"))
+        self.events.emit(
+            EventKind.CONTROLLER_ATTACHED,
+            pid=os.getpid(),
+            previous_pid=state.get("controller_pid"),
+            unsupervised_s=round(now - lost["time"], 3),
+            groups=decisions,
+            lighthouse=lighthouse,
+            job_step=self.job_step,
+        )
+        self.controller.start_heartbeat()
+        if not lighthouse["alive"]:
+            self._restart_lighthouse(now)
+        for g, ranks in failed:
+            # Reports up to now first: what the group did while unsupervised is recorded.
+            self._consume_reports(g, now)
+            self._fail_group(g, now, reason="lost_while_unsupervised", ranks=ranks)
+        self.status = JobStatus.RUNNING
+        self.controller.save()
+
+    def close_out(self, reason: str, now: float) -> None:
+        """End a job that ended with no controller (its ranks' lease ran out, or a ``stop`` no
+        controller answered; :mod:`monarch_ft.controller.closeout` runs this once nothing of
+        the job is left): read the ranks' reports to their end as a controller would have,
+        record how each rank ended, set the job's status, and end it as this supervisor ends
+        a job (:meth:`_shutdown`: summary.json, job_finished, controller.json marked
+        finished), so the record covers the whole job, the part nobody supervised included.
+
+        Args:
+            reason: why the ranks ended the job (``monarch_ft.records.lease.LeaseWatch.ended``).
+            now: the time of the close-out.
+        """
+        try:
+            state, _, _ = self.controller.restore(now)
+            self.controller.lost(state, now)
+            self.controller.ended_by = reason
+            # Its address for the record; the guard (this process's caller) is not adopted: nothing to stop.
+            self.lighthouse.adopt(state.get("lighthouse", {}).get("address", ""), None, None, None, None)
+            for g in self.groups:
+                if not g.ranks:
+                    continue
+                self._consume_reports(g, now)
+                for rs in g.ranks:
+                    if rs.exited is None:
+                        # Gone by now (the guard waited for every rank): 0 if it reported rank_finished.
+                        rs.exited = rs.proc.wait(5.0)
+                        if rs.exited is not None:
+                            self.events.emit(EventKind.RANK_EXITED, group=g.index, rank=rs.proc.launch.rank, attempt=g.attempt, **describe_exit(rs.exited))
+                if g.status in (GroupStatus.STARTING, GroupStatus.RUNNING) and all(r.exited == 0 for r in g.ranks):
+                    g.status = GroupStatus.DONE
+                    self.events.emit(EventKind.GROUP_FINISHED, group=g.index, attempt=g.attempt, step=g.last_step)
+            if reason == "lease_expired":
+                self.status = JobStatus.LEASE_EXPIRED
+            else:  # a stop: as a controller ends it
+                self.status = job_outcome([g.status for g in self.groups], regressed=False)
+        except BaseException:
+            self.status = JobStatus.FAILED
+            raise
+        finally:
+            self._shutdown()
+
     def _shutdown(self) -> None:
         # Standbys belong to this controller (they die with it, see _launch_standby): a
         # controller that attaches later builds its own.
@@ -1332,33 +1375,6 @@ class Supervisor:
             "groups": groups,
             "config": dataclasses.asdict(self.cfg) if dataclasses.is_dataclass(self.cfg) else None,
         }
-
-
-def rollback_lines(rollbacks: list[dict]) -> list[str]:
-    """The console's end-of-job lines for the job's rollbacks: one per distinct rollback, with
-    how many times it happened, so a group that crash-loops back to the same checkpoint
-    reads as one line with a count, never as the same line again and again."""
-    counts: dict[tuple, int] = {}
-    for r in rollbacks:
-        key = (r["steps_lost"], r["from_step"], r["to_step"], r["reason"])
-        counts[key] = counts.get(key, 0) + 1
-    lines = []
-    for (lost, frm, to, reason), n in counts.items():
-        times = f", {n} times" if n > 1 else ""
-        lines.append(
-            f"the job went back {lost} committed steps: from step {frm} to its checkpoint at step {to}{times} ({reason}: no group held the job's state)"
-        )
-    return lines
-
-
-def crash_loop_line(group: int, failure: dict, log_path: str) -> str:
-    """The console's one line for a crash loop (recovery.crash_loop): the ranks' own error
-    line and where it was raised, that relaunching is over, and what to fix."""
-    where = f" (at {failure['frame']})" if failure.get("frame") else ""
-    return (
-        f"group {group} failed the same way on its last two launches, before its first step: {failure.get('error')}{where}; "
-        f"it is not relaunched: fix the config or the data this names and run again (traceback: {log_path})"
-    )
 
 
 def request_finish(run_dir: str, step: int) -> None:

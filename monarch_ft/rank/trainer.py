@@ -4,7 +4,7 @@ checkpointing, with a TorchFT Manager across replica groups.
 Why a thin trainer of our own rather than ``torchtitan.train``: TorchTitan 0.2.x's
 trainer assumes an accelerator (``cuda`` device fallback, ``barrier(device_ids=...)``
 that gloo rejects), so on CPU we reuse its components directly and keep the loop
-small. The same loop runs NCCL + CUDA when a GPU is present (monarch_ft/devices.py:
+small. The same loop runs NCCL + CUDA when a GPU is present (monarch_ft/common/devices.py:
 which GPU, which backend in and across groups).
 
 Step protocol (per step, every rank):
@@ -35,14 +35,14 @@ import torch
 import torch.distributed as dist
 
 from monarch_ft.common import proctitle
-from monarch_ft.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, describe_error, remove_partial, save_due, storage_error
+from monarch_ft.rank.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, describe_error, remove_partial, save_due, storage_error
 from monarch_ft.records.manifest import describe_os_error, errno_name, step_dir
-from monarch_ft.components.fault_agent import FaultAgent
-from monarch_ft.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
-from monarch_ft.components.lease import ControllerLease
-from monarch_ft.components.sync import build_sync, checkpoint_interval, uses_async_quorum
-from monarch_ft.components.metrics import Liveness, RankReporter, build_metric_sinks
-from monarch_ft.components.model import build_model
+from monarch_ft.rank.components.fault_agent import FaultAgent
+from monarch_ft.rank.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
+from monarch_ft.rank.components.lease import ControllerLease
+from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
+from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
+from monarch_ft.rank.components.model import build_model
 from monarch_ft.config import JobConfig
 from monarch_ft.common.data import TokenBatches
 from monarch_ft.records.events import EventKind
@@ -80,7 +80,7 @@ class RankSpec:
     # (Supervisor._open_start_gate) or the group's own launch gate, whose JSON content says
     # where its state comes from (Supervisor._open_launch_gates).
     start_gate: str = ""
-    # A warm standby (monarch_ft.standby): its number, and the promotion file it waits for
+    # A warm standby (monarch_ft.rank.standby_wait): its number, and the promotion file it waits for
     # after building everything identity-free; "" / -1 for a rank of a replica group.
     promotion_path: str = ""
     standby: int = -1
@@ -145,7 +145,7 @@ class Trainer:
     :meth:`state_dict`/:meth:`load_state_dict` are what a healing peer moves (through
     TorchFT), and :meth:`close` releases everything.
 
-    Construction is two parts, so a warm standby (monarch_ft.standby) can do the first
+    Construction is two parts, so a warm standby (monarch_ft.rank.standby_wait) can do the first
     long before it knows which group it will be:
 
     - :meth:`_build_local`, identity-free: device, the group's own store and in-group
@@ -266,9 +266,9 @@ class Trainer:
     def _await_promotion(self) -> None:
         """A warm standby: report ready, wait (no CPU to speak of) for the promotion file,
         then become the group it names: its report files, attempt and the supervisor's
-        decision on where its state comes from (monarch_ft.standby)."""
+        decision on where its state comes from (monarch_ft.rank.standby_wait)."""
         from monarch_ft.common.process import outlive_parent
-        from monarch_ft.standby import ControllerWatch, orphan_after_s, promoted_spec, renice_threads, wait_for_promotion
+        from monarch_ft.rank.standby_wait import ControllerWatch, orphan_after_s, promoted_spec, renice_threads, wait_for_promotion
 
         self.liveness.enter(Phase.STANDBY)
         self.reporter.event("standby_ready", standby=self.spec.standby)
@@ -323,7 +323,7 @@ class Trainer:
         )
         self.manager = self.ft.manager
         self.floor = CommitFloor(self.layout.commit_floor)
-        # ft.mode: how groups synchronise (monarch_ft/components/sync.py).
+        # ft.mode: how groups synchronise (monarch_ft/rank/components/sync.py).
         self.sync = build_sync(cfg.ft, self.manager, self.model, self.optimizer, self.lr_schedulers, self.params, spec.group, self.floor, self._refuse_commit)
         # localsgd/diloco write checkpoints at sync points only.
         self.ckpt_cfg = dataclasses.replace(cfg.checkpoint, interval=checkpoint_interval(cfg.ft, cfg.checkpoint.interval))
@@ -605,7 +605,7 @@ class Trainer:
 
 
 def train(spec: RankSpec) -> None:
-    """Run one rank to the end of the job (monarch_ft.worker's entry point, and a Monarch
+    """Run one rank to the end of the job (monarch_ft.rank.worker's entry point, and a Monarch
     actor's). An exception that ends it is reported first (Trainer.reporting_errors)."""
     trainer = Trainer(spec)
     with trainer.reporting_errors():
