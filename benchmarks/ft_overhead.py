@@ -51,7 +51,7 @@ def _worker(spec: dict) -> None:
     from torchtitan.config.job_config import LRScheduler
 
     from monarch_ft.rank.components.model import build_model
-    from monarch_ft.config import ModelConfig
+    from monarch_ft.config.model import ModelConfig
     from monarch_ft.common.data import TokenBatches
 
     torch.set_num_threads(1)

@@ -9,7 +9,7 @@ from hydra.core.config_store import ConfigStore
 
 from chaos.kinds import FaultOptions, fault_kind, parse_fault
 from monarch_ft.records.errors import ConfigError
-from monarch_ft.config import JobConfig
+from monarch_ft.config.job import JobConfig
 
 
 def FaultConfig(**fields: Any) -> FaultOptions:

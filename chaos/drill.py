@@ -18,7 +18,7 @@ from chaos.outcome import NotInjected, explain_not_injected, explain_not_recover
 from chaos.mttr import analyze_fault, steps_never_go_back
 from chaos.schedule import build_faults
 from monarch_ft.records.reports import ReportTail
-from monarch_ft.config import validate
+from monarch_ft.controller.preflight import preflight
 from monarch_ft.records.layout import RunLayout
 
 
@@ -31,7 +31,7 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     from monarch_ft.controller.loop import Supervisor
 
     faults = build_faults(cfg.chaos)
-    validate(cfg)
+    preflight(cfg)
     validate_chaos(cfg, faults)
     injector = ChaosInjector(
         faults,

@@ -13,9 +13,27 @@ import sys
 from omegaconf import DictConfig, OmegaConf
 
 from monarch_ft.records.errors import ConfigError
-from monarch_ft.config import JobConfig, register_configs
+from hydra.core.config_store import ConfigStore
+
+from monarch_ft.config.ft import FTConfig
+from monarch_ft.config.job import JobConfig
+from monarch_ft.config.launcher import LauncherConfig
+from monarch_ft.config.model import ModelConfig
+from monarch_ft.launcher import options_types
 
 CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+
+
+def register_configs() -> None:
+    """Register the schemas so YAML files under configs/ are validated against them."""
+    cs = ConfigStore.instance()
+    cs.store(name="pretrain_schema", node=JobConfig)
+    cs.store(group="model", name="schema", node=ModelConfig)
+    cs.store(group="ft", name="schema", node=FTConfig)
+    # One schema per launcher (launcher/<name>_schema): its options typed by the launcher's own dataclass.
+    for name, options in options_types().items():
+        cs.store(group="launcher", name=f"{name}_schema", node=LauncherConfig(name=name, options=options()))
+
 
 register_configs()
 

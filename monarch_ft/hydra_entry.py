@@ -5,7 +5,7 @@ type (``ft.replica_groups=two``) or a missing config group option (``model=gpt5`
 several lines, with a hint about ``HYDRA_FULL_ERROR``, and exits 1, the code of a failed
 job. A config error here is one ``monarch_ft: error:`` line that names the key and what
 it can be, and exit code 2, before anything is created (not even the run directory),
-like every other config error of the project (monarch_ft.config.validate).
+like every other config error of the project (monarch_ft.config.job.validate).
 
 How: before handing over to ``hydra.main``, the same config is composed once with
 Hydra's compose API from the same command line (its own argument parser; in a

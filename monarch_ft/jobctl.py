@@ -368,7 +368,7 @@ def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
     while time.time() < deadline:
         now_state = read_json(layout.controller_state) or state
         left = _live_ranks(now_state)
-        # With no controller, the job's end (summary.json) is written by its last process (monarch_ft.closeout).
+        # With no controller, the job's end (summary.json) is written by its last process (monarch_ft.controller.closeout).
         if not left and (pid is None or controller_attached(layout) is None) and (pid is not None or now_state.get("finished")):
             echo("the job has stopped")
             return 0

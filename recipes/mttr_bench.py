@@ -93,7 +93,7 @@ def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], 
         ConfigError: an unknown mode or kind, or a drill its config refuses (before anything runs).
     """
     from chaos.config import validate_chaos
-    from monarch_ft.config import validate
+    from monarch_ft.controller.preflight import preflight
 
     b = job.bench
     if b.repeats < 1:
@@ -120,7 +120,7 @@ def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], 
                 own["duration_s"] = b.collective_hang_s
             faults = [FaultConfig(kind=kind, at_step=b.first_step + i * b.every_steps, **own) for i in range(b.repeats)]
             cfg.chaos = ChaosConfig(faults=faults, seed=job.chaos.seed, recovery_timeout_s=job.chaos.recovery_timeout_s, tail_steps=job.chaos.tail_steps)
-            validate(cfg)
+            preflight(cfg)
             validate_chaos(cfg, faults)
             drills.append((mode, text, cfg))
     return drills, skipped

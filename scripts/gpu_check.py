@@ -196,7 +196,7 @@ def check_collective(run_dir: str, device: str, xgroup: str) -> str:
 def has_standby() -> bool:
     import dataclasses
 
-    from monarch_ft.config import FTConfig
+    from monarch_ft.config.ft import FTConfig
 
     return any(f.name == "standby_groups" for f in dataclasses.fields(FTConfig))
 

@@ -144,7 +144,7 @@ def processes_matching(needle: str) -> list[psutil.Process]:
 
 
 def lighthouse_pids(under: Path | None = None) -> set[int]:
-    """Lighthouse servers: torchft's script, or its extension run by monarch_ft/_lighthouse_server.py.
+    """Lighthouse servers: torchft's script, or its extension run by monarch_ft/controller/_lighthouse_server.py.
     With ``under``, only those whose output goes to a file below it (a job's lighthouse log sits in
     its run directory): a Lighthouse of some other job on the machine is not this test's."""
     pids = set()

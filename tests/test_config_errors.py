@@ -179,9 +179,11 @@ def test_lighthouse_port_in_use(tmp_path):
 
 
 def test_validate_accepts_defaults():
-    from monarch_ft.config import JobConfig, validate
+    from monarch_ft.config.job import JobConfig, validate
+    from monarch_ft.controller.preflight import preflight
 
     validate(JobConfig())
+    preflight(JobConfig())
 
 
 @pytest.mark.parametrize(

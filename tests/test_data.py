@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from monarch_ft.records.errors import ConfigError
-from monarch_ft.config import DataConfig
+from monarch_ft.config.data import DataConfig
 from monarch_ft.common.data import TokenBatches, open_tokens, prepare_data
 
 VOCAB, SEQ = 2048, 16

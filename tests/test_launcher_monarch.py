@@ -17,7 +17,7 @@ from conftest import FAST, REPO, assert_weights_agree_after, console, events_of,
 
 import monarch.actor  # noqa: E402,F401  (a hard dependency: a broken install fails here, it is not skipped)
 
-from monarch_ft.config import LauncherConfig  # noqa: E402
+from monarch_ft.config.launcher import LauncherConfig  # noqa: E402
 from monarch_ft.launcher import RankLaunch, build_launcher  # noqa: E402
 from monarch_ft.controller.loop import request_finish  # noqa: E402
 

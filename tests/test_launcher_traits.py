@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 import pathlib
 
-from monarch_ft.config import LauncherConfig
+from monarch_ft.config.launcher import LauncherConfig
 from monarch_ft.launcher import available_launchers, launcher_class, launcher_traits
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -42,7 +42,7 @@ def test_the_kernel_name_fits_its_15_bytes():
 
 CHILD = """
 import os, sys, time
-from monarch_ft import proctitle
+from monarch_ft.common import proctitle
 run = sys.argv[1]
 print(proctitle.set_title(run, proctitle.standby_role(1, 0)), flush=True)
 print("SPT_NOENV" in os.environ, flush=True)
@@ -97,7 +97,7 @@ def test_a_real_process_shows_its_title_in_ps_keeps_its_environment_and_is_found
 
 def test_a_short_command_line_keeps_the_role(tmp_path):
     run = str(tmp_path / ("d" * 150))  # not on the command line: the title is longer than it
-    argv = [sys.executable, "-c", "import os; from monarch_ft import proctitle as t; print(t.set_title(os.environ['RUN'], t.CONTROLLER))"]
+    argv = [sys.executable, "-c", "import os; from monarch_ft.common import proctitle as t; print(t.set_title(os.environ['RUN'], t.CONTROLLER))"]
     out = subprocess.run(argv, cwd=REPO, env={"PYTHONPATH": str(REPO), "RUN": run}, capture_output=True, text=True, check=True).stdout.strip()
     room = len(" ".join(argv)) - 1  # the command line and its closing NUL
     assert out.startswith("monarch_ft[...ddd") and out.endswith("ddd] controller") and len(out) == room, (out, room)

@@ -20,12 +20,12 @@ from monarch_ft.controller.hangs import (
     asleep_compute_timeout,
     auto_hang_timeout,
     find_hang,
-    hang_timeout_setting,
     is_job_stall,
     percentile,
     track_cpu,
     track_os_state,
 )
+from monarch_ft.config.ft import hang_timeout_setting
 from monarch_ft.controller.ledger import CommitLedger
 from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source
 from monarch_ft.records.phases import Phase

@@ -356,7 +356,7 @@ def test_link_delay_refused_exactly_where_the_kernel_lacks_netem(tmp_path):
     _need_netns()
     from chaos.config import DrillConfig, FaultConfig, validate_chaos
     from monarch_ft.records.errors import ConfigError
-    from monarch_ft.config import LauncherConfig
+    from monarch_ft.config.launcher import LauncherConfig
     from monarch_ft.launcher.hosts import qdisc_supported
 
     fault = FaultConfig(kind="slow_link", at_step=5, delay_ms=50)

@@ -20,10 +20,10 @@ from monarch_ft.controller.standby_pool import (
     build_promotion,
     recovery_path,
     resolve_standby_groups,
-    standby_config_error,
     standby_loss,
     standbys_to_launch,
 )
+from monarch_ft.config.ft import standby_config_error
 from monarch_ft.rank.standby_wait import promoted_spec
 from monarch_ft.records.decisions import Promotion
 from monarch_ft.rank.trainer import RankSpec
@@ -31,7 +31,7 @@ from monarch_ft.rank.trainer import RankSpec
 
 def _default(launcher: str) -> int:
     """The launcher's default (its traits, read without building it); local_hosts is local with simulated hosts."""
-    from monarch_ft.config import LauncherConfig
+    from monarch_ft.config.launcher import LauncherConfig
     from monarch_ft.launcher import launcher_traits
 
     if launcher == "local_hosts":

@@ -71,7 +71,7 @@ IN_HOST = textwrap.dedent(
     import json, sys, torch
     from datetime import timedelta
     from monarch_ft.rank.components.ft import build_transport
-    from monarch_ft.config import FTConfig
+    from monarch_ft.config.ft import FTConfig
     from monarch_ft.transport.interface import InterfaceError, resolve
 
     lighthouse = sys.argv[1]

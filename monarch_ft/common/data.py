@@ -23,7 +23,7 @@ same path on theirs). By its suffix it is either
 
 A file that is missing, empty, of another format, too short for one sequence, or holding
 an id the model's embedding lacks (``>= model.vocab_size``) is refused on the controller
-with one line (:class:`~monarch_ft.config.ConfigError`) before anything is launched: a
+with one line (:class:`~monarch_ft.records.errors.ConfigError`) before anything is launched: a
 rank would otherwise fail on its first batch, or index its embedding out of range, in
 every group and on every restart.
 """

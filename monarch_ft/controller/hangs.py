@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 from monarch_ft.records.events import StrEnum
 from monarch_ft.records.phases import Phase
@@ -363,26 +363,6 @@ def asleep_compute_timeout(compute_p99_s: Optional[float], asleep_s: float, on_c
 
 
 # ---------------------------------------------------------------- ft.hang_timeout_s=auto
-AUTO = "auto"
-
-
-def hang_timeout_setting(value: Any) -> Optional[float]:
-    """``ft.hang_timeout_s``: None for ``auto``, else the fixed number of seconds.
-
-    Raises:
-        ValueError: neither ``auto`` nor a positive number.
-    """
-    if isinstance(value, str) and value.strip().lower() == AUTO:
-        return None
-    try:
-        seconds = float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"ft.hang_timeout_s={value!r}: use auto or a number of seconds") from None
-    if not seconds > 0:
-        raise ValueError(f"ft.hang_timeout_s={value!r}: must be > 0 (or auto)")
-    return seconds
-
-
 def percentile(values: Sequence[float], q: float) -> float:
     """The ``q``-th percentile (0-100) of ``values``, linear between order statistics (numpy's default)."""
     xs = sorted(values)

@@ -16,7 +16,7 @@ import time
 import psutil
 
 from monarch_ft.records.errors import ConfigError
-from monarch_ft.config import FTConfig
+from monarch_ft.config.ft import FTConfig
 from monarch_ft.common.process import is_running, start_ticks
 from monarch_ft.common.net import free_port, host_port, port_in_use, reachable
 from monarch_ft.common.process import on_python_path
@@ -33,7 +33,7 @@ def lighthouse_binary() -> str:
 
 def lighthouse_argv() -> tuple[list[str], dict[str, str]]:
     """The command (and environment) that runs torchft's Lighthouse server: its extension
-    alone where it can be found (monarch_ft/_lighthouse_server.py: starts in well under a
+    alone where it can be found (monarch_ft/controller/_lighthouse_server.py: starts in well under a
     second, not the 10-30 s of importing torch), else torchft's own script."""
     import glob
     import importlib.util

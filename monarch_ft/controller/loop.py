@@ -32,7 +32,8 @@ from monarch_ft.controller.checkpoints import CheckpointHealth, folder_write_pro
 from monarch_ft.records.manifest import step_dir
 from monarch_ft.records.reports import ReportTail
 from monarch_ft.records.errors import ConfigError
-from monarch_ft.config import JobConfig, validate
+from monarch_ft.config.job import JobConfig
+from monarch_ft.controller.preflight import preflight
 from monarch_ft.controller.control import JobControl
 from monarch_ft.controller.takeover import DETACH_SIGNAL, DETACHED_EXIT, Controller
 from monarch_ft.common.data import prepare_data
@@ -53,11 +54,11 @@ from monarch_ft.controller.hangs import (
     asleep_compute_timeout,
     auto_hang_timeout,
     find_hang,
-    hang_timeout_setting,
     is_job_stall,
     track_cpu,
     track_os_state,
 )
+from monarch_ft.config.ft import hang_timeout_setting
 from monarch_ft.controller.budget import crash_loop, recent_restarts, restart_backoff, startup_failure
 from monarch_ft.controller.summary import job_outcome
 from monarch_ft.controller.gates import start_gate_opens
@@ -94,7 +95,7 @@ class Supervisor:
         echo: bool = True,
     ) -> None:
         cfg = Controller.attach_config(cfg, run_dir)  # controller.attach: the job's own config
-        validate(cfg)
+        preflight(cfg)
         if cfg.checkpoint.enable:
             # Refused before launch: an unwritable folder would fail every save of the job.
             folder = RunLayout(run_dir, cfg.checkpoint.folder).checkpoint_root

@@ -58,24 +58,6 @@ def resolve_standby_groups(configured: Optional[int], launcher_default: int, rec
     return configured
 
 
-def standby_config_error(configured: Optional[int], launcher: str) -> Optional[str]:
-    """One line naming the fix for an ``ft.standby_groups`` that cannot run, else None."""
-    if configured is None:
-        return None
-    if configured < 0:
-        return f"ft.standby_groups={configured}: must be >= 0 (0 disables warm standby groups)"
-    return None
-
-
-def check_standby_config(cfg: Any) -> None:
-    """config.validate's check (raises ConfigError: one line, exit 2, before anything runs)."""
-    from monarch_ft.records.errors import ConfigError
-
-    error = standby_config_error(cfg.ft.standby_groups, cfg.launcher.name)
-    if error:
-        raise ConfigError(error)
-
-
 # Standbys lost in a row while still building (a crash at start-up, not a fault while
 # waiting) after which the job stops building them: a build that always fails would
 # otherwise start processes on every watch tick.

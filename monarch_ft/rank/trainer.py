@@ -43,7 +43,7 @@ from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
 from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.rank.components.model import build_model
-from monarch_ft.config import JobConfig
+from monarch_ft.config.job import JobConfig
 from monarch_ft.common.data import TokenBatches
 from monarch_ft.records.events import EventKind
 from monarch_ft.common.devices import cross_group_backend, cuda_index, device_type, set_nccl_hostid

@@ -3,7 +3,7 @@
 Any launcher (local processes, Slurm tasks, Monarch actors) only has to run this
 with a spec file the supervisor wrote; the exit status is the rank's verdict: 0 done,
 1 an exception (named in the rank's report as ``rank_error``, its traceback in the log),
-a :class:`~monarch_ft.launcher.base.RankExit` code for a deliberate exit.
+a :class:`~monarch_ft.records.exits.RankExit` code for a deliberate exit.
 """
 
 from __future__ import annotations

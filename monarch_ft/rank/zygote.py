@@ -176,7 +176,7 @@ def _fork(msg: dict, inherited: tuple[int, ...], sel: selectors.BaseSelector) ->
 def set_cmdline(argv: list[str]) -> bool:
     """Make ``/proc/self/cmdline`` read ``argv``, and the process's name its program's (what ps,
     top, psutil and the run's own leak checks match a rank by, until the rank titles itself:
-    monarch_ft.proctitle). As setproctitle does: over the original argv memory, which CPython
+    monarch_ft.common.proctitle). As setproctitle does: over the original argv memory, which CPython
     copied at start-up, the new line, a NUL, and padding with a non-NUL last byte (the kernel
     then reads up to that NUL). A line longer than the original is cut. False where it cannot."""
     try:

@@ -10,3 +10,9 @@ class ConfigError(ValueError):
     checks and the command line; each entry point prints it as one ``monarch_ft: error:``
     line and exits 2.
     """
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise :class:`ConfigError` with ``message`` (one line naming the fix) unless ``ok``."""
+    if not ok:
+        raise ConfigError(message)

@@ -162,7 +162,7 @@ class JobStatus(StrEnum):
     FAILED = "failed"  # every group gave up, or the job's state was lost, or the controller failed
     INTERRUPTED = "interrupted"
     DETACHED = "detached"  # its controller detached; the job went on (controller.json)
-    LEASE_EXPIRED = "lease_expired"  # no controller for controller.lease_s: the ranks ended it (monarch_ft.closeout)
+    LEASE_EXPIRED = "lease_expired"  # no controller for controller.lease_s: the ranks ended it (monarch_ft.controller.closeout)
 
 
 # MTTR phases of a fault, in order (chaos.mttr measures them, chaos.report draws them).

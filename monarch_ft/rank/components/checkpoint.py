@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Optional
 
-from monarch_ft.config import CheckpointConfig
+from monarch_ft.config.checkpoint import CheckpointConfig
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.manifest import (
     _STEP_DIR,

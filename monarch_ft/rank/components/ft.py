@@ -22,7 +22,7 @@ from torchft.checkpointing import CheckpointTransport
 
 from monarch_ft.rank.components.lighthouse_epoch import LighthouseEpoch, quorum_retries
 from monarch_ft.rank.components.torchft_compat import offset_quorum_ids
-from monarch_ft.config import FTConfig
+from monarch_ft.config.ft import FTConfig
 from monarch_ft.records.layout import read_int
 
 logger: logging.Logger = logging.getLogger(__name__)

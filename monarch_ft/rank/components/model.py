@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 
-from monarch_ft.config import ModelConfig
+from monarch_ft.config.model import ModelConfig
 
 
 def model_args(cfg: ModelConfig, seq_len: int, device_type: str | None = None):

@@ -41,7 +41,7 @@ from torch import nn
 
 from monarch_ft.rank.components.ft import CommitFloor, GradSync, MonarchManager, to_local_tree
 from monarch_ft.rank.components.torchft_compat import diloco_global_copies, diloco_save_global, diloco_sync_in_quorum, local_step, localsgd_sync_in_quorum
-from monarch_ft.config import FTConfig
+from monarch_ft.config.ft import FTConfig
 
 
 @dataclass
@@ -400,7 +400,7 @@ def build_sync(
     floor: CommitFloor,
     refuse: Callable[[int, int], None],
 ) -> SyncStrategy:
-    """The strategy for ``cfg.mode`` (validated by monarch_ft.config.validate)."""
+    """The strategy for ``cfg.mode`` (validated by monarch_ft.config.job.validate)."""
     args = (manager, model, optimizer, lr_schedulers, params, cfg, group)
     if cfg.mode == "hsdp":
         return HSDPSync(*args)
