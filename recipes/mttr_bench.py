@@ -37,7 +37,7 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from chaos.config import ChaosConfig, DrillConfig, FaultConfig  # noqa: E402
 from chaos.kinds import fault_kinds  # noqa: E402
 from chaos.kinds.base import option_names  # noqa: E402
-from monarch_ft.hydra_entry import hydra_main  # noqa: E402
+from monarch_ft.cli.hydra_entry import hydra_main  # noqa: E402
 from monarch_ft.records.errors import ConfigError  # noqa: E402
 
 # A sweep mode: ft.recovery, the warm standby groups and ft.warm_fork it runs with.

@@ -29,7 +29,7 @@ def _refusal(tmp_path, overrides: str) -> str:
     (that path, end to end through a recipe, is tested by the subprocess tests here)."""
     from hydra import compose, initialize_config_dir
 
-    from monarch_ft.cli import CONFIG_DIR, to_job_config
+    from monarch_ft.cli.run import CONFIG_DIR, to_job_config
     from monarch_ft.records.errors import ConfigError
     from monarch_ft.controller.loop import Supervisor
 
@@ -100,7 +100,7 @@ def test_cuda_refused_where_there_is_no_gpu(tmp_path):
 
 def _check(config_name, *argv, capsys):
     """check_command_line in this process (what the recipes run before hydra.main): (exit code, stderr)."""
-    from monarch_ft.hydra_entry import check_command_line
+    from monarch_ft.cli.hydra_entry import check_command_line
 
     with pytest.raises(SystemExit) as e:
         check_command_line(config_name, list(argv))
@@ -133,7 +133,7 @@ def test_what_hydra_cannot_compose_is_one_line(capsys, overrides, expected):
 
 
 def test_a_config_that_composes_passes_the_check():
-    from monarch_ft.hydra_entry import check_command_line
+    from monarch_ft.cli.hydra_entry import check_command_line
 
     check_command_line("pretrain", ["model=tiny", "launcher=slurm", "launcher.options.cpus_per_task=2", "ft.replica_groups=3", "hydra.run.dir=/x"])
     check_command_line("pretrain", ["-m", "ft.mode=hsdp,diloco", "++launcher.options.simulated_hosts=true"])

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from monarch_ft.jobctl import format_status, job_status
+from monarch_ft.cli.jobctl import format_status, job_status
 
 from conftest import FAST, console, events_of, run_job
 

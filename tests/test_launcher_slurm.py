@@ -15,7 +15,7 @@ import pytest
 from conftest import FAST, assert_weights_agree_after, console, events_of, finish_job, job_processes, read_jsonl, start_job, wait_for
 from monarch_ft.controller.loop import request_finish
 from monarch_ft.launcher import RankLaunch, build_launcher
-from monarch_ft.slurm_cluster import LocalSlurmCluster, missing_binaries
+from monarch_ft.testing.slurm_cluster import LocalSlurmCluster, missing_binaries
 
 
 def _unavailable() -> str | None:
@@ -64,7 +64,7 @@ def test_cluster_starts_and_leaves_nothing_running(tmp_path):
 
 
 def test_cluster_runs_from_the_command_line_as_the_readme_says(tmp_path):
-    """``python -m monarch_ft.slurm_cluster WORKDIR``: prints the slurm.conf to use, serves jobs,
+    """``python -m monarch_ft.testing.slurm_cluster WORKDIR``: prints the slurm.conf to use, serves jobs,
     and SIGTERM (or Ctrl-C) stops it with its daemons."""
     import subprocess
 
@@ -72,7 +72,7 @@ def test_cluster_runs_from_the_command_line_as_the_readme_says(tmp_path):
 
     log = tmp_path / "cluster.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "monarch_ft.slurm_cluster", str(tmp_path / "c")], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, "-m", "monarch_ft.testing.slurm_cluster", str(tmp_path / "c")], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: "stops it" in log.read_text(), 60, "the cluster to come up")
         conf = tmp_path / "c" / "etc" / "slurm.conf"

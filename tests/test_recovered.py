@@ -121,7 +121,7 @@ def test_the_injector_the_report_and_status_agree(tmp_path):
     give the same MTTR, because they apply the same rule."""
     from chaos.injector import ChaosInjector
     from chaos.mttr import analyze_fault
-    from monarch_ft.jobctl import mttr_of
+    from monarch_ft.cli.jobctl import mttr_of
 
     history = 2000  # rank 0's report of the killed attempt is well over the 64 KiB read at once
     records, events = killed_and_back(history)

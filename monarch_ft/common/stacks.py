@@ -9,7 +9,7 @@ fallback copies what the rank wrote into the stacks file when the rank's log is 
 
 :func:`capture_stacks` is the one entry point (the supervisor's hang and stall
 verdicts, :meth:`Supervisor.capture_stacks` on demand, and ``python -m monarch_ft stacks``
-from outside the job: :func:`monarch_ft.jobctl.job_stacks`, which finds the live ranks by
+from outside the job: :func:`monarch_ft.cli.jobctl.job_stacks`, which finds the live ranks by
 the pid and start time the controller recorded).
 """
 

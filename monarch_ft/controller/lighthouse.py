@@ -20,7 +20,9 @@ from monarch_ft.config.ft import FTConfig
 from monarch_ft.common.process import is_running, start_ticks
 from monarch_ft.common.net import free_port, host_port, port_in_use, reachable
 from monarch_ft.common.process import on_python_path
-from monarch_ft.controller import lighthouse_guard
+
+# The guard the server runs under (by module path: it is a process of its own, and light).
+GUARD_MODULE = "monarch_ft.controller.lighthouse_guard"
 
 
 def lighthouse_binary() -> str:
@@ -103,7 +105,7 @@ class Lighthouse:
         ]
         if self.guard is not None:
             run_dir, lease_s, heartbeat_s = self.guard
-            argv = [sys.executable, "-m", lighthouse_guard.__name__, run_dir, str(lease_s), str(heartbeat_s), "--", *argv]
+            argv = [sys.executable, "-m", GUARD_MODULE, run_dir, str(lease_s), str(heartbeat_s), "--", *argv]
         log = open(self.log_path, "ab")
         env = on_python_path({**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info"), **server_env})
         # Not tied to the supervisor's life: a new controller takes it over (the guard ends it

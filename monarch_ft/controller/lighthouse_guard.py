@@ -27,7 +27,10 @@ from monarch_ft.common import proctitle
 from monarch_ft.records.lease import LeaseWatch
 from monarch_ft.common.process import die_with_parent, is_running
 from monarch_ft.records.layout import RunLayout
-from monarch_ft.controller import closeout
+
+# What writes a job's end once it ended without a controller (a process of its own: it loads
+# what a controller does, which this guard must not).
+CLOSEOUT_MODULE = "monarch_ft.controller.closeout"
 
 
 def live_ranks(state_path: str) -> int:
@@ -49,7 +52,7 @@ def close_out(run_dir: str, reason: str) -> None:
     """The last of the job: write its summary.json as its controller would have
     (:mod:`monarch_ft.controller.closeout`, a process of its own: it loads what the supervisor does)."""
     try:
-        subprocess.run([sys.executable, "-m", closeout.__name__, run_dir, reason], stdin=subprocess.DEVNULL, timeout=300)
+        subprocess.run([sys.executable, "-m", CLOSEOUT_MODULE, run_dir, reason], stdin=subprocess.DEVNULL, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as e:
         print(f"[lighthouse_guard] the job's close-out failed: {e}", flush=True)
 

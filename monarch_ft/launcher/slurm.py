@@ -65,7 +65,7 @@ class Options(LauncherOptions):
     job_name: str = "monarch_ft"
     # Pin group g to nodes[g % len(nodes)] (sbatch --nodelist); ranks then bind that node's
     # address. None: any node of the partition, one node per group, ranks bind 127.0.0.1
-    # (right for a single-node cluster on this machine, e.g. monarch_ft.slurm_cluster).
+    # (right for a single-node cluster on this machine, e.g. monarch_ft.testing.slurm_cluster).
     nodes: Optional[List[str]] = None
 
     def check(self, launcher: str) -> None:

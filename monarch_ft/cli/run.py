@@ -15,13 +15,15 @@ from omegaconf import DictConfig, OmegaConf
 from monarch_ft.records.errors import ConfigError
 from hydra.core.config_store import ConfigStore
 
+from monarch_ft import REPO_ROOT
+
 from monarch_ft.config.ft import FTConfig
 from monarch_ft.config.job import JobConfig
 from monarch_ft.config.launcher import LauncherConfig
 from monarch_ft.config.model import ModelConfig
 from monarch_ft.launcher import options_types
 
-CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
+CONFIG_DIR = os.path.join(REPO_ROOT, "configs")
 
 
 def register_configs() -> None:

@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Callable, Optional
 
-from monarch_ft.cli import CONFIG_DIR  # importing cli registers the schemas
+from monarch_ft.cli.run import CONFIG_DIR  # importing cli registers the schemas
 
 
 def _one_line(text: str) -> str:

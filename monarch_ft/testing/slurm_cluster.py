@@ -10,7 +10,7 @@ spool directory under ``workdir``; accounting is off (no slurmdbd), so job state
 from squeue/scontrol. On exit it stops slurmd, slurmctld and munged and checks that none
 of them (nor any job step) is left running.
 
-Also a command line: ``python -m monarch_ft.slurm_cluster WORKDIR`` starts one and
+Also a command line: ``python -m monarch_ft.testing.slurm_cluster WORKDIR`` starts one and
 prints the ``SLURM_CONF`` to use until Ctrl-C.
 """
 
@@ -327,7 +327,7 @@ def _current_user() -> str:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
-        print("usage: python -m monarch_ft.slurm_cluster WORKDIR", file=sys.stderr)
+        print("usage: python -m monarch_ft.testing.slurm_cluster WORKDIR", file=sys.stderr)
         return 2
     # Ctrl-C or SIGTERM stop the cluster cleanly (its daemons with it); SIGINT is reset because a
     # shell starts a background job with it ignored.
