@@ -105,6 +105,8 @@ _STATE_CODES = {
     "COMPLETED": 1,  # the wrapper itself failed: see the job's slurm-*.out
 }
 _HOSTNAME = socket.gethostname()
+# The wrapper each Slurm task runs its rank under (by module path: it runs with -S, no site-packages).
+TASK_MODULE = "monarch_ft.launcher._slurm_task"
 
 
 class SlurmError(ConfigError):
@@ -457,7 +459,7 @@ class SlurmLauncher(Launcher):
             lines.append(f"#SBATCH --nodelist={node}")
         # The task wrapper is this package's own module, run without site-packages (-S) and
         # without the job's cwd on sys.path (-P), from the repository the supervisor runs.
-        task = [sys.executable, "-P", "-S", "-m", "monarch_ft.launcher._slurm_task", manifest]
+        task = [sys.executable, "-P", "-S", "-m", TASK_MODULE, manifest]
         lines.append(f"export PYTHONPATH={shlex.quote(REPO_ROOT)}")
         lines.append(f"srun --ntasks={m} --kill-on-bad-exit=0 " + " ".join(shlex.quote(a) for a in task))
         script = os.path.join(d, f"{tag}.sbatch")

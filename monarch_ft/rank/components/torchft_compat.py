@@ -5,7 +5,7 @@ methods, ``ProcessGroup.configure``, the ``CheckpointTransport`` interface, and 
 DiLoCo as the optimizer hooks they install. What that API cannot do is done here, one
 function each, whose docstring says what torchft lacks publicly and why monarch_ft needs
 it. :data:`PRIVATE_SURFACE` lists every private name these functions touch, and
-tests/test_torchft_contract.py checks each one against the installed torchft: the attribute
+tests/unit/test_torchft_contract.py checks each one against the installed torchft: the attribute
 is there and has the expected signature or type. A torchft upgrade that moves one fails
 that test and names it, not a job minutes later.
 
