@@ -50,9 +50,9 @@ def _worker(spec: dict) -> None:
     from torchtitan.components.optimizer import OptimizersContainer
     from torchtitan.config.job_config import LRScheduler
 
-    from monarch_ft.rank.components.model import build_model
-    from monarch_ft.config.model import ModelConfig
     from monarch_ft.common.data import TokenBatches
+    from monarch_ft.config.model import ModelConfig
+    from monarch_ft.rank.components.model import build_model
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])

@@ -14,12 +14,12 @@ import time
 from chaos.config import DrillConfig, validate_chaos
 from chaos.injector import ChaosInjector
 from chaos.kinds import fault_mode
-from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
 from chaos.mttr import analyze_fault, steps_never_go_back
+from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
 from chaos.schedule import build_faults
-from monarch_ft.records.reports import ReportTail
 from monarch_ft.controller.preflight import preflight
 from monarch_ft.records.layout import RunLayout
+from monarch_ft.records.reports import ReportTail
 
 
 def _read_jsonl(path: str) -> list[dict]:

@@ -17,11 +17,11 @@ from typing import Optional
 from chaos.kinds import FaultOptions, fault_kind
 from chaos.outcome import blocked_reason
 from chaos.schedule import pick_target
-from monarch_ft.records.reports import ReportTail
 from monarch_ft.controller.control import JobControl
 from monarch_ft.records.events import EventKind
-from monarch_ft.records.recovered import Failure, Recovery, recovery
 from monarch_ft.records.layout import atomic_write_json, read_json
+from monarch_ft.records.recovered import Failure, Recovery, recovery
+from monarch_ft.records.reports import ReportTail
 
 
 class ChaosInjector:

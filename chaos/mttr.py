@@ -178,7 +178,7 @@ def analyze_fault(
 def steps_never_go_back(metrics: list[dict]) -> bool:
     """No committed step number goes back: per rank and attempt steps strictly increase,
     and no quorum commits a step below one an earlier quorum committed (a group that
-    restarted from scratch instead of healing would; see recovery.CommitLedger for why
+    restarted from scratch instead of healing would; see controller.ledger.CommitLedger for why
     quorums, not record times, tell). Full restarts go back by design."""
     from monarch_ft.controller.ledger import CommitLedger
 

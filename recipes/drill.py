@@ -14,8 +14,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from chaos.config import register_drill_configs  # noqa: E402
-from monarch_ft.cli.run import run_dir  # noqa: E402
 from monarch_ft.cli.hydra_entry import hydra_main  # noqa: E402
+from monarch_ft.cli.run import run_dir  # noqa: E402
 from monarch_ft.records.errors import ConfigError  # noqa: E402
 
 register_drill_configs()
@@ -50,7 +50,6 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     try:
         from chaos.report import write_drill_report
-
         from monarch_ft.records.reports import ReportTail
 
         metrics = ReportTail(os.path.join(out, "metrics.jsonl")).read()

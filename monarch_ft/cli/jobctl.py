@@ -14,15 +14,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
-from monarch_ft.records.manifest import MANIFEST, step_dir, steps_on_disk, verify_step
-from monarch_ft.controller.checkpoints import CheckpointHealth, quarantined
-from monarch_ft.records.lease import heartbeat_time
-from monarch_ft.records.errors import ConfigError
 from monarch_ft.common.process import ProcessIdentity
+from monarch_ft.controller.checkpoints import CheckpointHealth, quarantined
 from monarch_ft.controller.takeover import controller_attached
+from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, GiveUpReason, JobStatus, RecoveryPath
-from monarch_ft.records.recovered import SEEN_FAILURES, Failure, is_back, marker_time, recovery
 from monarch_ft.records.layout import RunLayout, read_json, read_jsonl
+from monarch_ft.records.lease import heartbeat_time
+from monarch_ft.records.manifest import MANIFEST, step_dir, steps_on_disk, verify_step
+from monarch_ft.records.recovered import SEEN_FAILURES, Failure, is_back, marker_time, recovery
 
 # Fault events a status lists (injected by a drill, or seen by the supervisor).
 _FAULT_KINDS = (EventKind.FAULT_INJECTED, *SEEN_FAILURES)
@@ -49,7 +49,7 @@ class GroupView:
     restarts: int
     ranks_alive: int
     ranks: int
-    # Why it was given up (GiveUpReason), and its latest failure's error (recovery.error_record).
+    # Why it was given up (GiveUpReason), and its latest failure's error (records.reports.error_record).
     gave_up: Optional[str] = None
     last_error: Optional[dict] = None
 
@@ -352,7 +352,7 @@ def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
     """Stop the job cleanly: every group finishes at one step just ahead of the job's, saves
     its checkpoint there and exits 0. The controller, if one is attached, names the step
     and ends the job as completed (summary.json); with none, the ranks do it themselves
-    (components.lease) and the Lighthouse follows. (Ctrl-C on the controller is the hard
+    (rank.components.lease) and the Lighthouse follows. (Ctrl-C on the controller is the hard
     stop.) Returns how many ranks were still alive at the timeout."""
     from monarch_ft.records.layout import atomic_write
 

@@ -10,18 +10,16 @@ from __future__ import annotations
 import os
 import sys
 
+from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from monarch_ft.records.errors import ConfigError
-from hydra.core.config_store import ConfigStore
-
 from monarch_ft import REPO_ROOT
-
 from monarch_ft.config.ft import FTConfig
 from monarch_ft.config.job import JobConfig
 from monarch_ft.config.launcher import LauncherConfig
 from monarch_ft.config.model import ModelConfig
 from monarch_ft.launcher import options_types
+from monarch_ft.records.errors import ConfigError
 
 CONFIG_DIR = os.path.join(REPO_ROOT, "configs")
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from monarch_ft import REPO_ROOT
 
 _FORMAT_VERSION = 1

@@ -3,7 +3,7 @@
 py-spy reads a process's stacks from outside, also when it is SIGSTOPped or stuck
 holding the GIL, so it is the first choice. Where it is missing or not allowed
 (ptrace), the rank's own faulthandler answers SIGUSR1 by writing every thread's
-stack to its log (see trainer.train); faulthandler's handler runs in C without the
+stack to its log (see rank.trainer.train); faulthandler's handler runs in C without the
 GIL, so it also answers a rank that sleeps holding it, but not a stopped one. The
 fallback copies what the rank wrote into the stacks file when the rank's log is known.
 

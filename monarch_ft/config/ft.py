@@ -65,7 +65,7 @@ class FTConfig:
     # startup and saves) this long without a break is hung at once.
     os_stall_s: float = 0.5
     # A stepping rank whose process is asleep this long (its main thread sleeping at every
-    # sample, next to no CPU: recovery.track_cpu) is hung, without waiting for the hang
+    # sample, next to no CPU: controller.hangs.track_cpu) is hung, without waiting for the hang
     # timeout, when it is also silent while ranks elsewhere beat (a thread holds the GIL
     # while it waits: hang mode gil), or when it is in compute with its whole group asleep and
     # waiting for it (a collective it never joined; on a GPU at least 4 x the learned compute p99).
@@ -78,7 +78,7 @@ class FTConfig:
     # its newest checkpoint (it never kills every group holding the job's state one by one).
     stall_timeout_s: float = 60.0
     # The restart budget, a rate: a group relaunched max_restarts times within the last
-    # restart_window_s seconds is given up at its next failure (recovery.recent_restarts).
+    # restart_window_s seconds is given up at its next failure (controller.budget.recent_restarts).
     max_restarts: int = 3
     # One hour. Over a job's whole life instead, a multi-day run would give up on a group at
     # its fourth ordinary fault, even days apart (a large job sees a fault every few hours:
@@ -86,7 +86,7 @@ class FTConfig:
     # that keeps failing fails again within minutes of each relaunch (a relaunch takes tens of
     # seconds here, the backoff at most restart_backoff_max_s), so it spends max_restarts
     # inside the hour and is given up at its fourth failure; one failing the same way at
-    # start-up is given up at its second (a crash loop, recovery.crash_loop), whatever the
+    # start-up is given up at its second (a crash loop, controller.budget.crash_loop), whatever the
     # budget. A group failing fewer than max_restarts times an hour is kept: down a minute or
     # two each time, it still trains most of the hour.
     restart_window_s: float = 3600.0

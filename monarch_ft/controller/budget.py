@@ -85,7 +85,7 @@ def crash_loop(previous: Optional[dict], current: Optional[dict]) -> bool:
 
 
 def crash_loop_line(group: int, failure: dict, log_path: str) -> str:
-    """The console's one line for a crash loop (recovery.crash_loop): the ranks' own error
+    """The console's one line for a crash loop (controller.budget.crash_loop): the ranks' own error
     line and where it was raised, that relaunching is over, and what to fix."""
     where = f" (at {failure['frame']})" if failure.get("frame") else ""
     return (

@@ -20,10 +20,10 @@ import time
 
 
 def close_out(run_dir: str, reason: str) -> int:
-    from monarch_ft.records.errors import ConfigError
     from monarch_ft.config.job import JobConfig
-    from monarch_ft.controller.takeover import Controller
     from monarch_ft.controller.loop import Supervisor
+    from monarch_ft.controller.takeover import Controller
+    from monarch_ft.records.errors import ConfigError
 
     cfg = JobConfig()
     cfg.controller.attach = True

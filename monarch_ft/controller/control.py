@@ -15,9 +15,9 @@ import shutil
 import signal
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
-from monarch_ft.records.faults import request_collective_fault
-from monarch_ft.records.events import EventKind, GroupStatus
 from monarch_ft.launcher.base import Capability
+from monarch_ft.records.events import EventKind, GroupStatus
+from monarch_ft.records.faults import request_collective_fault
 
 if TYPE_CHECKING:
     from monarch_ft.controller.loop import Supervisor
@@ -127,7 +127,7 @@ class JobControl:
         return {"pids": pids, "signal": "SIGKILL", "deleted": deleted}
 
     def collective_fault(self, group: int, rank: int, mode: str, duration_s: float) -> dict:
-        """Ask one rank to fail its next cross-group allreduce (components.fault_agent)."""
+        """Ask one rank to fail its next cross-group allreduce (rank.components.fault_agent)."""
         path = request_collective_fault(self._sup.layout, group, rank, mode, duration_s)
         return {"mode": mode, "request": path, "pid": self.rank_pid(group, rank)}
 

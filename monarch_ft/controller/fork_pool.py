@@ -34,9 +34,9 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Optional
 
-from monarch_ft.records.events import EventKind, RecoveryPath, StrEnum
-from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch, RankProcess
 from monarch_ft.common.process import is_running, start_ticks
+from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch, RankProcess
+from monarch_ft.records.events import EventKind, RecoveryPath, StrEnum
 from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
 from monarch_ft.records.launch import ZYGOTE_MODULE, worker_spec
 

@@ -15,11 +15,10 @@ import time
 
 import psutil
 
-from monarch_ft.records.errors import ConfigError
-from monarch_ft.config.ft import FTConfig
-from monarch_ft.common.process import is_running, start_ticks
 from monarch_ft.common.net import free_port, host_port, port_in_use, reachable
-from monarch_ft.common.process import on_python_path
+from monarch_ft.common.process import is_running, on_python_path, start_ticks
+from monarch_ft.config.ft import FTConfig
+from monarch_ft.records.errors import ConfigError
 
 # The guard the server runs under (by module path: it is a process of its own, and light).
 GUARD_MODULE = "monarch_ft.controller.lighthouse_guard"

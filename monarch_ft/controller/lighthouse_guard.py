@@ -24,9 +24,9 @@ import sys
 import time
 
 from monarch_ft.common import proctitle
-from monarch_ft.records.lease import LeaseWatch
 from monarch_ft.common.process import die_with_parent, is_running
 from monarch_ft.records.layout import RunLayout
+from monarch_ft.records.lease import LeaseWatch
 
 # What writes a job's end once it ended without a controller (a process of its own: it loads
 # what a controller does, which this guard must not).

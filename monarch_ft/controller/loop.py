@@ -28,24 +28,18 @@ from typing import Any, Optional, Protocol
 import psutil
 
 from monarch_ft.common import proctitle
-from monarch_ft.controller.checkpoints import CheckpointHealth, folder_write_problem, quarantine_step, recover_checkpoint, save_failure_fix
-from monarch_ft.records.manifest import step_dir
-from monarch_ft.records.reports import ReportTail
-from monarch_ft.records.errors import ConfigError
-from monarch_ft.config.job import JobConfig
-from monarch_ft.controller.preflight import preflight
-from monarch_ft.controller.control import JobControl
-from monarch_ft.controller.takeover import DETACH_SIGNAL, DETACHED_EXIT, Controller
 from monarch_ft.common.data import prepare_data
 from monarch_ft.common.devices import gpu_device_nodes
-from monarch_ft.records.events import EventKind, EventLog, GiveUpReason, GroupStatus, JobStatus, RecoveryPath
-from monarch_ft.controller.fork_pool import ForkError, WarmForks
-from monarch_ft.launcher import Launcher, RankLaunch, build_launcher, launcher_options
-from monarch_ft.records.exits import describe_exit
-from monarch_ft.records.exits import RankExit
-from monarch_ft.controller.lighthouse import Lighthouse
 from monarch_ft.common.net import free_port
-from monarch_ft.controller.ledger import CommitLedger, redone_commit
+from monarch_ft.common.process import on_python_path
+from monarch_ft.common.stacks import capture_stacks
+from monarch_ft.config.ft import hang_timeout_setting
+from monarch_ft.config.job import JobConfig
+from monarch_ft.controller.budget import crash_loop, crash_loop_line, recent_restarts, restart_backoff, startup_failure
+from monarch_ft.controller.checkpoints import CheckpointHealth, folder_write_problem, quarantine_step, recover_checkpoint, save_failure_fix
+from monarch_ft.controller.control import JobControl
+from monarch_ft.controller.fork_pool import ForkError, WarmForks
+from monarch_ft.controller.gates import start_gate_opens
 from monarch_ft.controller.hangs import (
     Hang,
     HangLimits,
@@ -58,19 +52,22 @@ from monarch_ft.controller.hangs import (
     track_cpu,
     track_os_state,
 )
-from monarch_ft.config.ft import hang_timeout_setting
-from monarch_ft.controller.budget import crash_loop, recent_restarts, restart_backoff, startup_failure
-from monarch_ft.controller.summary import job_outcome
-from monarch_ft.controller.gates import start_gate_opens
-from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source, needs_disk
-from monarch_ft.records.layout import RunLayout, atomic_write, atomic_write_json, read_jsonl
-from monarch_ft.common.stacks import capture_stacks
+from monarch_ft.controller.ledger import CommitLedger, redone_commit
+from monarch_ft.controller.lighthouse import Lighthouse
+from monarch_ft.controller.preflight import preflight
 from monarch_ft.controller.standby_pool import STANDBY_NICENESS, StandbyPool, build_promotion, resolve_standby_groups
-from monarch_ft.controller.budget import crash_loop_line
-from monarch_ft.controller.summary import rollback_lines
-from monarch_ft.common.process import on_python_path
-from monarch_ft.records.launch import worker_argv
 from monarch_ft.controller.state import GroupState, RankState
+from monarch_ft.controller.summary import job_outcome, rollback_lines
+from monarch_ft.controller.takeover import DETACH_SIGNAL, DETACHED_EXIT, Controller
+from monarch_ft.launcher import Launcher, RankLaunch, build_launcher, launcher_options
+from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source, needs_disk
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.events import EventKind, EventLog, GiveUpReason, GroupStatus, JobStatus, RecoveryPath
+from monarch_ft.records.exits import RankExit, describe_exit
+from monarch_ft.records.launch import worker_argv
+from monarch_ft.records.layout import RunLayout, atomic_write, atomic_write_json, read_jsonl
+from monarch_ft.records.manifest import step_dir
+from monarch_ft.records.reports import ReportTail
 
 log = logging.getLogger("monarch_ft.controller.loop")
 
@@ -159,7 +156,7 @@ class Supervisor:
         self._floor_written = -1
         self.rollbacks: list[dict] = []
         self.regressions: list[dict] = []
-        # Commits of a step redone by a later quorum (recovery.redone_commit): per (step, rank
+        # Commits of a step redone by a later quorum (controller.ledger.redone_commit): per (step, rank
         # index), quorum id -> (group, state hash); and what was reported once.
         self.steps_redone: list[dict] = []
         self._commit_hashes: dict[tuple[int, int], dict[int, tuple[int, str]]] = {}
@@ -189,7 +186,7 @@ class Supervisor:
         # their manifest says.
         self._unloadable: dict[int, str] = {f["step"]: f["error"] for f in self.ckpt_health.load_failures if f.get("step") is not None}
         self._recovered = None  # the last recover_checkpoint result (which copy each group loads)
-        self._verified: dict = {}  # recent verifications (components.checkpoint.verify_step_cached)
+        self._verified: dict = {}  # recent verifications (records.manifest.verify_step_cached)
         # Warm standby groups (monarch_ft.controller.standby_pool); each on a host/device slot after the groups'.
         self.standby = StandbyPool(
             resolve_standby_groups(cfg.ft.standby_groups, self.launcher.traits_for(launcher_options(cfg.launcher)).default_standby_groups, cfg.ft.recovery),
@@ -340,7 +337,7 @@ class Supervisor:
         self.controller.save()  # their pids and start times, before anything else can happen
 
     def _rank_spec(self, group: int, rank: int, attempt: int, store_host: str, store_port: int) -> dict:
-        """The part of a rank's spec (trainer.RankSpec) that a group's rank and a standby's share."""
+        """The part of a rank's spec (rank.trainer.RankSpec) that a group's rank and a standby's share."""
         from omegaconf import OmegaConf
 
         # Ranks get the JobConfig part only (recipes may extend the config, e.g. drills).
@@ -485,8 +482,8 @@ class Supervisor:
                 g.status = GroupStatus.RUNNING
 
     def _record_commit(self, g: GroupState, rec: dict) -> None:
-        """Advance the job's committed step; a commit that went back (recovery.CommitLedger)
-        is a regression, named loudly. Ranks refuse such commits (trainer.CommitFloor):
+        """Advance the job's committed step; a commit that went back (controller.ledger.CommitLedger)
+        is a regression, named loudly. Ranks refuse such commits (rank.components.ft.CommitFloor):
         this is the second line."""
         step = rec["step"]
         behind = self.ledger.record(step, rec.get("quorum_id") or 0)
@@ -736,7 +733,7 @@ class Supervisor:
 
     def _restart_backoff(self, g: GroupState, now: float) -> Optional[float]:
         """Seconds before ``g``'s relaunch, from its relaunches within ``ft.restart_window_s``;
-        None: ``ft.max_restarts`` of them already (the budget is a rate: recovery.recent_restarts)."""
+        None: ``ft.max_restarts`` of them already (the budget is a rate: controller.budget.recent_restarts)."""
         ft = self.cfg.ft
         return restart_backoff(recent_restarts(g.restart_times, now, ft.restart_window_s), ft.max_restarts, ft.restart_backoff_s, ft.restart_backoff_max_s)
 
@@ -880,7 +877,7 @@ class Supervisor:
 
     def _recover_checkpoint(self, at_most: Optional[int]) -> Optional[int]:
         """The newest intact checkpoint step (not after ``at_most``), made loadable by every
-        group (components.checkpoint.recover_checkpoint): each damaged copy met on the way is
+        group (controller.checkpoints.recover_checkpoint): each damaged copy met on the way is
         quarantined and named in an event, and a copy that cannot be made (a full disk)
         points that group at the intact copy instead. Runs on the recovery path only: it
         reads every byte of the copies it checks."""
@@ -1139,7 +1136,7 @@ class Supervisor:
         last = max((r["time"] for r in self.last_commit.values()), default=None)
         self.events.emit(EventKind.LIGHTHOUSE_LOST, pid=self.lighthouse.pid, address=self.lighthouse.address, **describe_exit(self.lighthouse.exit_code))
         # The ranks' quorum ids move to a new range before the new Lighthouse answers their
-        # retried quorums (components.lighthouse_epoch).
+        # retried quorums (rank.components.lighthouse_epoch).
         self.lighthouse_epoch += 1
         atomic_write(self.layout.lighthouse_epoch, str(self.lighthouse_epoch))
         address = self.lighthouse.restart()
@@ -1363,11 +1360,11 @@ class Supervisor:
             "steps_lost": sum(r["steps_lost"] for r in self.rollbacks),
             "rollbacks": self.rollbacks,
             "step_regressions": self.regressions,
-            # Steps committed again by a later quorum with other weights (recovery.redone_commit).
+            # Steps committed again by a later quorum with other weights (controller.ledger.redone_commit).
             "steps_redone": self.steps_redone,
             "full_restarts": self._full_restarts,
             # Failed saves (by errno), the newest good checkpoint and its age, failed loads and
-            # quarantined copies (components.checkpoint.CheckpointHealth).
+            # quarantined copies (controller.checkpoints.CheckpointHealth).
             "checkpoint": self.ckpt_health.as_dict(time.time()),
             # Warm standby groups: launched, promoted, lost, and time with none ready.
             "standby": self.standby.summary(time.time()),
@@ -1381,7 +1378,7 @@ class Supervisor:
 def request_finish(run_dir: str, step: int) -> None:
     """Make every group of the job running in ``run_dir`` finish at ``step``.
 
-    The ranks read this file once (see trainer.StopAt), so it is written whole.
+    The ranks read this file once (see rank.trainer.StopAt), so it is written whole.
     """
     atomic_write(RunLayout(run_dir).stop_at_step, str(step))
 

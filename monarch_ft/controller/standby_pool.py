@@ -30,8 +30,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
 from monarch_ft.records.decisions import Promotion
+from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
 
 # Niceness of a standby while it builds and waits: below the training ranks (0), so a
 # standby being (re)built in the background does not slow the job it protects.
@@ -151,7 +151,7 @@ class Standby:
     Args:
         number: its number (one per standby ever launched; names its files).
         slot: the host/device slot it was placed on (a simulated host of its own).
-        ranks: its ranks' supervisor-side states (supervisor.RankState).
+        ranks: its ranks' supervisor-side states (controller.state.RankState).
     """
 
     number: int

@@ -27,16 +27,16 @@ class RankState:
     state_hash: Optional[str] = None
     first_step_seen: bool = False
     model_ready: bool = False
-    # The main thread's phase, from the rank's liveness beats (recovery.Phase): the rank's own
+    # The main thread's phase, from the rank's liveness beats (records.phases.Phase): the rank's own
     # start time of it, and when this supervisor first saw it (the clock hangs are judged by).
     phase: Optional[str] = None
     phase_since: float = 0.0
     phase_seen: float = 0.0
-    # Its OS state, sampled every tick, and since when it has held (recovery.track_os_state).
+    # Its OS state, sampled every tick, and since when it has held (controller.hangs.track_os_state).
     os_sample: Optional[OsSample] = None
-    # Its CPU seconds, sampled every tick: since when it has used next to none (recovery.track_cpu).
+    # Its CPU seconds, sampled every tick: since when it has used next to none (controller.hangs.track_cpu).
     cpu_sample: Optional[CpuSample] = None
-    # The exception that ended it, as it reported it (rank_error: recovery.error_record), or None.
+    # The exception that ended it, as it reported it (rank_error: records.reports.error_record), or None.
     error: Optional[dict] = None
 
 
@@ -66,9 +66,9 @@ class GroupState:
     start_gate: str = ""
     # Its own launch gate was opened (the decision on its state source is written).
     gate_decided: bool = False
-    # When it was relaunched, within the restart budget's window (recovery.recent_restarts).
+    # When it was relaunched, within the restart budget's window (controller.budget.recent_restarts).
     restart_times: list[float] = field(default_factory=list)
-    # How its latest attempt failed at start-up (recovery.startup_failure), None if it stepped
+    # How its latest attempt failed at start-up (controller.budget.startup_failure), None if it stepped
     # or failed otherwise: the next attempt failing the same way is a crash loop.
     startup_failure: Optional[dict] = None
     # Its latest failure's error, as its ranks reported it (None: none reported; killed, hung).

@@ -41,14 +41,14 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
-from monarch_ft.records.lease import finish_at, heartbeat_time
-from monarch_ft.records.errors import ConfigError
-from monarch_ft.records.events import EventKind, GroupStatus, StrEnum
-from monarch_ft.records.reports import ReportTail
-from monarch_ft.launcher.base import RankLaunch, RankProcess
-from monarch_ft.records.layout import RunLayout, atomic_write, read_json, read_jsonl
 from monarch_ft.common.process import ProcessIdentity
 from monarch_ft.controller.state import RankState
+from monarch_ft.launcher.base import RankLaunch, RankProcess
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.events import EventKind, GroupStatus, StrEnum
+from monarch_ft.records.layout import RunLayout, atomic_write, read_json, read_jsonl
+from monarch_ft.records.lease import finish_at, heartbeat_time
+from monarch_ft.records.reports import ReportTail
 
 if TYPE_CHECKING:
     from monarch_ft.controller.loop import Supervisor

@@ -41,7 +41,7 @@ def _supervisor_watch(manifest: dict, spec: dict, host: str):
     """A check that the supervisor still lives when it runs on this host (else always True),
     for a rank that dies with its controller (a waiting warm standby). A training rank
     outlives it: a new controller re-adopts its job by job id (controller.attach), or the
-    rank's lease ends it (components.lease); so does a standby once promoted (its
+    rank's lease ends it (rank.components.lease); so does a standby once promoted (its
     promotion file written), which from then on trains as its group."""
     pid = manifest.get("supervisor_pid") if manifest.get("supervisor_host") == host and spec.get("die_with_controller") else None
     started = start_ticks(pid) if pid else None

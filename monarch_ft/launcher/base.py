@@ -40,10 +40,10 @@ class RankLaunch:
     # controller on its node dies. Where none of that reaches (a SIGKILLed controller's
     # Monarch procs were seen to live on; a Slurm node of its own), a waiting standby gives
     # up once the controller's heartbeat goes stale or names another controller
-    # (standby.ControllerWatch): a standby nobody can promote holds no allocation.
+    # (rank.standby_wait.ControllerWatch): a standby nobody can promote holds no allocation.
     die_with_controller: bool = False
     # CPU niceness of the rank's process (0: the training ranks'). A warm standby runs at
-    # standby.STANDBY_NICENESS so that its build yields the cores to training; each launcher
+    # controller.standby_pool.STANDBY_NICENESS so that its build yields the cores to training; each launcher
     # applies it its own way (a child's setpriority, the Slurm task wrapper, the Monarch
     # proc's bootstrap shell), never as an argv prefix, so argv stays the rank's own command.
     niceness: int = 0

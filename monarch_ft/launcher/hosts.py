@@ -42,8 +42,8 @@ import threading
 from dataclasses import dataclass
 from typing import Optional
 
-from monarch_ft.records.errors import ConfigError
 from monarch_ft.common.process import start_ticks
+from monarch_ft.records.errors import ConfigError
 
 PREFIX = "10.213"
 STATE_DIR = "/run/monarch_ft/hosts"

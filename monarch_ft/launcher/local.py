@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from monarch_ft.launcher.base import ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 from monarch_ft.common.process import die_with_parent
+from monarch_ft.launcher.base import ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 
 _CLONE_NEWUTS = 0x04000000
 

@@ -56,8 +56,8 @@ from typing import Any, List, Optional
 
 import psutil
 
-from monarch_ft.records.errors import ConfigError
 from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
+from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.launch import RANK_ACTOR, RANK_ENTRY, WORKER_MODULE
 
 log = logging.getLogger("monarch_ft.launcher.monarch")
@@ -498,8 +498,8 @@ class MonarchLauncher(Launcher):
 
     # ------------------------------------------------------------ launch
     def _bootstrap(self, ranks: list[RankLaunch], exits: list[str]):
-        from monarch._src.actor.host_mesh import default_bootstrap_cmd
         from monarch._rust_bindings.monarch_hyperactor.host_mesh import BootstrapCommand
+        from monarch._src.actor.host_mesh import default_bootstrap_cmd
 
         base = default_bootstrap_cmd()
         base_env = {k: v for k, v in base.env.items() if v is not None}

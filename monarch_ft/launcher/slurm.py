@@ -37,11 +37,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from monarch_ft.records.errors import ConfigError
-from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
-from monarch_ft.common.process import start_ticks
-from monarch_ft.records.layout import RunLayout
 from monarch_ft import REPO_ROOT
+from monarch_ft.common.process import start_ticks
+from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.layout import RunLayout
 
 
 @dataclass

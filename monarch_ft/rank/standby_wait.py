@@ -19,7 +19,6 @@ from monarch_ft.records.decisions import Promotion
 from monarch_ft.records.layout import read_json
 from monarch_ft.records.lease import heartbeat_time
 
-
 # How often a waiting standby rank looks for its promotion file: one stat() per poll,
 # well under 0.1% of a core, and at most this much added to a recovery.
 PROMOTION_POLL_S = 0.02

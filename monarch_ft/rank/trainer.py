@@ -35,23 +35,23 @@ import torch
 import torch.distributed as dist
 
 from monarch_ft.common import proctitle
+from monarch_ft.common.data import TokenBatches
+from monarch_ft.common.devices import cross_group_backend, cuda_index, device_type, set_nccl_hostid
+from monarch_ft.config.job import JobConfig
 from monarch_ft.rank.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, describe_error, remove_partial, save_due, storage_error
-from monarch_ft.records.manifest import describe_os_error, errno_name, step_dir
 from monarch_ft.rank.components.fault_agent import FaultAgent
 from monarch_ft.rank.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
 from monarch_ft.rank.components.lease import ControllerLease
-from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
 from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.rank.components.model import build_model
-from monarch_ft.config.job import JobConfig
-from monarch_ft.common.data import TokenBatches
-from monarch_ft.records.events import EventKind
-from monarch_ft.common.devices import cross_group_backend, cuda_index, device_type, set_nccl_hostid
-from monarch_ft.records.exits import RankExit
-from monarch_ft.records.phases import Phase
+from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
 from monarch_ft.records.decisions import StateSource
-from monarch_ft.records.reports import error_record
+from monarch_ft.records.events import EventKind
+from monarch_ft.records.exits import RankExit
 from monarch_ft.records.layout import RunLayout, read_int, read_json
+from monarch_ft.records.manifest import describe_os_error, errno_name, step_dir
+from monarch_ft.records.phases import Phase
+from monarch_ft.records.reports import error_record
 
 
 @dataclass
@@ -180,9 +180,9 @@ class Trainer:
     @contextlib.contextmanager
     def reporting_errors(self) -> Iterator[None]:
         """An exception escaping the rank is first written to its report file as ``rank_error``
-        (its last traceback line and innermost frame: recovery.error_record), then raised on
+        (its last traceback line and innermost frame: records.reports.error_record), then raised on
         (the traceback goes to the rank's log, the rank exits non-zero). The controller names
-        the failure with it and tells a crash loop by it (recovery.crash_loop). Deliberate
+        the failure with it and tells a crash loop by it (controller.budget.crash_loop). Deliberate
         exits (``os._exit`` with a RankExit code, SystemExit) are not exceptions of this kind
         and are not reported so."""
         try:
@@ -474,7 +474,7 @@ class Trainer:
         self.apply_state_decision(read_json(spec.start_gate, {}) if spec.start_gate else {})
 
     def apply_state_decision(self, decision: dict) -> None:
-        """The supervisor's decision on where this group's state comes from (recovery.StateSource)."""
+        """The supervisor's decision on where this group's state comes from (records.decisions.StateSource)."""
         if decision.get("source") == StateSource.DISK.value and self.loaded_step != decision["step"]:
             self.load_checkpoint(int(decision["step"]), decision.get("path"))
         # localsgd/diloco: heal at the peers' next sync point before training anything.

@@ -49,7 +49,6 @@ from monarch_ft.common import proctitle
 from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
 from monarch_ft.records.launch import WORKER_MODULE, ZYGOTE_MODULE, worker_spec
 
-
 # Native threads a fork is safe with. jemalloc (pyarrow's allocator, loaded through
 # TorchTitan's datasets import) starts a background purging thread at load; jemalloc takes
 # every lock of its own in a pthread_atfork handler before the fork and re-initialises them

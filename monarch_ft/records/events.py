@@ -61,7 +61,7 @@ class EventKind(StrEnum):
     GROUP_FINISHED = "group_finished"
     RESTART_SCHEDULED = "restart_scheduled"
     RESTART_BUDGET_EXHAUSTED = "restart_budget_exhausted"  # ft.max_restarts relaunches within ft.restart_window_s: given up
-    CRASH_LOOP = "crash_loop"  # two launches in a row failed the same way at start-up: given up (recovery.crash_loop)
+    CRASH_LOOP = "crash_loop"  # two launches in a row failed the same way at start-up: given up (controller.budget.crash_loop)
     FULL_RESTART = "full_restart"
     QUORUM_CHANGE = "quorum_change"
     # The job's committed state (monarch_ft.controller.hangs).
@@ -107,7 +107,7 @@ class EventKind(StrEnum):
     COMMIT_REFUSED = "commit_refused"
     TRAIN_DONE = "train_done"
     RANK_FINISHED = "rank_finished"
-    RANK_ERROR = "rank_error"  # the exception that ended the rank: its last line and innermost frame (recovery.error_record)
+    RANK_ERROR = "rank_error"  # the exception that ended the rank: its last line and innermost frame (records.reports.error_record)
     CONTROLLER_LEASE_ENDED = "controller_lease_ended"  # a rank ends the job: no controller for controller.lease_s, or stop
     COLLECTIVE_FAULT_INJECTED = "collective_fault_injected"
     SLOW_SAVE_INJECTED = "slow_save_injected"

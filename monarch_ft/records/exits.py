@@ -19,11 +19,11 @@ class RankExit(IntEnum):
     """Exit codes a rank ends with on purpose (anything else non-zero is a crash)."""
 
     OK = 0
-    # It was about to commit a step below the job's committed step (trainer.CommitFloor).
+    # It was about to commit a step below the job's committed step (rank.components.ft.CommitFloor).
     COMMIT_BELOW_FLOOR = 75
-    # A checkpoint save outlived checkpoint.save_timeout_s (trainer.SaveWatchdog).
+    # A checkpoint save outlived checkpoint.save_timeout_s (rank.components.checkpoint.SaveWatchdog).
     SAVE_TIMEOUT = 76
-    # Loading a disk checkpoint raised (trainer.Trainer.load_checkpoint): the controller
+    # Loading a disk checkpoint raised (rank.trainer.Trainer.load_checkpoint): the controller
     # quarantines that copy and decides again (an older step, or a live peer). Not an
     # exception escaping the rank: a checkpoint that cannot be read is not a crash loop.
     CHECKPOINT_LOAD_FAILED = 77

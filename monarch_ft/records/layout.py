@@ -184,7 +184,7 @@ class RunLayout:
 
     @property
     def commit_floor(self) -> str:
-        """The lowest step a rank may commit: the job's committed step (see trainer.CommitFloor)."""
+        """The lowest step a rank may commit: the job's committed step (see rank.components.ft.CommitFloor)."""
         return self._p("control", "commit_floor")
 
     @property
@@ -194,7 +194,7 @@ class RunLayout:
 
     @property
     def lighthouse_epoch(self) -> str:
-        """How many times the Lighthouse was restarted (components.lighthouse_epoch)."""
+        """How many times the Lighthouse was restarted (rank.components.lighthouse_epoch)."""
         return self._p("control", "lighthouse_epoch")
 
     @property
@@ -223,7 +223,7 @@ class RunLayout:
         return self._p("control", f"promote.sb{standby}.json")
 
     def collective_fault(self, group: int, rank: int) -> str:
-        """A one-shot collective fault request (components.fault_agent)."""
+        """A one-shot collective fault request (rank.components.fault_agent)."""
         return self._p("control", f"collective_fault_g{group}r{rank}.json")
 
     def slow_save(self, group: int, rank: int) -> str:

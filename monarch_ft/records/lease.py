@@ -19,7 +19,6 @@ from typing import Optional
 
 from monarch_ft.records.layout import read_int
 
-
 # Steps past the one a rank is at when it notices: every group, at most a step apart in
 # a quorum, reads the file before it gets there.
 FINISH_MARGIN = 2

@@ -20,10 +20,9 @@ import time
 
 import pytest
 
-from monarch_ft.records.manifest import complete_steps, file_checksum, step_dir, write_manifest
-from monarch_ft.records.layout import RunLayout
 from monarch_ft.controller.loop import request_finish
-
+from monarch_ft.records.layout import RunLayout
+from monarch_ft.records.manifest import complete_steps, file_checksum, step_dir, write_manifest
 from monarch_ft.testing.jobs import FAST, REPO, console, finish_job, read_jsonl, start_job, wait_for
 
 pytestmark = pytest.mark.slow

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import glob
-
-
 import subprocess
-
 import sys
 
 import pytest

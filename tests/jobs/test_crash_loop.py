@@ -8,7 +8,6 @@ import time
 import pytest
 
 from monarch_ft.cli.jobctl import format_status, job_status
-
 from monarch_ft.testing.jobs import FAST, console, events_of, run_job
 
 pytestmark = pytest.mark.slow

@@ -4,25 +4,16 @@ real forked children, signals and exit codes."""
 from __future__ import annotations
 
 import os
-
 import signal
-
 import sys
-
 import time
 
 import psutil
-
 import pytest
 
-
-from monarch_ft.controller.fork_pool import ForkError, ForkServer, ServerState
-
-
-from monarch_ft.launcher.base import ForkHost, RankLaunch
-
-
 from monarch_ft.common.process import die_with_parent
+from monarch_ft.controller.fork_pool import ForkError, ForkServer, ServerState
+from monarch_ft.launcher.base import ForkHost, RankLaunch
 
 WORKER = [sys.executable, "-m", "monarch_ft.rank.worker"]
 

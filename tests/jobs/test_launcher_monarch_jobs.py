@@ -3,32 +3,21 @@
 from __future__ import annotations
 
 import json
-
 import os
-
 import signal
-
 import subprocess
-
 import sys
-
 import time
-
 from pathlib import Path
 
+import monarch.actor  # noqa: E402,F401  (a hard dependency: a broken install fails here, it is not skipped)
 import psutil
-
 import pytest
 
-from monarch_ft.testing.jobs import FAST, REPO, assert_weights_agree_after, console, events_of, finish_job, processes_matching, read_jsonl, start_job, wait_for
-
-import monarch.actor  # noqa: E402,F401  (a hard dependency: a broken install fails here, it is not skipped)
-
 from monarch_ft.config.launcher import LauncherConfig  # noqa: E402
-
-from monarch_ft.launcher import RankLaunch, build_launcher  # noqa: E402
-
 from monarch_ft.controller.loop import request_finish  # noqa: E402
+from monarch_ft.launcher import RankLaunch, build_launcher  # noqa: E402
+from monarch_ft.testing.jobs import FAST, REPO, assert_weights_agree_after, console, events_of, finish_job, processes_matching, read_jsonl, start_job, wait_for
 
 TESTS = Path(__file__).resolve().parent
 

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from monarch_ft.testing.jobs import FAST, assert_weights_agree_after, console, events_of, finish_job, job_processes, read_jsonl, start_job, wait_for
 from monarch_ft.controller.loop import request_finish
 from monarch_ft.launcher import RankLaunch, build_launcher
+from monarch_ft.testing.jobs import FAST, assert_weights_agree_after, console, events_of, finish_job, job_processes, read_jsonl, start_job, wait_for
 from monarch_ft.testing.slurm_cluster import LocalSlurmCluster, missing_binaries
 
 

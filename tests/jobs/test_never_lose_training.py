@@ -14,9 +14,8 @@ import time
 
 import pytest
 
-from monarch_ft.records.layout import RunLayout, atomic_write
 from monarch_ft.controller.loop import request_finish
-
+from monarch_ft.records.layout import RunLayout, atomic_write
 from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, start_job, wait_for
 
 pytestmark = pytest.mark.slow

@@ -12,8 +12,7 @@ import psutil
 import pytest
 
 from monarch_ft.controller.loop import request_finish
-
-from monarch_ft.testing.jobs import FAST, finish_job, console, read_jsonl, read_tensorboard_run, run_job, start_job, wait_for
+from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, read_tensorboard_run, run_job, start_job, wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -4,24 +4,16 @@ real namespaces, veths and a bridge, real rank processes under ``ip netns exec``
 from __future__ import annotations
 
 import json
-
 import os
-
 import signal
-
 import socket
-
 import subprocess
-
 import sys
-
 import textwrap
-
 import time
 
-import pytest
-
 import psutil
+import pytest
 
 from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, run_drill_job, start_job, wait_for
 

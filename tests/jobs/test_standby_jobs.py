@@ -20,8 +20,8 @@ import subprocess
 import psutil
 import pytest
 
-from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, start_job, wait_for
 from monarch_ft.controller.loop import request_finish
+from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, start_job, wait_for
 
 pytestmark = pytest.mark.slow
 

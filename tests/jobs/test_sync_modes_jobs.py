@@ -8,18 +8,13 @@ trains every batch exactly once across the fault (batch ids from the step record
 from __future__ import annotations
 
 import json
-
 import os
-
 import signal
-
 
 import pytest
 
 from chaos.mttr import batch_accounting
-
 from monarch_ft.controller.loop import request_finish
-
 from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, start_job, wait_for
 
 H = 10

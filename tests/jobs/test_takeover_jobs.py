@@ -23,7 +23,7 @@ import pytest
 from monarch_ft.testing.jobs import FAST, REPO, console, job_processes, read_jsonl, start_job, wait_for
 
 # ft.quorum_timeout_s: the survivors' quorum in flight is retried at the restarted Lighthouse
-# within it (components.lighthouse_epoch); a stall that reaches it means it was waited out.
+# within it (rank.components.lighthouse_epoch); a stall that reaches it means it was waited out.
 SMALL = [
     *FAST,
     "ft.replica_groups=2",

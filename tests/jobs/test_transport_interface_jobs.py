@@ -4,23 +4,16 @@ its own interfaces): ft.transport_interface and the default rule."""
 from __future__ import annotations
 
 import json
-
 import subprocess
-
 import sys
-
 import textwrap
-
 from datetime import timedelta
 
 import pytest
-
 import torch
 
 from monarch_ft.testing.jobs import REPO
-
 from monarch_ft.transport import ShardedTransport
-
 
 IN_HOST = textwrap.dedent(
     """

@@ -2,33 +2,22 @@
 process, DTensors, a sender killed mid-transfer, Mooncake, torchft's own transport harness."""
 
 import os
-
-
 import subprocess
-
 import sys
-
 import textwrap
-
 import threading
-
 import time
-
 from datetime import timedelta
 
-
 import pytest
-
 import torch
 
+from monarch_ft.testing.jobs import REPO
 from monarch_ft.transport import (
     ShardedTransport,
     TransportError,
+    rdma_discovery,
 )
-
-from monarch_ft.transport import rdma_discovery
-from monarch_ft.testing.jobs import REPO
-
 
 ROOT = str(REPO)
 

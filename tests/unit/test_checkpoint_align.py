@@ -2,9 +2,9 @@
 
 from types import SimpleNamespace
 
-from monarch_ft.records.manifest import complete_steps
 from monarch_ft.controller.checkpoints import recover_checkpoint
 from monarch_ft.rank.components.checkpoint import seal_step
+from monarch_ft.records.manifest import complete_steps
 
 
 def _save(folder, step, complete=True, payload=b"weights"):

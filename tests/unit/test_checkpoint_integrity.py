@@ -19,10 +19,9 @@ import pytest
 
 from monarch_ft.controller.checkpoints import CheckpointHealth, choose_resume_step, folder_write_problem, quarantine_step, recover_checkpoint
 from monarch_ft.rank.components.checkpoint import seal_step, storage_error
-from monarch_ft.records.manifest import complete_steps, verify_step, verify_step_cached
-from monarch_ft.records.events import EventKind
 from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source, needs_disk
-
+from monarch_ft.records.events import EventKind
+from monarch_ft.records.manifest import complete_steps, verify_step, verify_step_cached
 from monarch_ft.testing.jobs import REPO
 
 

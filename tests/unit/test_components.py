@@ -11,8 +11,8 @@ import torch
 
 from monarch_ft.rank.components.ft import GradSync, load_in_place
 from monarch_ft.rank.components.metrics import RankReporter
-from monarch_ft.records.reports import ReportTail
 from monarch_ft.records.layout import read_jsonl
+from monarch_ft.records.reports import ReportTail
 
 
 def test_report_tail_skips_a_torn_last_line_until_it_is_whole(tmp_path):

@@ -6,11 +6,8 @@ The config's own checks (monarch_ft.config), the controller's pre-flight
 
 from __future__ import annotations
 
-
 import socket
-
 import subprocess
-
 import sys
 
 import pytest
@@ -36,8 +33,8 @@ def _refusal(tmp_path, overrides: str) -> str:
     from hydra import compose, initialize_config_dir
 
     from monarch_ft.cli.run import CONFIG_DIR, to_job_config
-    from monarch_ft.records.errors import ConfigError
     from monarch_ft.controller.loop import Supervisor
+    from monarch_ft.records.errors import ConfigError
 
     with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="refusal"):
         cfg = compose(config_name="pretrain", overrides=overrides.split())

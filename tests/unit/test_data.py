@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from monarch_ft.records.errors import ConfigError
-from monarch_ft.config.data import DataConfig
 from monarch_ft.common.data import TokenBatches, open_tokens, prepare_data
+from monarch_ft.config.data import DataConfig
+from monarch_ft.records.errors import ConfigError
 
 VOCAB, SEQ = 2048, 16
 

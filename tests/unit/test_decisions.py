@@ -3,9 +3,7 @@ newest checkpoint, its initial weights only while nothing was committed, else th
 
 from __future__ import annotations
 
-
 import pytest
-
 
 from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source
 

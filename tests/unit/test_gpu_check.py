@@ -4,16 +4,10 @@ Its dry run on CPU (every check's job runs) is in tests/jobs/test_gpu_check_jobs
 from __future__ import annotations
 
 import glob
-
 import os
-
-
 import shutil
-
 import signal
-
 import subprocess
-
 import sys
 
 import pytest

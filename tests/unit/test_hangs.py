@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 
-
 import pytest
 
-
+from monarch_ft.config.ft import hang_timeout_setting
 from monarch_ft.controller.hangs import (
     BlameReason,
     Hang,
@@ -23,12 +22,7 @@ from monarch_ft.controller.hangs import (
     track_cpu,
     track_os_state,
 )
-
-from monarch_ft.config.ft import hang_timeout_setting
-
-
 from monarch_ft.records.phases import Phase
-
 
 LIMITS = HangLimits(hang_timeout_s=6, startup_timeout_s=120, save_timeout_s=30, sync_budget_s=36)
 

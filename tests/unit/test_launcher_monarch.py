@@ -3,14 +3,10 @@ Real proc meshes and actors are in tests/jobs/test_launcher_monarch_jobs.py."""
 
 from __future__ import annotations
 
-
+import monarch.actor  # noqa: E402,F401  (a hard dependency: a broken install fails here, it is not skipped)
 import pytest
 
-
-import monarch.actor  # noqa: E402,F401  (a hard dependency: a broken install fails here, it is not skipped)
-
 from monarch_ft.config.launcher import LauncherConfig  # noqa: E402
-
 from monarch_ft.launcher import build_launcher  # noqa: E402
 
 

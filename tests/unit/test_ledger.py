@@ -3,7 +3,6 @@ went back, a step redone by a later quorum; and the drill's own check of the sam
 
 from __future__ import annotations
 
-
 from monarch_ft.controller.ledger import CommitLedger
 
 

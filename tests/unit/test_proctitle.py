@@ -7,9 +7,9 @@ import sys
 
 import psutil
 
-from monarch_ft.testing.jobs import REPO, processes_matching
 from monarch_ft.common import proctitle
 from monarch_ft.common.proctitle import CONTROLLER, FORK_SERVER, LIGHTHOUSE_GUARD, rank_or_standby, rank_role, short_name, standby_role, title
+from monarch_ft.testing.jobs import REPO, processes_matching
 
 
 def test_title_names_the_run_and_what_the_process_is():

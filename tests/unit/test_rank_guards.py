@@ -3,14 +3,9 @@
 
 from __future__ import annotations
 
-
 from monarch_ft.rank.components.checkpoint import SaveWatchdog, save_due
-
 from monarch_ft.rank.components.ft import CommitFloor
-
 from monarch_ft.records.exits import RankExit, describe_exit
-
-
 from monarch_ft.records.layout import atomic_write
 
 

@@ -11,8 +11,8 @@ import json
 from types import SimpleNamespace
 
 from monarch_ft.records.events import EventKind
-from monarch_ft.records.recovered import CONTROLLER_REPLACED, RESTARTED, Failure, RecoveryRule, recovery
 from monarch_ft.records.layout import RunLayout
+from monarch_ft.records.recovered import CONTROLLER_REPLACED, RESTARTED, Failure, RecoveryRule, recovery
 
 T0 = 1000.0  # the fault
 

@@ -73,8 +73,8 @@ def test_the_same_failure_at_start_up_twice_in_a_row_is_a_crash_loop():
 
 
 def test_the_job_fails_when_every_group_gave_up():
-    from monarch_ft.records.events import GroupStatus, JobStatus
     from monarch_ft.controller.summary import job_outcome
+    from monarch_ft.records.events import GroupStatus, JobStatus
 
     done, gone = GroupStatus.DONE, GroupStatus.GIVEN_UP
     assert job_outcome([done, done], regressed=False) is JobStatus.COMPLETED

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-
 import json
-
 import os
-
 
 from monarch_ft.records.layout import RunLayout, atomic_write, read_json
 

@@ -5,22 +5,14 @@ Jobs on them are in tests/jobs/test_simulated_hosts_jobs.py."""
 from __future__ import annotations
 
 import json
-
 import os
-
-
 import socket
-
 import subprocess
-
 import sys
-
 import textwrap
-
 import time
 
 import pytest
-
 
 from monarch_ft.testing.jobs import assert_drill_refused
 
@@ -173,9 +165,9 @@ def test_link_delay_refused_exactly_where_the_kernel_lacks_netem(tmp_path):
     machine's), accepted where it has it; either way something is asserted."""
     _need_netns()
     from chaos.config import DrillConfig, FaultConfig, validate_chaos
-    from monarch_ft.records.errors import ConfigError
     from monarch_ft.config.launcher import LauncherConfig
     from monarch_ft.launcher.hosts import qdisc_supported
+    from monarch_ft.records.errors import ConfigError
 
     fault = FaultConfig(kind="slow_link", at_step=5, delay_ms=50)
     cfg = DrillConfig(launcher=LauncherConfig(name="local", options={"simulated_hosts": True}))

@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from monarch_ft.common.process import ProcessIdentity
 from monarch_ft.cli.jobctl import job_stacks
+from monarch_ft.common.process import ProcessIdentity
 from monarch_ft.records.layout import RunLayout, atomic_write_json
 
 CHILD = (

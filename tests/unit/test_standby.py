@@ -11,8 +11,7 @@ import os
 
 import pytest
 
-from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
-from monarch_ft.records.layout import RunLayout
+from monarch_ft.config.ft import standby_config_error
 from monarch_ft.controller.standby_pool import (
     MAX_FAILED_BUILDS,
     StandbyPool,
@@ -23,10 +22,11 @@ from monarch_ft.controller.standby_pool import (
     standby_loss,
     standbys_to_launch,
 )
-from monarch_ft.config.ft import standby_config_error
 from monarch_ft.rank.standby_wait import promoted_spec
-from monarch_ft.records.decisions import Promotion
 from monarch_ft.rank.trainer import RankSpec
+from monarch_ft.records.decisions import Promotion
+from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
+from monarch_ft.records.layout import RunLayout
 
 
 def _default(launcher: str) -> int:
@@ -58,8 +58,8 @@ def test_config_errors_name_the_fix():
 
 
 def test_a_waiting_standby_gives_up_when_its_controller_is_gone(tmp_path):
-    from monarch_ft.records.layout import atomic_write_json
     from monarch_ft.rank.standby_wait import ControllerWatch, orphan_after_s, standby_orphaned, wait_for_promotion
+    from monarch_ft.records.layout import atomic_write_json
 
     # Much sooner than a training rank's lease, never later.
     assert orphan_after_s(1.0, 600.0) == 10.0 and orphan_after_s(5.0, 600.0) == 50.0 and orphan_after_s(5.0, 20.0) == 20.0

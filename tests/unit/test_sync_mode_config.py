@@ -3,13 +3,10 @@ The modes in real jobs are in tests/jobs/test_sync_modes_jobs.py."""
 
 from __future__ import annotations
 
-
 import subprocess
-
 import sys
 
 import pytest
-
 
 from monarch_ft.testing.jobs import REPO
 

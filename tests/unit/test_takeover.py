@@ -1,4 +1,5 @@
-"""The pure parts of detach/attach (monarch_ft.controller, components.lease): fast, no jobs."""
+"""The pure parts of detach/attach (monarch_ft.controller.takeover, the lease: records.lease and
+rank.components.lease): fast, no jobs."""
 
 from __future__ import annotations
 
@@ -9,13 +10,13 @@ import time
 
 import pytest
 
-from monarch_ft.rank.components.lease import ControllerLease
-from monarch_ft.records.lease import finish_at, lease_expired, stop_unanswered
-from monarch_ft.records.errors import ConfigError
-from monarch_ft.controller.takeover import AttachAction, RunLock, controller_attached, decide_attach
 from monarch_ft.common.process import ProcessIdentity, is_same_process
+from monarch_ft.controller.takeover import AttachAction, RunLock, controller_attached, decide_attach
+from monarch_ft.rank.components.lease import ControllerLease
+from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import GroupStatus
 from monarch_ft.records.layout import RunLayout
+from monarch_ft.records.lease import finish_at, lease_expired, stop_unanswered
 
 
 def test_identity_is_pid_and_start_time():

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 
+from monarch_ft.config.metrics import MetricsConfig
 from monarch_ft.rank.components.metrics import RankReporter, build_metric_sinks
 from monarch_ft.rank.components.tensorboard import Marker, MarkerTracker, TensorBoardSink, restart_cause
-from monarch_ft.config.metrics import MetricsConfig
 from monarch_ft.records.layout import RunLayout, read_jsonl
-
 from monarch_ft.testing.jobs import read_tensorboard_run as read_run
 
 

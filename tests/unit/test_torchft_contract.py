@@ -19,10 +19,10 @@ from datetime import timedelta
 import pytest
 import torch
 
+from monarch_ft.config.ft import FTConfig
 from monarch_ft.rank.components import torchft_compat as compat
 from monarch_ft.rank.components.ft import CrossGroup, MonarchManager, RecordingTransport, _recording, build_manager
 from monarch_ft.rank.components.lighthouse_epoch import EPOCH_STRIDE
-from monarch_ft.config.ft import FTConfig
 
 # torchft's own logger calls the deprecated Logger.warn (no flight recorder on CPU).
 pytestmark = pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")

@@ -2,22 +2,15 @@
 Transfers from other processes, DTensors and Mooncake are in tests/jobs/test_transport_jobs.py."""
 
 import socket
-
-
 import sys
-
-
 import threading
-
 import time
-
 from datetime import timedelta
 
 import psutil
-
 import pytest
-
 import torch
+from torchft.checkpointing.transport import CheckpointTransport
 
 from monarch_ft.transport import (
     AllPeersFailedError,
@@ -29,11 +22,8 @@ from monarch_ft.transport import (
     TruncatedTransferError,
     build_checkpoint_transport,
     parse_metadata,
+    rdma_discovery,
 )
-
-from monarch_ft.transport import rdma_discovery
-
-from torchft.checkpointing.transport import CheckpointTransport
 
 T = timedelta(seconds=20)
 

@@ -4,20 +4,13 @@ before anything runs. For real inside a simulated host: tests/jobs/test_transpor
 
 from __future__ import annotations
 
-
 import subprocess
-
 import sys
-
 
 import pytest
 
-
 from monarch_ft.testing.jobs import PRETRAIN, REPO
-
-
 from monarch_ft.transport.interface import InterfaceError, choose, local_interfaces, route_to
-
 from monarch_ft.transport.rdma_discovery import RdmaPort
 
 HOST = {"lo": ["127.0.0.1", "::1"], "eth0": ["10.0.0.5", "fe80::1"], "ib0": ["192.168.7.5"], "down0": ["fe80::2"]}

@@ -5,26 +5,17 @@ killed group with no standby back through warm_fork) in tests/jobs/test_standby_
 
 from __future__ import annotations
 
-
 import sys
-
 
 import pytest
 
-from monarch_ft.records.events import RecoveryPath
-
 from monarch_ft.controller.fork_pool import ServerState, relaunch_path
-
-from monarch_ft.rank.zygote import fork_unsafe
-
-from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
-
-from monarch_ft.records.launch import worker_spec
-
 from monarch_ft.launcher.base import Launcher
-
 from monarch_ft.launcher.local import LocalLauncher
-
+from monarch_ft.rank.zygote import fork_unsafe
+from monarch_ft.records.events import RecoveryPath
+from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
+from monarch_ft.records.launch import worker_spec
 
 WORKER = [sys.executable, "-m", "monarch_ft.rank.worker"]
 

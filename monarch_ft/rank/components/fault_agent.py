@@ -28,8 +28,8 @@ import threading
 import time
 from typing import Callable
 
-from monarch_ft.records.layout import RunLayout, read_json
 from monarch_ft.records.faults import GIL_HANG_SIGNAL
+from monarch_ft.records.layout import RunLayout, read_json
 
 
 def _take(path: str):

@@ -20,9 +20,9 @@ from torch import nn
 from torchft import Manager
 from torchft.checkpointing import CheckpointTransport
 
+from monarch_ft.config.ft import FTConfig
 from monarch_ft.rank.components.lighthouse_epoch import LighthouseEpoch, quorum_retries
 from monarch_ft.rank.components.torchft_compat import offset_quorum_ids
-from monarch_ft.config.ft import FTConfig
 from monarch_ft.records.layout import read_int
 
 logger: logging.Logger = logging.getLogger(__name__)
@@ -348,7 +348,7 @@ def build_manager(
 
     ``lighthouse_epoch_path``: the run's Lighthouse epoch file (monarch_ft.controller.lighthouse): quorum
     ids are offset per Lighthouse restart. Whatever it is, a quorum the Lighthouse failed is
-    retried across ``ft.quorum_timeout_s`` (components.lighthouse_epoch).
+    retried across ``ft.quorum_timeout_s`` (rank.components.lighthouse_epoch).
 
     ``use_async_quorum``: hsdp overlaps the next quorum with compute (True); torchft's DiLoCo
     refuses an async quorum, and localsgd uses the same synchronous one (see sync.py)."""

@@ -39,9 +39,9 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 from torch import nn
 
+from monarch_ft.config.ft import FTConfig
 from monarch_ft.rank.components.ft import CommitFloor, GradSync, MonarchManager, to_local_tree
 from monarch_ft.rank.components.torchft_compat import diloco_global_copies, diloco_save_global, diloco_sync_in_quorum, local_step, localsgd_sync_in_quorum
-from monarch_ft.config.ft import FTConfig
 
 
 @dataclass
