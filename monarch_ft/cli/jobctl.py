@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Optional
 
 from monarch_ft.common.process import ProcessIdentity
+from monarch_ft.common.stacks import capture_stacks
 from monarch_ft.controller.checkpoints import CheckpointHealth, quarantined
 from monarch_ft.controller.takeover import controller_attached
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, GiveUpReason, JobStatus, RecoveryPath
-from monarch_ft.records.layout import RunLayout, read_json, read_jsonl
+from monarch_ft.records.layout import RunLayout, atomic_write, read_json, read_jsonl
 from monarch_ft.records.lease import heartbeat_time
 from monarch_ft.records.manifest import MANIFEST, step_dir, steps_on_disk, verify_step
 from monarch_ft.records.recovered import SEEN_FAILURES, Failure, is_back, marker_time, recovery
@@ -332,8 +333,6 @@ def _live_ranks(state: dict) -> dict[str, tuple[ProcessIdentity, str]]:
 def job_stacks(run_dir: str, group: Optional[int] = None) -> dict[str, str]:
     """Every live rank's Python stacks (py-spy; the rank's faulthandler, copied from its log,
     where py-spy cannot read it: monarch_ft.common.stacks) into ``stacks/cli-<ms>/``; label -> file."""
-    from monarch_ft.common.stacks import capture_stacks
-
     layout, state = open_run(run_dir)
     ranks = _live_ranks(state)
     if group is not None:
@@ -354,8 +353,6 @@ def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
     and ends the job as completed (summary.json); with none, the ranks do it themselves
     (rank.components.lease) and the Lighthouse follows. (Ctrl-C on the controller is the hard
     stop.) Returns how many ranks were still alive at the timeout."""
-    from monarch_ft.records.layout import atomic_write
-
     layout, state = open_run(run_dir)
     if state.get("finished"):
         raise ConfigError(f"{run_dir}: the job has already finished ({state.get('status')})")

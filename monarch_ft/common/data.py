@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from monarch_ft import REPO_ROOT
+from monarch_ft.records.errors import ConfigError
 
 _FORMAT_VERSION = 1
 
@@ -147,8 +148,6 @@ def open_tokens(path: str | os.PathLike) -> np.ndarray:
 
 
 def _fail(path: str, problem: str) -> None:
-    from monarch_ft.records.errors import ConfigError
-
     raise ConfigError(f"data.path={path}: {problem}")
 
 

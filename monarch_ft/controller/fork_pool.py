@@ -37,8 +37,10 @@ from typing import Any, Callable, Iterable, Optional
 from monarch_ft.common.process import is_running, start_ticks
 from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch, RankProcess
 from monarch_ft.records.events import EventKind, RecoveryPath, StrEnum
+from monarch_ft.records.exits import LOST_EXIT
 from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
 from monarch_ft.records.launch import ZYGOTE_MODULE, worker_spec
+from monarch_ft.records.reports import report_finished
 
 # What a rank imports before it reads its spec (monarch_ft.rank.worker -> monarch_ft.rank.trainer) and
 # what the trainer imports lazily while building: everything whose import a relaunch skips.
@@ -264,9 +266,6 @@ class ForkedProcess(RankProcess):
         if self._code is None:
             self._code = self.server.exit_code(self.rid)
         if self._code is None and self.server.state is ServerState.GONE and not is_running(self._pid, self._start):
-            from monarch_ft.records.exits import LOST_EXIT
-            from monarch_ft.records.reports import report_finished
-
             # The exit may still be on its way: the server's last words are read before GONE.
             self._code = self.server.exit_code(self.rid)
             if self._code is None:

@@ -21,7 +21,7 @@ replacement standby in the background at a lower CPU priority than the training 
 With no standby ready (two faults close together) the cold path runs.
 
 This module holds the controller's side: the pure decisions (unit-tested in
-tests/unit/test_standby_pool.py) and the pool's bookkeeping. The waiting rank's side is
+tests/unit/test_standby.py) and the pool's bookkeeping. The waiting rank's side is
 :mod:`monarch_ft.rank.standby_wait`.
 """
 

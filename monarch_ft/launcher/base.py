@@ -17,6 +17,7 @@ from enum import Enum
 from typing import Any, Callable, ClassVar, Optional
 
 from monarch_ft.common.process import ProcessIdentity
+from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.exits import LOST_EXIT
 from monarch_ft.records.reports import report_finished
 
@@ -93,8 +94,6 @@ class LauncherOptions:
         """``value`` (this dataclass, a dict or None) as this dataclass, checked."""
         from omegaconf import OmegaConf
         from omegaconf.errors import OmegaConfBaseException
-
-        from monarch_ft.records.errors import ConfigError
 
         if isinstance(value, LauncherOptions) and not isinstance(value, cls):
             other = type(value).__module__.rsplit(".", 1)[-1]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from monarch_ft.common.process import die_with_parent
-from monarch_ft.launcher.base import ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
+from monarch_ft.launcher.base import AdoptedProcess, Capability, ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 
 _CLONE_NEWUTS = 0x04000000
 
@@ -121,8 +121,6 @@ class LocalLauncher(Launcher):
 
     @property
     def capabilities(self) -> set:
-        from monarch_ft.launcher.base import Capability
-
         return {Capability.PARTITION, Capability.SLOW_LINK} if self.hosts is not None else set()
 
     # ------------------------------------------------------------------ layout
@@ -220,8 +218,6 @@ class LocalLauncher(Launcher):
 
     def adopt(self, launch: RankLaunch, identity, report_path: str) -> RankProcess:
         """Re-adopt a rank by pid and start time (monarch_ft.launcher.base.AdoptedProcess)."""
-        from monarch_ft.launcher.base import AdoptedProcess
-
         return AdoptedProcess(launch, identity, report_path)
 
     # ------------------------------------------------------------------ network faults

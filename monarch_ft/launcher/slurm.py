@@ -39,7 +39,7 @@ from typing import Any, List, Optional
 
 from monarch_ft import REPO_ROOT
 from monarch_ft.common.process import start_ticks
-from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
+from monarch_ft.launcher.base import AdoptedProcess, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.layout import RunLayout
 
@@ -297,8 +297,6 @@ class SlurmLauncher(Launcher):
         (it ended before the last save) is watched by pid and start time like launcher=local's."""
         job = next((j for j in self.jobs.values() if (j.group, j.attempt) == (launch.group, launch.attempt)), None)
         if job is None:
-            from monarch_ft.launcher.base import AdoptedProcess
-
             return AdoptedProcess(launch, identity, report_path)
         rank = SlurmRank(launch, job, self)
         job.ranks.append(rank)

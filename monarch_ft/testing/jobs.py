@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from monarch_ft import REPO_ROOT
 
@@ -188,3 +189,53 @@ def assert_weights_agree_after(run_dir: Path, group: int, attempt: int) -> int:
     shared = [h for h in by_step.values() if len(h) >= 2]
     assert shared and all(len(set(h.values())) == 1 for h in shared), shared[:3]
     return len(shared)
+
+
+def config_refusal(tmp_path: Path, overrides: str) -> str:
+    """The ConfigError the recipes' supervisor raises for ``overrides``, in this process: the
+    message ``monarch_ft.cli.run.run_job`` prints as its one ``monarch_ft: error:`` line before
+    it exits 2 (that path, end to end through a recipe, is tested by subprocess tests)."""
+    from hydra import compose, initialize_config_dir
+
+    from monarch_ft.cli.run import CONFIG_DIR, to_job_config
+    from monarch_ft.controller.loop import Supervisor
+    from monarch_ft.records.errors import ConfigError
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="refusal"):
+        cfg = compose(config_name="pretrain", overrides=overrides.split())
+    run = tmp_path / "run"
+    with pytest.raises(ConfigError) as e:
+        Supervisor(to_job_config(cfg), str(run))
+    assert not (run / "events.jsonl").exists() and not (run / "logs").exists(), "nothing may be launched"
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+# ---------------------------------------------------------------- simulated hosts (network namespaces)
+def netns_refusal() -> str | None:
+    """Why real namespaces cannot be made here (None: they can)."""
+    if os.geteuid() != 0:
+        return "simulated hosts need root (ip netns add)"
+    try:
+        res = subprocess.run(["ip", "netns", "add", "mftprobe-tst"], capture_output=True, text=True, timeout=10)
+    except FileNotFoundError:
+        return "iproute2 (`ip`) is not installed"
+    subprocess.run(["ip", "netns", "del", "mftprobe-tst"], capture_output=True)
+    return None if res.returncode == 0 else f"ip netns add refused: {res.stderr.strip()}"
+
+
+def need_netns() -> None:
+    """Network namespaces are part of what the project runs on (root, iproute2 from
+    scripts/install.sh): without them the test fails, it is not skipped."""
+    why = netns_refusal()
+    if why:
+        pytest.fail(f"simulated hosts unavailable: {why}")
+
+
+def netns_left_behind(run_id: str) -> list[str]:
+    """What of simulated hosts run ``run_id`` is still there: namespaces, links, files."""
+    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    left = [line for line in (names + links).splitlines() if f"mft{run_id}" in line]
+    left += [p for p in (f"/etc/netns/mft{run_id}-h0", f"/run/monarch_ft/hosts/{run_id}.json") if os.path.exists(p)]
+    return left

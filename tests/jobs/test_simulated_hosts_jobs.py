@@ -15,36 +15,7 @@ import time
 import psutil
 import pytest
 
-from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, run_drill_job, start_job, wait_for
-
-
-def _netns_refusal() -> str | None:
-    """Why real namespaces cannot be made here (None: they can)."""
-    if os.geteuid() != 0:
-        return "simulated hosts need root (ip netns add)"
-    try:
-        res = subprocess.run(["ip", "netns", "add", "mftprobe-tst"], capture_output=True, text=True, timeout=10)
-    except FileNotFoundError:
-        return "iproute2 (`ip`) is not installed"
-    subprocess.run(["ip", "netns", "del", "mftprobe-tst"], capture_output=True)
-    return None if res.returncode == 0 else f"ip netns add refused: {res.stderr.strip()}"
-
-
-def _need_netns() -> None:
-    """Network namespaces are part of what the project runs on (root, iproute2 from
-    scripts/install.sh): without them the test fails, it is not skipped."""
-    why = _netns_refusal()
-    if why:
-        pytest.fail(f"simulated hosts unavailable: {why}")
-
-
-def _left_behind(run_id: str) -> list[str]:
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    left = [line for line in (names + links).splitlines() if f"mft{run_id}" in line]
-    left += [p for p in (f"/etc/netns/mft{run_id}-h0", f"/run/monarch_ft/hosts/{run_id}.json") if os.path.exists(p)]
-    return left
-
+from monarch_ft.testing.jobs import FAST, console, finish_job, need_netns, netns_left_behind, read_jsonl, run_drill_job, start_job, wait_for
 
 PROBE = textwrap.dedent(
     """
@@ -73,7 +44,7 @@ def _connects(netns: str, address: str, port: int, timeout: float = 1.0) -> bool
 
 @pytest.mark.slow
 def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_path):
-    _need_netns()
+    need_netns()
     from monarch_ft.launcher.base import RankLaunch
     from monarch_ft.launcher.local import LocalLauncher
 
@@ -157,7 +128,7 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
         second = LocalLauncher(simulated_hosts=True)
         fresh = second.hosts.id
         second.restore_handles(launcher.handles())
-        assert second.hosts.id == run_id and second.describe()["hosts"] == desc["hosts"] and _left_behind(fresh) == []
+        assert second.hosts.id == run_id and second.describe()["hosts"] == desc["hosts"] and netns_left_behind(fresh) == []
         assert json.load(open(state_path))["pid"] == os.getpid()
         adopted = [second.adopt(p.launch, ProcessIdentity.of(p.pid), str(tmp_path / "no-report")) for p in procs]
         assert [a.poll() for a in adopted] == [None, None] and reach(0) and reach(1)
@@ -172,14 +143,14 @@ def test_launcher_makes_hosts_ranks_bind_them_and_close_removes_everything(tmp_p
         launcher.close()
         if second is not None:
             second.close()
-    assert _left_behind(run_id) == []
+    assert netns_left_behind(run_id) == []
 
 
 @pytest.mark.slow
 def test_pretrain_2x2_on_simulated_hosts_detached_and_attached(run_dir):
     """A real job on simulated hosts; its controller detaches (SIGUSR2) mid-run and a new one
     adopts the hosts (namespaces, bridge) and the ranks in them, and finishes the job."""
-    _need_netns()
+    need_netns()
     overrides = [*FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=40", "launcher=local_hosts"]
     first = start_job(run_dir, *overrides)
     wait_for(lambda: len({m["group"] for m in read_jsonl(run_dir / "metrics.jsonl") if m.get("committed")}) == 2, 150, "both groups committing")
@@ -205,14 +176,14 @@ def test_pretrain_2x2_on_simulated_hosts_detached_and_attached(run_dir):
     log = (run_dir / "logs" / "g1r0.a0.log").read_text(errors="replace")
     assert f'store_address: "{hosts["0"]["address"]}:' in log, log[-2000:]
     run_id = hosts["0"]["netns"][3:].split("-")[0]
-    assert _left_behind(run_id) == []
+    assert netns_left_behind(run_id) == []
 
 
 @pytest.mark.slow
 def test_partition_drill_drops_the_group_and_it_heals_in_place(run_dir):
     """A partition longer than ft.timeout_s but shorter than the hang timeout: the group is
     dropped from the quorum, then rejoins and heals from a peer without a restart."""
-    _need_netns()
+    need_netns()
     drill = run_drill_job(
         run_dir,
         "launcher=local_hosts",

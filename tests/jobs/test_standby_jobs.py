@@ -21,7 +21,7 @@ import psutil
 import pytest
 
 from monarch_ft.controller.loop import request_finish
-from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, start_job, wait_for
+from monarch_ft.testing.jobs import FAST, console, finish_job, need_netns, read_jsonl, start_job, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -41,9 +41,7 @@ def _ps(pid) -> str:
 
 
 def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_fault_goes_cold(run_dir):
-    from test_simulated_hosts import _need_netns
-
-    _need_netns()
+    need_netns()
     proc = start_job(
         run_dir,
         *FAST,

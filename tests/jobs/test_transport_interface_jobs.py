@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 import torch
 
-from monarch_ft.testing.jobs import REPO
+from monarch_ft.testing.jobs import REPO, need_netns, netns_left_behind
 from monarch_ft.transport import ShardedTransport
 
 IN_HOST = textwrap.dedent(
@@ -45,9 +45,7 @@ IN_HOST = textwrap.dedent(
 
 @pytest.mark.slow
 def test_interface_choice_on_a_simulated_host():
-    from test_simulated_hosts import _left_behind, _need_netns
-
-    _need_netns()
+    need_netns()
     from monarch_ft.launcher.hosts import SimulatedHosts
 
     hosts = SimulatedHosts()
@@ -92,4 +90,4 @@ def test_interface_choice_on_a_simulated_host():
                 p.kill()
                 p.wait()
         hosts.close()
-    assert not _left_behind(hosts.id)
+    assert not netns_left_behind(hosts.id)

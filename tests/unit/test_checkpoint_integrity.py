@@ -22,7 +22,7 @@ from monarch_ft.rank.components.checkpoint import seal_step, storage_error
 from monarch_ft.records.decisions import JobStateLost, StateSource, decide_state_source, needs_disk
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.manifest import complete_steps, verify_step, verify_step_cached
-from monarch_ft.testing.jobs import REPO
+from monarch_ft.testing.jobs import REPO, config_refusal
 
 
 def _save(folder, step, shards=(b"rank zero's shard" * 100, b"rank one's shard" * 100)):
@@ -171,11 +171,9 @@ def test_the_storages_refusal_is_told_apart_from_other_failures():
 
 
 def test_an_unwritable_folder_is_refused_before_launch(tmp_path, tmpfs):
-    from test_config_errors import _refusal
-
     ro = tmpfs("ro", ro=True)
     assert "EROFS" in folder_write_problem(str(ro / "ckpt"))
-    message = _refusal(tmp_path, f"checkpoint.folder={ro}/ckpt")
+    message = config_refusal(tmp_path, f"checkpoint.folder={ro}/ckpt")
     assert message.startswith(f"checkpoint.folder={ro}/ckpt: cannot write in") and "(EROFS)" in message and message.endswith("checkpoint.folder=")
     rw = tmpfs("rw")
     assert folder_write_problem(str(rw / "a" / "b")) is None

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from monarch_ft.testing.jobs import PRETRAIN, REPO
+from monarch_ft.testing.jobs import PRETRAIN, REPO, config_refusal
 
 
 def _run(tmp_path, *overrides, timeout=60):
@@ -24,26 +24,6 @@ def _run(tmp_path, *overrides, timeout=60):
         timeout=timeout,
     )
     return res.returncode, res.stdout + res.stderr
-
-
-def _refusal(tmp_path, overrides: str) -> str:
-    """The ConfigError the recipes' supervisor raises for ``overrides``, in this process: the
-    message ``cli.run_job`` prints as its one ``monarch_ft: error:`` line before it exits 2
-    (that path, end to end through a recipe, is tested by the subprocess tests here)."""
-    from hydra import compose, initialize_config_dir
-
-    from monarch_ft.cli.run import CONFIG_DIR, to_job_config
-    from monarch_ft.controller.loop import Supervisor
-    from monarch_ft.records.errors import ConfigError
-
-    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="refusal"):
-        cfg = compose(config_name="pretrain", overrides=overrides.split())
-    run = tmp_path / "run"
-    with pytest.raises(ConfigError) as e:
-        Supervisor(to_job_config(cfg), str(run))
-    assert not (run / "events.jsonl").exists() and not (run / "logs").exists(), "nothing may be launched"
-    assert "\n" not in str(e.value)
-    return str(e.value)
 
 
 def _assert_one_error_line(code: int, out: str, expected: str) -> None:
@@ -73,7 +53,7 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):
-    assert expected in _refusal(tmp_path, override)
+    assert expected in config_refusal(tmp_path, override)
 
 
 @pytest.mark.parametrize(
@@ -192,7 +172,7 @@ def test_validate_accepts_defaults():
 )
 def test_wrong_model_or_launcher_option_fails_before_launch(tmp_path, overrides, expected):
     """Checked on the controller before anything starts: one line, no rank, no Lighthouse."""
-    assert expected in _refusal(tmp_path, overrides)
+    assert expected in config_refusal(tmp_path, overrides)
 
 
 def test_wrong_flavor_refused_by_the_drill_recipe(tmp_path):

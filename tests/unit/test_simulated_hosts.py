@@ -5,7 +5,6 @@ Jobs on them are in tests/jobs/test_simulated_hosts_jobs.py."""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -14,36 +13,7 @@ import time
 
 import pytest
 
-from monarch_ft.testing.jobs import assert_drill_refused
-
-
-def _netns_refusal() -> str | None:
-    """Why real namespaces cannot be made here (None: they can)."""
-    if os.geteuid() != 0:
-        return "simulated hosts need root (ip netns add)"
-    try:
-        res = subprocess.run(["ip", "netns", "add", "mftprobe-tst"], capture_output=True, text=True, timeout=10)
-    except FileNotFoundError:
-        return "iproute2 (`ip`) is not installed"
-    subprocess.run(["ip", "netns", "del", "mftprobe-tst"], capture_output=True)
-    return None if res.returncode == 0 else f"ip netns add refused: {res.stderr.strip()}"
-
-
-def _need_netns() -> None:
-    """Network namespaces are part of what the project runs on (root, iproute2 from
-    scripts/install.sh): without them the test fails, it is not skipped."""
-    why = _netns_refusal()
-    if why:
-        pytest.fail(f"simulated hosts unavailable: {why}")
-
-
-def _left_behind(run_id: str) -> list[str]:
-    names = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
-    left = [line for line in (names + links).splitlines() if f"mft{run_id}" in line]
-    left += [p for p in (f"/etc/netns/mft{run_id}-h0", f"/run/monarch_ft/hosts/{run_id}.json") if os.path.exists(p)]
-    return left
-
+from monarch_ft.testing.jobs import assert_drill_refused, need_netns, netns_left_behind
 
 ECHO = textwrap.dedent(
     """
@@ -100,7 +70,7 @@ def test_hosts_added_while_hosts_talk_to_the_bridge_address_never_cut_them_off()
     join, one with a lower MAC than every other port, and an adopting controller adds one
     more. (A bridge that follows its ports takes that MAC; the hosts' neighbour entries then
     name one it drops frames to: measured 0.4 s for the busy connection, 30-55 s for host 1.)"""
-    _need_netns()
+    need_netns()
     from monarch_ft.launcher.hosts import SimulatedHosts
 
     hosts = SimulatedHosts()
@@ -146,7 +116,7 @@ def test_hosts_added_while_hosts_talk_to_the_bridge_address_never_cut_them_off()
         if adopted is not None:
             adopted.close()
         hosts.close()
-    assert _left_behind(hosts.id) == []
+    assert netns_left_behind(hosts.id) == []
 
 
 @pytest.mark.parametrize(
@@ -163,7 +133,7 @@ def test_network_faults_fail_before_launch_when_impossible(tmp_path, overrides, 
 def test_link_delay_refused_exactly_where_the_kernel_lacks_netem(tmp_path):
     """A delay needs netem: refused with the fix named where the kernel lacks it (this
     machine's), accepted where it has it; either way something is asserted."""
-    _need_netns()
+    need_netns()
     from chaos.config import DrillConfig, FaultConfig, validate_chaos
     from monarch_ft.config.launcher import LauncherConfig
     from monarch_ft.launcher.hosts import qdisc_supported

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from monarch_ft.config.checkpoint import CheckpointConfig
 from monarch_ft.records.events import EventKind
+from monarch_ft.records.exits import RankExit
 from monarch_ft.records.manifest import (
     _STEP_DIR,
     MANIFEST,
@@ -175,8 +176,6 @@ class SaveWatchdog:
         self._on_timeout = on_timeout or os._exit
 
     def _expired(self, step: int, started: float) -> None:
-        from monarch_ft.records.exits import RankExit
-
         os.makedirs(os.path.dirname(self.stacks_path), exist_ok=True)
         with open(self.stacks_path, "w") as f:
             faulthandler.dump_traceback(file=f, all_threads=True)
