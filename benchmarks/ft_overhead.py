@@ -50,9 +50,9 @@ def _worker(spec: dict) -> None:
     from torchtitan.components.optimizer import OptimizersContainer
     from torchtitan.config.job_config import LRScheduler
 
-    from monarch_ft.components.model import build_model
-    from monarch_ft.config import ModelConfig
-    from monarch_ft.data import TokenBatches
+    from monarch_ft.common.data import TokenBatches
+    from monarch_ft.config.model import ModelConfig
+    from monarch_ft.rank.components.model import build_model
 
     torch.set_num_threads(1)
     rank = int(os.environ["RANK"])
@@ -186,7 +186,7 @@ def main() -> None:
     if steps % h or (args.fragments and h % args.fragments):
         print(f"ft_overhead: error: --steps={steps} must be a multiple of --sync-every={h} (and H of --fragments)", file=sys.stderr)
         sys.exit(2)
-    from monarch_ft.data import prepare
+    from monarch_ft.common.data import prepare
 
     data = prepare(None, 2048, 4.0)
     groups, ranks = 2, 2

@@ -8,7 +8,8 @@ from typing import Any, List
 from hydra.core.config_store import ConfigStore
 
 from chaos.kinds import FaultOptions, fault_kind, parse_fault
-from monarch_ft.config import ConfigError, JobConfig
+from monarch_ft.config.job import JobConfig
+from monarch_ft.records.errors import ConfigError
 
 
 def FaultConfig(**fields: Any) -> FaultOptions:

@@ -14,12 +14,12 @@ import time
 from chaos.config import DrillConfig, validate_chaos
 from chaos.injector import ChaosInjector
 from chaos.kinds import fault_mode
-from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
 from chaos.mttr import analyze_fault, steps_never_go_back
+from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
 from chaos.schedule import build_faults
-from monarch_ft.components.metrics import ReportTail
-from monarch_ft.config import validate
-from monarch_ft.run_layout import RunLayout
+from monarch_ft.controller.preflight import preflight
+from monarch_ft.records.layout import RunLayout
+from monarch_ft.records.reports import ReportTail
 
 
 def _read_jsonl(path: str) -> list[dict]:
@@ -28,10 +28,10 @@ def _read_jsonl(path: str) -> list[dict]:
 
 def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     """Run the job with the faults injected; returns the drill dict (also drill.json)."""
-    from monarch_ft.supervisor import Supervisor
+    from monarch_ft.controller.loop import Supervisor
 
     faults = build_faults(cfg.chaos)
-    validate(cfg)
+    preflight(cfg)
     validate_chaos(cfg, faults)
     injector = ChaosInjector(
         faults,

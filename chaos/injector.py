@@ -2,7 +2,7 @@
 
 A fault fires when its trigger is reached (a committed step, or seconds since training
 began) *and* the previous fault has recovered, so each MTTR is measured on its own.
-Recovered is :mod:`monarch_ft.recovered`'s rule, applied to the step records as the
+Recovered is :mod:`monarch_ft.records.recovered`'s rule, applied to the step records as the
 supervisor relays them (``metrics.jsonl``, read as it grows), so the injector, the drill
 report and ``status`` agree. Targets are drawn among healthy groups (running, in the
 quorum, not finished), never the last healthy one unless the drill allows it.
@@ -17,11 +17,11 @@ from typing import Optional
 from chaos.kinds import FaultOptions, fault_kind
 from chaos.outcome import blocked_reason
 from chaos.schedule import pick_target
-from monarch_ft.components.metrics import ReportTail
-from monarch_ft.control import JobControl
-from monarch_ft.events import EventKind
-from monarch_ft.recovered import Failure, Recovery, recovery
-from monarch_ft.run_layout import atomic_write_json, read_json
+from monarch_ft.controller.control import JobControl
+from monarch_ft.records.events import EventKind
+from monarch_ft.records.layout import atomic_write_json, read_json
+from monarch_ft.records.recovered import Failure, Recovery, recovery
+from monarch_ft.records.reports import ReportTail
 
 
 class ChaosInjector:
@@ -72,7 +72,7 @@ class ChaosInjector:
             self._records += [m for m in new if m["time"] >= since and ((m["rank"] == 0 and m.get("committed")) or m.get("state_hash"))]
 
     def _recovery(self, job: JobControl, active: dict) -> Recovery:
-        """The active fault by monarch_ft.recovered's rule, on what has been relayed so far."""
+        """The active fault by monarch_ft.records.recovered's rule, on what has been relayed so far."""
         rule = fault_kind(active["kind"]).recovery
         failure = Failure(active["injected_at"], active["target"], active["attempt"], active["step"], frozenset(active["members"]) | {active["target"]})
         events = job.events_of(EventKind.GROUP_LAUNCHED) + (job.events_of(rule.marker) if rule.marker else [])

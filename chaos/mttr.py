@@ -9,7 +9,7 @@ Phases (seconds after injection):
   weights_recovered   the relaunched group's ranks all received the live weights
                       (full restart: they loaded the disk checkpoint);
   back_in_quorum      the failed group commits a step with every group it was with, at or
-                      past the job's step when the fault hit (monarch_ft.recovered's rule,
+                      past the job's step when the fault hit (monarch_ft.records.recovered's rule,
                       the one the injector and ``status`` apply too).
 MTTR is back_in_quorum (a controller fault's clock stops when the new one attaches). Network faults (partition, slow_link on a simulated host's link):
 detected is the first of the group failing (the supervisor restarted it) or a commit of
@@ -27,8 +27,8 @@ from typing import Any, Optional
 
 from chaos.kinds import FaultCategory, fault_kind
 from chaos.outcome import recovery_path
-from monarch_ft.events import PHASES  # one definition, shared with chaos.report
-from monarch_ft.recovered import Failure, recovery
+from monarch_ft.records.events import PHASES  # one definition, shared with chaos.report
+from monarch_ft.records.recovered import Failure, recovery
 
 
 def _first(items, pred):
@@ -58,7 +58,7 @@ def analyze_fault(
     # A refused commit is a sync that did not commit (localsgd/diloco inner steps are no syncs).
     refused = sorted((m for m in metrics if m.get("sync", True) and not m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
     times: dict[str, Optional[float]] = dict.fromkeys(PHASES)
-    # When the group is back, and with which weights: the one rule (monarch_ft.recovered).
+    # When the group is back, and with which weights: the one rule (monarch_ft.records.recovered).
     members = fault.get("members")
     if members is None:  # a drill that did not record them: the group's newest commit before the fault
         before = [m for m in metrics if m["rank"] == 0 and m.get("committed") and m["group"] == g and m["time"] < t0]
@@ -152,7 +152,7 @@ def analyze_fault(
         "mode": fault.get("mode"),
         "injected": True,
         "injected_step": fault["step"],
-        # How the group came back (monarch_ft.events.RecoveryPath; None: no relaunch, in place).
+        # How the group came back (monarch_ft.records.events.RecoveryPath; None: no relaunch, in place).
         "recovery_path": recovery_path(ev, g, t0, until, was_relaunched),
         # A hang verdict: which rank was blamed and why, and the stacks captured then.
         "blamed_rank": failed.get("rank") if failed and failed.get("reason") == "hung" else None,
@@ -178,9 +178,9 @@ def analyze_fault(
 def steps_never_go_back(metrics: list[dict]) -> bool:
     """No committed step number goes back: per rank and attempt steps strictly increase,
     and no quorum commits a step below one an earlier quorum committed (a group that
-    restarted from scratch instead of healing would; see recovery.CommitLedger for why
+    restarted from scratch instead of healing would; see controller.ledger.CommitLedger for why
     quorums, not record times, tell). Full restarts go back by design."""
-    from monarch_ft.recovery import CommitLedger
+    from monarch_ft.controller.ledger import CommitLedger
 
     last: dict[tuple[int, int, int], int] = {}
     ledger = CommitLedger()

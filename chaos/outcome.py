@@ -4,14 +4,14 @@ A drill's fault either fired or did not. One that did not is *not injected*, wit
 reason and the fix, never "recovered=False, mttr=None": the injector fires faults one at a
 time, each when its trigger is reached, the previous one has recovered and its target is
 healthy, so a job can end (reach ``training.steps``) before a fault's turn comes. One that
-fired and recovered names its recovery path (:class:`~monarch_ft.events.RecoveryPath`).
+fired and recovered names its recovery path (:class:`~monarch_ft.records.events.RecoveryPath`).
 """
 
 from __future__ import annotations
 
 from typing import Any, Optional, Sequence
 
-from monarch_ft.events import EventKind, RecoveryPath, StrEnum
+from monarch_ft.records.events import EventKind, RecoveryPath, StrEnum
 
 
 class NotInjected(StrEnum):

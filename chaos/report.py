@@ -28,11 +28,10 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
-
-from monarch_ft.events import PHASES  # one definition, shared with chaos.mttr
 from matplotlib.transforms import blended_transform_factory
 
 from chaos.kinds import fault_label
+from monarch_ft.records.events import PHASES  # one definition, shared with chaos.mttr
 
 __all__ = [
     "PHASES",
@@ -46,7 +45,7 @@ __all__ = [
     "main",
 ]
 
-# Canonical phase order (monarch_ft.events.PHASES); unknown phase names are appended in
+# Canonical phase order (monarch_ft.records.events.PHASES); unknown phase names are appended in
 # first-seen order.
 BASELINE_RECOVERY = "full_restart"
 

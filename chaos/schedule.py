@@ -10,7 +10,7 @@ import random
 
 from chaos.config import ChaosConfig
 from chaos.kinds import FaultOptions, kind_names, parse_fault
-from monarch_ft.config import ConfigError
+from monarch_ft.records.errors import ConfigError
 
 
 def build_faults(ch: ChaosConfig) -> list[FaultOptions]:

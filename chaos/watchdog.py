@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Optional
 
-from monarch_ft.run_layout import RunLayout, atomic_write_json, read_json
+from monarch_ft.records.layout import RunLayout, atomic_write_json, read_json
 
 # Set in the drill's own (child) process: it must not become a watchdog itself.
 CHILD_ENV = "MONARCH_FT_DRILL_CONTROLLER"
@@ -40,7 +40,7 @@ def request_controller_kill(layout: RunLayout, delay_s: float, rank: Optional[tu
 
 def _kill_rank(layout: RunLayout, group: int, rank: int) -> str:
     """SIGKILL one recorded rank (checked by pid and start time) while nobody supervises."""
-    from monarch_ft.controller import ProcessIdentity
+    from monarch_ft.common.process import ProcessIdentity
 
     state = read_json(layout.controller_state) or {}
     for r in state["groups"][group]["ranks"]:

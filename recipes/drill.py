@@ -14,9 +14,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from chaos.config import register_drill_configs  # noqa: E402
-from monarch_ft.cli import run_dir  # noqa: E402
-from monarch_ft.hydra_entry import hydra_main  # noqa: E402
-from monarch_ft.config import ConfigError  # noqa: E402
+from monarch_ft.cli.hydra_entry import hydra_main  # noqa: E402
+from monarch_ft.cli.run import run_dir  # noqa: E402
+from monarch_ft.records.errors import ConfigError  # noqa: E402
 
 register_drill_configs()
 
@@ -39,7 +39,7 @@ def main(cfg: DictConfig) -> None:
         # A fault that kills the controller: this process becomes the watchdog that kills and reattaches it.
         from hydra.core.hydra_config import HydraConfig
 
-        from monarch_ft import proctitle
+        from monarch_ft.common import proctitle
 
         proctitle.set_title(out, proctitle.DRILL_WATCHDOG)
         sys.exit(run_watched([os.path.abspath(__file__), *HydraConfig.get().overrides.task], out))
@@ -50,8 +50,7 @@ def main(cfg: DictConfig) -> None:
         sys.exit(2)
     try:
         from chaos.report import write_drill_report
-
-        from monarch_ft.components.metrics import ReportTail
+        from monarch_ft.records.reports import ReportTail
 
         metrics = ReportTail(os.path.join(out, "metrics.jsonl")).read()
         paths = write_drill_report(out, drill, metrics, baseline)

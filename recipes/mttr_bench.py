@@ -37,13 +37,13 @@ from omegaconf import DictConfig, OmegaConf  # noqa: E402
 from chaos.config import ChaosConfig, DrillConfig, FaultConfig  # noqa: E402
 from chaos.kinds import fault_kinds  # noqa: E402
 from chaos.kinds.base import option_names  # noqa: E402
-from monarch_ft.hydra_entry import hydra_main  # noqa: E402
-from monarch_ft.config import ConfigError  # noqa: E402
+from monarch_ft.cli.hydra_entry import hydra_main  # noqa: E402
+from monarch_ft.records.errors import ConfigError  # noqa: E402
 
 # A sweep mode: ft.recovery, the warm standby groups and ft.warm_fork it runs with.
 MODES = {
     "live_standby": ("live", 1, True),
-    # No standby: relaunches fork from a warm fork server (monarch_ft.forkserver) ...
+    # No standby: relaunches fork from a warm fork server (monarch_ft.controller.fork_pool) ...
     "live_fork": ("live", 0, True),
     # ... or start fresh interpreters (the cold path).
     "live": ("live", 0, False),
@@ -93,7 +93,7 @@ def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], 
         ConfigError: an unknown mode or kind, or a drill its config refuses (before anything runs).
     """
     from chaos.config import validate_chaos
-    from monarch_ft.config import validate
+    from monarch_ft.controller.preflight import preflight
 
     b = job.bench
     if b.repeats < 1:
@@ -120,7 +120,7 @@ def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], 
                 own["duration_s"] = b.collective_hang_s
             faults = [FaultConfig(kind=kind, at_step=b.first_step + i * b.every_steps, **own) for i in range(b.repeats)]
             cfg.chaos = ChaosConfig(faults=faults, seed=job.chaos.seed, recovery_timeout_s=job.chaos.recovery_timeout_s, tail_steps=job.chaos.tail_steps)
-            validate(cfg)
+            preflight(cfg)
             validate_chaos(cfg, faults)
             drills.append((mode, text, cfg))
     return drills, skipped

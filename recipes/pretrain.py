@@ -14,8 +14,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from omegaconf import DictConfig  # noqa: E402
 
-from monarch_ft.cli import run_job  # noqa: E402
-from monarch_ft.hydra_entry import hydra_main  # noqa: E402
+from monarch_ft.cli.hydra_entry import hydra_main  # noqa: E402
+from monarch_ft.cli.run import run_job  # noqa: E402
 
 
 @hydra_main("pretrain")

@@ -39,20 +39,19 @@ sys.path.insert(0, REPO)
 OUT_DIR = os.path.join(REPO, "docs", "reference")
 COMMAND = ".venv/bin/python scripts/gen_reference.py"
 
-# Where each thing lives: the first module of each list that has it wins (the package
-# layout is moving; a name that moves again only needs one more candidate here).
+# Where each thing lives.
 CANDIDATES: dict[str, list[str]] = {
-    "JobConfig": ["monarch_ft.config.job", "monarch_ft.config"],
+    "JobConfig": ["monarch_ft.config.job"],
     "options_types": ["monarch_ft.launcher"],
-    "ChaosConfig": ["chaos.config", "chaos.drill"],
-    "FaultOptions": ["chaos.kinds", "chaos.kinds.base"],
+    "ChaosConfig": ["chaos.config"],
+    "FaultOptions": ["chaos.kinds"],
     "fault_kinds": ["chaos.kinds"],
-    "EventKind": ["monarch_ft.records.events", "monarch_ft.events"],
-    "JobStatus": ["monarch_ft.records.events", "monarch_ft.events"],
-    "GroupStatus": ["monarch_ft.records.events", "monarch_ft.events"],
-    "GiveUpReason": ["monarch_ft.records.events", "monarch_ft.events"],
-    "RecoveryPath": ["monarch_ft.records.events", "monarch_ft.events"],
-    "RankExit": ["monarch_ft.records.exits", "monarch_ft.launcher.base", "monarch_ft.launcher"],
+    "EventKind": ["monarch_ft.records.events"],
+    "JobStatus": ["monarch_ft.records.events"],
+    "GroupStatus": ["monarch_ft.records.events"],
+    "GiveUpReason": ["monarch_ft.records.events"],
+    "RecoveryPath": ["monarch_ft.records.events"],
+    "RankExit": ["monarch_ft.records.exits"],
 }
 # The MTTR bench's own section lives in its recipe (a script, imported by path).
 BENCH_RECIPE = os.path.join(REPO, "recipes", "mttr_bench.py")

@@ -26,7 +26,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 
-from monarch_ft.run_layout import read_jsonl as _jsonl  # noqa: E402  (a torn last line is skipped)
+from monarch_ft.records.layout import read_jsonl as _jsonl  # noqa: E402  (a torn last line is skipped)
 
 
 class Fail(Exception):
@@ -196,7 +196,7 @@ def check_collective(run_dir: str, device: str, xgroup: str) -> str:
 def has_standby() -> bool:
     import dataclasses
 
-    from monarch_ft.config import FTConfig
+    from monarch_ft.config.ft import FTConfig
 
     return any(f.name == "standby_groups" for f in dataclasses.fields(FTConfig))
 

@@ -10,7 +10,7 @@
 # LOG_DIR/gpu_check.txt. Python: $PYTHON, else the repo's .venv/bin/python, else python3.
 # GPU_CHECK_TIMEOUT_S: the limit per check (150 s on a GPU, 300 s with --cpu).
 # --cross-group: the cross-group process group on the GPU (default nccl; when the replica
-# groups share a GPU each group gets its own NCCL_HOSTID, see monarch_ft/devices.py).
+# groups share a GPU each group gets its own NCCL_HOSTID, see monarch_ft/common/devices.py).
 set -u -o pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

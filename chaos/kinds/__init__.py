@@ -15,7 +15,7 @@ import pkgutil
 from typing import Any, Optional
 
 from chaos.kinds.base import FaultCategory, FaultKind, FaultOptions, option_names
-from monarch_ft.config import ConfigError
+from monarch_ft.records.errors import ConfigError
 
 _NOT_KINDS = {"base"}
 

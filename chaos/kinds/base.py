@@ -4,7 +4,7 @@ A kind is one module under ``chaos/kinds/`` named after it, exposing ``KIND``, a
 its :class:`FaultKind` subclass. Everything the drill asks of a kind is here: how it is
 checked against the job (:meth:`FaultKind.check`), how it is done (:meth:`FaultKind.inject`),
 what it costs the restart budget, what the rank must do for it, and when it is recovered
-(:attr:`FaultKind.recovery`, applied by :mod:`monarch_ft.recovered`). The injector, the
+(:attr:`FaultKind.recovery`, applied by :mod:`monarch_ft.records.recovered`). The injector, the
 drill's validation, the MTTR analysis and the report read these and never a kind's name.
 """
 
@@ -16,13 +16,13 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Optional
 
-from monarch_ft.config import ConfigError
-from monarch_ft.events import EventKind, StrEnum
-from monarch_ft.recovered import RESTARTED, RecoveryRule
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.events import EventKind, StrEnum
+from monarch_ft.records.recovered import RESTARTED, RecoveryRule
 
 if TYPE_CHECKING:
     from chaos.config import DrillConfig
-    from monarch_ft.control import JobControl
+    from monarch_ft.controller.control import JobControl
     from monarch_ft.launcher import LauncherTraits
 
 
@@ -94,12 +94,12 @@ class FaultKind(ABC):
     category: ClassVar[FaultCategory]
     # Its entry's options (FaultOptions or a subclass with the kind's own fields).
     options: ClassVar[type[FaultOptions]] = FaultOptions
-    # When it is recovered and where its MTTR clock stops (monarch_ft.recovered).
+    # When it is recovered and where its MTTR clock stops (monarch_ft.records.recovered).
     recovery: ClassVar[RecoveryRule]
     # Whether it may cost its target group one restart of ft.max_restarts (a full restart:
     # one of every group); the drill is refused up front when the budget cannot cover it.
     costs_restart: ClassVar[bool] = False
-    # What the rank itself must do for it (its fault agent, monarch_ft.components.fault_agent);
+    # What the rank itself must do for it (its fault agent, monarch_ft.rank.components.fault_agent);
     # empty when the fault is done entirely from outside.
     rank_action: ClassVar[str] = ""
     # For a control-plane fault: the event that shows it was seen (the MTTR's "detected").

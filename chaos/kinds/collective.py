@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from chaos.kinds.base import FaultCategory, FaultKind, ModeOptions
-from monarch_ft.events import EventKind
-from monarch_ft.recovered import RecoveryRule
+from monarch_ft.records.events import EventKind
+from monarch_ft.records.recovered import RecoveryRule
 
 
 @dataclass

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from chaos.kinds.base import ControlPlaneFault, FaultOptions
-from monarch_ft.config import ConfigError
-from monarch_ft.events import EventKind
-from monarch_ft.recovered import CONTROLLER_REPLACED
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.events import EventKind
+from monarch_ft.records.recovered import CONTROLLER_REPLACED
 
 
 @dataclass

@@ -13,10 +13,10 @@ import signal
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from chaos.kinds.base import FaultKind, FaultCategory, ModeOptions
-from monarch_ft.components.fault_agent import GIL_HANG_SIGNAL
-from monarch_ft.config import ConfigError
-from monarch_ft.recovered import RESTARTED
+from chaos.kinds.base import FaultCategory, FaultKind, ModeOptions
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.faults import GIL_HANG_SIGNAL
+from monarch_ft.records.recovered import RESTARTED
 
 
 @dataclass

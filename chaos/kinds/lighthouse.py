@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.kinds.base import ControlPlaneFault
-from monarch_ft.events import EventKind
-from monarch_ft.recovered import LIGHTHOUSE_BACK
+from monarch_ft.records.events import EventKind
+from monarch_ft.records.recovered import LIGHTHOUSE_BACK
 
 
 class Lighthouse(ControlPlaneFault):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from chaos.kinds.base import FaultCategory, FaultKind
-from monarch_ft.recovered import RESTARTED
+from monarch_ft.records.recovered import RESTARTED
 
 
 class Node(FaultKind):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Optional
 
 from chaos.kinds.base import NetworkFault, NetworkOptions
-from monarch_ft.config import ConfigError
+from monarch_ft.records.errors import ConfigError
 
 
 @dataclass
@@ -32,7 +32,7 @@ class SlowLink(NetworkFault):
 
     def check(self, fault, cfg, traits, where: str) -> None:
         super().check(fault, cfg, traits, where)
-        from monarch_ft.hosts import qdisc_supported
+        from monarch_ft.launcher.hosts import qdisc_supported
 
         if fault.delay_ms and not qdisc_supported("netem"):
             raise ConfigError(

@@ -12,9 +12,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess, describe_exit
+from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 
-_NOT_LAUNCHERS = {"base"}
+# Modules of this package that are not launchers: the interface, and the simulated hosts local runs on.
+_NOT_LAUNCHERS = {"base", "hosts"}
 
 
 def available_launchers() -> list[str]:
@@ -40,12 +41,12 @@ def launcher_class(name: str) -> type[Launcher]:
 
 def launcher_traits(cfg) -> LauncherTraits:
     """What launcher ``cfg.name`` run with ``cfg.options`` can do, without building it
-    (``cfg``: a :class:`monarch_ft.config.LauncherConfig`; bad options: ``ConfigError``)."""
+    (``cfg``: a :class:`monarch_ft.config.launcher.LauncherConfig`; bad options: ``ConfigError``)."""
     return launcher_class(cfg.name).traits_for(launcher_options(cfg))
 
 
 def build_launcher(cfg, run_dir: str) -> Launcher:
-    """``cfg`` is a :class:`monarch_ft.config.LauncherConfig`."""
+    """``cfg`` is a :class:`monarch_ft.config.launcher.LauncherConfig`."""
     if cfg.name not in available_launchers():
         raise ValueError(f"launcher={cfg.name!r} is not available: choose one of {', '.join(available_launchers())}")
     module = importlib.import_module(f"monarch_ft.launcher.{cfg.name}")
@@ -60,7 +61,6 @@ __all__ = [
     "RankProcess",
     "available_launchers",
     "build_launcher",
-    "describe_exit",
     "launcher_class",
     "launcher_options",
     "launcher_traits",

@@ -6,7 +6,7 @@ manifest. The wrapper exists because Slurm alone cannot tell the supervisor, per
 without slurmdbd, whether a rank exited 3 or was SIGKILLed: it runs the rank's argv as its
 child, writes ``<log>.pid`` (node, host, pids) once the rank runs and ``<log>.exit`` (the
 child's code, negative for a signal, as :mod:`subprocess` reports it) when it ends, both
-whole (:func:`~monarch_ft.run_layout.atomic_write`) because the supervisor polls them.
+whole (:func:`~monarch_ft.records.layout.atomic_write`) because the supervisor polls them.
 
 It imports nothing outside the standard library and this package (it is run with ``-S``,
 no site-packages), so a task starts in milliseconds.
@@ -21,8 +21,8 @@ import socket
 import subprocess
 import sys
 
-from monarch_ft.process import die_with_parent, start_ticks
-from monarch_ft.run_layout import atomic_write, atomic_write_json
+from monarch_ft.common.process import die_with_parent, start_ticks
+from monarch_ft.records.layout import atomic_write, atomic_write_json
 
 # Slurm's view of the task, passed on to the rank next to the rank's own environment.
 _SLURM_VARS = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_STEP_ID", "SLURMD_NODENAME", "SLURM_NODEID", "SLURM_LOCALID")
@@ -41,7 +41,7 @@ def _supervisor_watch(manifest: dict, spec: dict, host: str):
     """A check that the supervisor still lives when it runs on this host (else always True),
     for a rank that dies with its controller (a waiting warm standby). A training rank
     outlives it: a new controller re-adopts its job by job id (controller.attach), or the
-    rank's lease ends it (components.lease); so does a standby once promoted (its
+    rank's lease ends it (rank.components.lease); so does a standby once promoted (its
     promotion file written), which from then on trains as its group."""
     pid = manifest.get("supervisor_pid") if manifest.get("supervisor_host") == host and spec.get("die_with_controller") else None
     started = start_ticks(pid) if pid else None

@@ -8,12 +8,18 @@ group) plugs in by implementing :class:`Launcher` without touching the superviso
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import Enum
 from typing import Any, Callable, ClassVar, Optional
+
+from monarch_ft.common.process import ProcessIdentity
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.exits import LOST_EXIT
+from monarch_ft.records.reports import report_finished
 
 
 @dataclass
@@ -28,17 +34,17 @@ class RankLaunch:
     # Logical host the rank is placed on (a simulated host on one machine).
     host: str = "localhost"
     extra: dict = field(default_factory=dict)
-    # Dies with the controller that launched it (a waiting warm standby: monarch_ft.standby);
+    # Dies with the controller that launched it (a waiting warm standby: monarch_ft.controller.standby_pool);
     # training ranks outlive their controller (monarch_ft.controller). Each launcher does it
     # its own way: local, PR_SET_PDEATHSIG; monarch, its mesh is stopped when the launcher
     # closes; slurm, its job is cancelled then, and its task wrapper kills the rank when a
     # controller on its node dies. Where none of that reaches (a SIGKILLed controller's
     # Monarch procs were seen to live on; a Slurm node of its own), a waiting standby gives
     # up once the controller's heartbeat goes stale or names another controller
-    # (standby.ControllerWatch): a standby nobody can promote holds no allocation.
+    # (rank.standby_wait.ControllerWatch): a standby nobody can promote holds no allocation.
     die_with_controller: bool = False
     # CPU niceness of the rank's process (0: the training ranks'). A warm standby runs at
-    # standby.STANDBY_NICENESS so that its build yields the cores to training; each launcher
+    # controller.standby_pool.STANDBY_NICENESS so that its build yields the cores to training; each launcher
     # applies it its own way (a child's setpriority, the Slurm task wrapper, the Monarch
     # proc's bootstrap shell), never as an argv prefix, so argv stays the rank's own command.
     niceness: int = 0
@@ -50,7 +56,7 @@ class RankLaunch:
 
 @dataclass
 class ForkHost:
-    """Where a fork server for a group's ranks runs (monarch_ft.forkserver): the host the
+    """Where a fork server for a group's ranks runs (monarch_ft.controller.fork_pool): the host the
     launcher would start the group's ranks on, and how it puts a process there."""
 
     # One fork server per key (the host: "localhost", or a simulated host's namespace).
@@ -61,6 +67,13 @@ class ForkHost:
     # Env the launcher adds for a rank on that host (setdefault), and the name it records.
     rank_env: dict[str, str] = field(default_factory=dict)
     host: str = "localhost"
+
+
+class Capability(str, Enum):
+    """What a launcher can do to a group's host beyond signalling its ranks."""
+
+    PARTITION = "partition"  # take the host's link down for a while
+    SLOW_LINK = "slow_link"  # rate-limit (or delay) the host's link for a while
 
 
 @dataclass
@@ -81,8 +94,6 @@ class LauncherOptions:
         """``value`` (this dataclass, a dict or None) as this dataclass, checked."""
         from omegaconf import OmegaConf
         from omegaconf.errors import OmegaConfBaseException
-
-        from monarch_ft.config import ConfigError
 
         if isinstance(value, LauncherOptions) and not isinstance(value, cls):
             other = type(value).__module__.rsplit(".", 1)[-1]
@@ -135,6 +146,36 @@ class RankProcess(ABC):
             time.sleep(0.05)
 
 
+class AdoptedProcess(RankProcess):
+    """A rank a previous controller launched: watched by pid and start time.
+
+    It is not this process's child, so there is no exit status to read: a rank that is
+    gone is taken to have exited 0 if its report says it finished, else :data:`LOST_EXIT`.
+    """
+
+    def __init__(self, launch: RankLaunch, identity: ProcessIdentity, report_path: str) -> None:
+        self.launch = launch
+        self.identity = identity
+        self.report_path = report_path
+        self._code: Optional[int] = None
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self.identity.pid
+
+    def poll(self) -> Optional[int]:
+        if self._code is None and not self.identity.alive():
+            self._code = 0 if report_finished(self.report_path) else LOST_EXIT
+        return self._code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self.identity.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
 @dataclass(frozen=True)
 class LauncherTraits:
     """What a launcher can do, declared on its class (:attr:`Launcher.traits`).
@@ -151,7 +192,7 @@ class LauncherTraits:
     # Relaunches can be forked from a warm fork server on the group's host (ft.warm_fork):
     # the launcher starts the ranks itself, not through an engine.
     forkable: bool = False
-    # Each group on its own simulated host (a network namespace, monarch_ft.hosts): its
+    # Each group on its own simulated host (a network namespace, monarch_ft.launcher.hosts): its
     # interfaces are the host's (eth0, lo), and network faults (partition, slow_link) can
     # act on its link.
     simulated_hosts: bool = False
@@ -205,7 +246,7 @@ class Launcher(ABC):
 
     @property
     def capabilities(self) -> set:
-        """Faults this launcher can do to a group's host (monarch_ft.control.Capability)."""
+        """Faults this launcher can do to a group's host (:class:`Capability`)."""
         return set()
 
     def describe(self) -> dict:
@@ -218,7 +259,7 @@ class Launcher(ABC):
 
     def fork_host(self, group: int) -> Optional[ForkHost]:
         """Where ``group``'s relaunched ranks can be forked from a warm fork server
-        (monarch_ft.forkserver, ``ft.warm_fork``); None where an engine starts the ranks
+        (monarch_ft.controller.fork_pool, ``ft.warm_fork``); None where an engine starts the ranks
         (Slurm, Monarch): their relaunches start cold. A launcher that returns one declares
         ``traits.forkable``."""
         return None
@@ -238,39 +279,10 @@ class Launcher(ABC):
 
         Args:
             launch: the rank's recorded launch.
-            identity: its ``monarch_ft.controller.ProcessIdentity`` (pid and start time).
+            identity: its :class:`~monarch_ft.common.process.ProcessIdentity` (pid and start time).
             report_path: its report file (an adopted rank's exit status is read from it).
         """
         raise NotImplementedError(self.adoption_problem())
 
     def close(self) -> None:
         """Release whatever the launcher holds (allocations, connections)."""
-
-
-class RankExit(IntEnum):
-    """Exit codes a rank ends with on purpose (anything else non-zero is a crash)."""
-
-    OK = 0
-    # It was about to commit a step below the job's committed step (trainer.CommitFloor).
-    COMMIT_BELOW_FLOOR = 75
-    # A checkpoint save outlived checkpoint.save_timeout_s (trainer.SaveWatchdog).
-    SAVE_TIMEOUT = 76
-    # Loading a disk checkpoint raised (trainer.Trainer.load_checkpoint): the controller
-    # quarantines that copy and decides again (an older step, or a live peer). Not an
-    # exception escaping the rank: a checkpoint that cannot be read is not a crash loop.
-    CHECKPOINT_LOAD_FAILED = 77
-
-
-def describe_exit(code: Optional[int]) -> dict:
-    """Exit code -> {"exit_code": n} or {"signal": "SIGKILL"} for the event log, with the
-    :class:`RankExit` name for a deliberate exit."""
-    if code is None:
-        return {}
-    if code < 0:
-        try:
-            return {"signal": signal.Signals(-code).name, "exit_code": code}
-        except ValueError:
-            return {"signal": f"SIG{-code}", "exit_code": code}
-    if code in RankExit._value2member_map_ and code != 0:
-        return {"exit_code": code, "exit_reason": RankExit(code).name.lower()}
-    return {"exit_code": code}

@@ -1,7 +1,7 @@
 """Ranks as local OS processes: the embedded default launcher.
 
 ``launcher.options.simulated_hosts: true`` (``launcher=local_hosts``) puts each replica
-group on its own simulated host (:mod:`monarch_ft.hosts`): a network namespace with
+group on its own simulated host (:mod:`monarch_ft.launcher.hosts`): a network namespace with
 its own address on a bridge. The group's ranks run under ``ip netns exec <ns>``
 (``ip`` execs the rank, so the pid held is the rank's own python, signals reach it and
 ``PR_SET_PDEATHSIG`` still applies), with the host's name as their hostname, and bind
@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from monarch_ft.launcher.base import ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
-from monarch_ft.process import die_with_parent
+from monarch_ft.common.process import die_with_parent
+from monarch_ft.launcher.base import AdoptedProcess, Capability, ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 
 _CLONE_NEWUTS = 0x04000000
 
@@ -32,7 +32,7 @@ class Options(LauncherOptions):
     """``launcher=local`` (and ``launcher=local_hosts``, which only sets ``simulated_hosts``)."""
 
     # Each replica group on its own simulated host: a network namespace with its own address
-    # on a bridge (monarch_ft.hosts; needs root). Network faults need it.
+    # on a bridge (monarch_ft.launcher.hosts; needs root). Network faults need it.
     simulated_hosts: bool = False
 
 
@@ -111,7 +111,7 @@ class LocalLauncher(Launcher):
         # host of its own) now serves; other groups run on host slot == group.
         self._placement: dict[int, int] = {}
         if simulated_hosts:
-            from monarch_ft.hosts import SimulatedHosts
+            from monarch_ft.launcher.hosts import SimulatedHosts
 
             self.hosts = SimulatedHosts()
 
@@ -121,8 +121,6 @@ class LocalLauncher(Launcher):
 
     @property
     def capabilities(self) -> set:
-        from monarch_ft.control import Capability
-
         return {Capability.PARTITION, Capability.SLOW_LINK} if self.hosts is not None else set()
 
     # ------------------------------------------------------------------ layout
@@ -191,7 +189,7 @@ class LocalLauncher(Launcher):
         return started
 
     def fork_host(self, group: int) -> Optional[ForkHost]:
-        """One fork server per host (monarch_ft.forkserver): for local_hosts in the group's
+        """One fork server per host (monarch_ft.controller.fork_pool): for local_hosts in the group's
         namespace, with its host name, so the ranks it forks live there as _argv_env's do.
         The server dies with the controller; the ranks it forks outlive it, as launched ones do."""
         if self.hosts is None:
@@ -210,7 +208,7 @@ class LocalLauncher(Launcher):
         self._placement = {int(g): s for g, s in (handles.get("placement") or {}).items()}
         if self.hosts is None or not handles.get("hosts") or handles["hosts"] == self.hosts.id:
             return
-        from monarch_ft.hosts import SimulatedHosts
+        from monarch_ft.launcher.hosts import SimulatedHosts
 
         old = SimulatedHosts.adopt(handles["hosts"])
         if old is not None:  # else gone with every rank: lost groups relaunch on this process's own
@@ -219,9 +217,7 @@ class LocalLauncher(Launcher):
             old.heal_links()
 
     def adopt(self, launch: RankLaunch, identity, report_path: str) -> RankProcess:
-        """Re-adopt a rank by pid and start time (monarch_ft.controller.AdoptedProcess)."""
-        from monarch_ft.controller import AdoptedProcess
-
+        """Re-adopt a rank by pid and start time (monarch_ft.launcher.base.AdoptedProcess)."""
         return AdoptedProcess(launch, identity, report_path)
 
     # ------------------------------------------------------------------ network faults

@@ -2,8 +2,10 @@
 
 Each launch of a group spawns a fresh proc mesh of M procs (``spawn_procs(per_host={"procs": M})``
 on this host by default, or on the hosts of a Monarch ``SlurmJob`` with ``allocator: slurm``) and
-one :class:`~monarch_ft.launcher._monarch_actor.RankActor` per proc; its ``run(spec_path)``
-endpoint calls :func:`monarch_ft.trainer.train` and the launcher holds that call's future.
+one ``RankActor`` per proc (:data:`~monarch_ft.records.launch.RANK_ACTOR`, the rank side's
+:mod:`monarch_ft.rank.monarch_actor`, named by its module path as every launcher names the rank's
+worker module, never imported here); its ``run(spec_path)`` endpoint calls
+``monarch_ft.rank.trainer.train`` and the launcher holds that call's future.
 
 How a rank's fate is known (:meth:`MonarchRank.poll`), most precise first:
 
@@ -23,7 +25,7 @@ wrapper's pid), so a fault injector, psutil and the supervisor's hang check see 
 
 ``kill()`` on any rank stops the whole group: SIGKILL to every local process of the mesh, then
 ``ProcMesh.stop()``, then a check that the processes are gone. A group whose ranks all returned
-ends its procs itself: ``os._exit(0)`` ``exit_after_return_s`` after replying, as ``monarch_ft.worker``
+ends its procs itself: ``os._exit(0)`` ``exit_after_return_s`` after replying, as ``monarch_ft.rank.worker``
 does (train() leaves torchft threads behind, which made a graceful ``ProcMesh.stop()`` take up to
 ~8 s), and the mesh is then stopped in the background.
 
@@ -32,13 +34,14 @@ every proc mesh and receives all supervision, and no other process can talk to i
 new controller cannot take the job over (:meth:`MonarchLauncher.adoption_problem`). Seen here: a
 SIGKILLed controller does not take its procs with it (``mesh_bootstrap_enable_pdeathsig`` did
 not end them); their ranks train on unsupervised until their lease ends them with a checkpoint
-(``controller.lease_s``, components.lease), and a waiting warm standby gives up when the
-controller's heartbeat goes stale (monarch_ft.standby). The job resumes from those checkpoints.
+(``controller.lease_s``, monarch_ft.rank.components.lease), and a waiting warm standby gives up when the
+controller's heartbeat goes stale (monarch_ft.rank.standby_wait). The job resumes from those checkpoints.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import logging
 import os
 import re
@@ -53,12 +56,13 @@ from typing import Any, List, Optional
 
 import psutil
 
-from monarch_ft.config import ConfigError
 from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.launch import RANK_ACTOR, RANK_ENTRY, WORKER_MODULE
 
 log = logging.getLogger("monarch_ft.launcher.monarch")
 
-DEFAULT_ENTRY = "monarch_ft.launcher._monarch_actor:_train"
+DEFAULT_ENTRY = RANK_ENTRY
 
 ALLOCATORS = ("local", "slurm")
 
@@ -111,7 +115,7 @@ class Options(LauncherOptions):
     # After a rank's process is gone, how long to wait for its exit status before assuming 1.
     exit_grace_s: float = 3.0
     # A rank whose train() returned ends its proc with os._exit(0) this long after replying
-    # (as monarch_ft.worker does); 0 leaves it to ProcMesh.stop().
+    # (as monarch_ft.rank.worker does); 0 leaves it to ProcMesh.stop().
     exit_after_return_s: float = 1.0
     # Settings of monarch.job.SlurmJob for allocator=slurm.
     slurm: SlurmJobOptions = field(default_factory=SlurmJobOptions)
@@ -209,10 +213,10 @@ def _rank_entry_and_spec(r: RankLaunch) -> tuple[str, str]:
     if "monarch_spec" in r.extra:
         return entry, r.extra["monarch_spec"]
     argv = list(r.argv)
-    if len(argv) >= 4 and argv[1:3] == ["-m", "monarch_ft.worker"]:
+    if len(argv) >= 4 and argv[1:3] == ["-m", WORKER_MODULE]:
         return entry, argv[3]
     raise ValueError(
-        f"launcher=monarch runs ranks as actors calling train(spec); it cannot run argv {argv[:4]} (expected [python, -m, monarch_ft.worker, SPEC.json])"
+        f"launcher=monarch runs ranks as actors calling train(spec); it cannot run argv {argv[:4]} (expected [python, -m, {WORKER_MODULE}, SPEC.json])"
     )
 
 
@@ -494,8 +498,8 @@ class MonarchLauncher(Launcher):
 
     # ------------------------------------------------------------ launch
     def _bootstrap(self, ranks: list[RankLaunch], exits: list[str]):
-        from monarch._src.actor.host_mesh import default_bootstrap_cmd
         from monarch._rust_bindings.monarch_hyperactor.host_mesh import BootstrapCommand
+        from monarch._src.actor.host_mesh import default_bootstrap_cmd
 
         base = default_bootstrap_cmd()
         base_env = {k: v for k, v in base.env.items() if v is not None}
@@ -528,8 +532,8 @@ class MonarchLauncher(Launcher):
         # Spawning it from a thread of its own was tried once and failed there ("error creating
         # proc ... on host mesh agent", then spawn timeouts, at load 40): not investigated.
         try:
-            from monarch_ft.launcher._monarch_actor import RankActor
-
+            module, _, name = RANK_ACTOR.partition(":")
+            RankActor = getattr(importlib.import_module(module), name)  # the rank side, by its module path
             host = self._host_mesh(g)
             group.procs = host.spawn_procs(per_host={"procs": len(ranks)}, name=group.name, bootstrap_command=self._bootstrap(ranks, exits))
             group.actors = group.procs.spawn("rank", RankActor)

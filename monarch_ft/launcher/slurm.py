@@ -37,10 +37,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
-from monarch_ft.config import ConfigError
-from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
-from monarch_ft.process import start_ticks
-from monarch_ft.run_layout import RunLayout
+from monarch_ft import REPO_ROOT
+from monarch_ft.common.process import start_ticks
+from monarch_ft.launcher.base import AdoptedProcess, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.layout import RunLayout
 
 
 @dataclass
@@ -64,7 +65,7 @@ class Options(LauncherOptions):
     job_name: str = "monarch_ft"
     # Pin group g to nodes[g % len(nodes)] (sbatch --nodelist); ranks then bind that node's
     # address. None: any node of the partition, one node per group, ranks bind 127.0.0.1
-    # (right for a single-node cluster on this machine, e.g. monarch_ft.slurm_cluster).
+    # (right for a single-node cluster on this machine, e.g. monarch_ft.testing.slurm_cluster).
     nodes: Optional[List[str]] = None
 
     def check(self, launcher: str) -> None:
@@ -104,8 +105,8 @@ _STATE_CODES = {
     "COMPLETED": 1,  # the wrapper itself failed: see the job's slurm-*.out
 }
 _HOSTNAME = socket.gethostname()
-# The directory holding the monarch_ft package: the task wrapper's PYTHONPATH.
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The wrapper each Slurm task runs its rank under (by module path: it runs with -S, no site-packages).
+TASK_MODULE = "monarch_ft.launcher._slurm_task"
 
 
 class SlurmError(ConfigError):
@@ -296,8 +297,6 @@ class SlurmLauncher(Launcher):
         (it ended before the last save) is watched by pid and start time like launcher=local's."""
         job = next((j for j in self.jobs.values() if (j.group, j.attempt) == (launch.group, launch.attempt)), None)
         if job is None:
-            from monarch_ft.controller import AdoptedProcess
-
             return AdoptedProcess(launch, identity, report_path)
         rank = SlurmRank(launch, job, self)
         job.ranks.append(rank)
@@ -458,8 +457,8 @@ class SlurmLauncher(Launcher):
             lines.append(f"#SBATCH --nodelist={node}")
         # The task wrapper is this package's own module, run without site-packages (-S) and
         # without the job's cwd on sys.path (-P), from the repository the supervisor runs.
-        task = [sys.executable, "-P", "-S", "-m", "monarch_ft.launcher._slurm_task", manifest]
-        lines.append(f"export PYTHONPATH={shlex.quote(_PACKAGE_ROOT)}")
+        task = [sys.executable, "-P", "-S", "-m", TASK_MODULE, manifest]
+        lines.append(f"export PYTHONPATH={shlex.quote(REPO_ROOT)}")
         lines.append(f"srun --ntasks={m} --kill-on-bad-exit=0 " + " ".join(shlex.quote(a) for a in task))
         script = os.path.join(d, f"{tag}.sbatch")
         with open(script, "w") as f:

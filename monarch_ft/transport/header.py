@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-from torch.utils._pytree import keystr, tree_flatten_with_path, tree_unflatten, TreeSpec
+from torch.utils._pytree import TreeSpec, keystr, tree_flatten_with_path, tree_unflatten
 
 from monarch_ft.transport.checksum import WINDOW as ck_WINDOW
 from monarch_ft.transport.errors import (

@@ -19,16 +19,13 @@ gathers that from the host (its interfaces, RDMA discovery, the kernel's route).
 """
 
 import ipaddress
-import os
 import socket
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
-if TYPE_CHECKING:
-    from monarch_ft.transport.rdma_discovery import RdmaPort
-
-#: sysfs root of the RDMA devices, where a port's network interface is named.
-SYSFS_IB = "/sys/class/infiniband"
+from monarch_ft.common.net import host_port
+from monarch_ft.transport import rdma_discovery
+from monarch_ft.transport.rdma_discovery import RdmaPort
 
 
 class InterfaceError(ValueError):
@@ -142,28 +139,6 @@ def route_to(host: str, port: int = 9) -> str:
         return s.getsockname()[0]
 
 
-def port_netdev(device: str, port: int, root: str = SYSFS_IB) -> Optional[str]:
-    """The network interface of an RDMA port: the netdev of its first GID (RoCE), else
-    one of its PCI function's netdevs (IPoIB), from sysfs; None if it has none."""
-    ndevs = os.path.join(root, device, "ports", str(port), "gid_attrs", "ndevs")
-    try:
-        for idx in sorted(os.listdir(ndevs), key=lambda s: int(s) if s.isdigit() else 1 << 30):
-            try:
-                with open(os.path.join(ndevs, idx)) as f:
-                    name = f.read().strip()
-            except OSError:  # an unset GID's entry cannot be read
-                continue
-            if name:
-                return name
-    except OSError:
-        pass
-    try:
-        nets = sorted(os.listdir(os.path.join(root, device, "device", "net")))
-    except OSError:
-        return None
-    return nets[0] if nets else None
-
-
 def resolve(setting: Optional[str], lighthouse_addr: str) -> Choice:
     """:func:`choose` on this host: its interfaces, RDMA discovery, the route to the Lighthouse.
 
@@ -171,9 +146,6 @@ def resolve(setting: Optional[str], lighthouse_addr: str) -> Choice:
         setting: ``ft.transport_interface``.
         lighthouse_addr: the Lighthouse's address, ``http://host:port`` or ``host:port``.
     """
-    from monarch_ft.net import host_port
-    from monarch_ft.transport import rdma_discovery
-
     interfaces = local_interfaces()
     if setting:
         return choose(setting, interfaces)

@@ -30,6 +30,8 @@ NO_DEVICE = "no RDMA device"
 #: Where the kernel lists verbs devices; libibverbs finds none without it.
 SYSFS_VERBS = "/sys/class/infiniband_verbs"
 _ZERO_GID = "0000:0000:0000:0000:0000:0000:0000:0000"
+#: sysfs root of the RDMA devices, where a port's network interface is named.
+SYSFS_IB = "/sys/class/infiniband"
 
 
 @dataclass
@@ -77,6 +79,28 @@ def _warn_once(message: str) -> None:
         logger.warning(message)
 
 
+def port_netdev(device: str, port: int, root: str = SYSFS_IB) -> Optional[str]:
+    """The network interface of an RDMA port: the netdev of its first GID (RoCE), else
+    one of its PCI function's netdevs (IPoIB), from sysfs; None if it has none."""
+    ndevs = os.path.join(root, device, "ports", str(port), "gid_attrs", "ndevs")
+    try:
+        for idx in sorted(os.listdir(ndevs), key=lambda s: int(s) if s.isdigit() else 1 << 30):
+            try:
+                with open(os.path.join(ndevs, idx)) as f:
+                    name = f.read().strip()
+            except OSError:  # an unset GID's entry cannot be read
+                continue
+            if name:
+                return name
+    except OSError:
+        pass
+    try:
+        nets = sorted(os.listdir(os.path.join(root, device, "device", "net")))
+    except OSError:
+        return None
+    return nets[0] if nets else None
+
+
 def discover() -> RdmaDiscovery:
     """Lists active RDMA ports; never raises."""
     try:
@@ -93,8 +117,6 @@ def discover() -> RdmaDiscovery:
         return RdmaDiscovery([], f"{NO_DEVICE}: pyverbs get_device_list() raised {type(e).__name__}: {e}{_sysfs_note()}")
     if not devices:
         return RdmaDiscovery([], f"{NO_DEVICE}: pyverbs get_device_list() returned no devices{_sysfs_note()}")
-
-    from monarch_ft.transport.interface import port_netdev
 
     ports: List[RdmaPort] = []
     notes: List[str] = []

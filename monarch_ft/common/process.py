@@ -1,0 +1,90 @@
+"""Child-process hygiene shared by everything the controller starts, and process identities
+(a pid with its start time) that outlive the controller that recorded them."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+from dataclasses import dataclass
+from typing import Optional
+
+from monarch_ft import REPO_ROOT
+
+_PR_SET_PDEATHSIG = 1
+
+
+def on_python_path(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with this checkout first on PYTHONPATH: a process started as ``python -m
+    monarch_ft....`` imports this code, whatever its working directory."""
+    env = dict(env)
+    env["PYTHONPATH"] = REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: the kernel SIGKILLs the child when the process that started it dies.
+    For helpers' own children (the Lighthouse guard's server, a Slurm task's rank); the
+    ranks and the Lighthouse outlive the controller (monarch_ft.controller.takeover)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+def outlive_parent() -> None:
+    """Undo :func:`die_with_parent` from inside the process (a warm standby, promoted into a
+    training group, must outlive its controller as every training rank does)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, 0)
+    except OSError:
+        pass
+
+
+def start_ticks(pid: int) -> Optional[str]:
+    """When ``pid`` started (clock ticks since boot, /proc/<pid>/stat field 22), or None
+    if it is gone: with the pid it names one process, never a later one reusing the pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def is_zombie(pid: int) -> bool:
+    """Exited but not reaped yet (an orphan waits for whatever init the machine has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def is_running(pid: Optional[int], start: Optional[str]) -> bool:
+    """The process ``pid`` that started at ``start`` is still running (not a later one, not a zombie)."""
+    return bool(pid) and start is not None and start_ticks(pid) == start and not is_zombie(pid)
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    """One process: its pid and its start time (clock ticks since boot). The pair never
+    names a later process that reuses the pid."""
+
+    pid: int
+    start: Optional[str]
+
+    @classmethod
+    def of(cls, pid: Optional[int]) -> Optional["ProcessIdentity"]:
+        if not pid:
+            return None
+        return cls(pid, start_ticks(pid))
+
+    def alive(self) -> bool:
+        """Still running: the same process, and not a zombie (a rank orphaned by a killed
+        controller is reaped by whatever init the machine has, maybe late)."""
+        return is_same_process(self.start, start_ticks(self.pid)) and not is_zombie(self.pid)
+
+
+def is_same_process(recorded_start: Optional[str], current_start: Optional[str]) -> bool:
+    """The recorded process still runs: its pid exists and started when it did then."""
+    return recorded_start is not None and current_start == recorded_start

@@ -1,0 +1,33 @@
+"""``checkpoint``: periodic disk checkpoints (``monarch_ft.rank.components.checkpoint``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from monarch_ft.records.errors import require
+
+
+@dataclass
+class CheckpointConfig:
+    """Periodic disk checkpoints through TorchTitan's CheckpointManager (DCP)."""
+
+    enable: bool = True
+    interval: int = 10
+    # Relative to the run directory; each group writes under <folder>/group_<g>.
+    folder: str = "checkpoint"
+    keep_latest_k: int = 2
+    # Resume every group from its latest disk checkpoint at launch.
+    resume: bool = False
+    # A save that takes longer is stuck: the rank dumps its stacks, reports
+    # checkpoint_save_timeout and exits. While a rank is saving, the supervisor's hang
+    # detector allows it this long (not ft.hang_timeout_s).
+    save_timeout_s: float = 120.0
+
+    def check(self) -> None:
+        """What the types cannot say about this section (each failure one line naming the fix)."""
+        require(self.interval >= 1, f"checkpoint.interval={self.interval}: must be >= 1")
+        require(self.save_timeout_s > 0, f"checkpoint.save_timeout_s={self.save_timeout_s}: must be > 0")
+        require(
+            self.keep_latest_k == 0 or self.keep_latest_k >= 2,
+            f"checkpoint.keep_latest_k={self.keep_latest_k}: use 0 (keep all) or >= 2",
+        )

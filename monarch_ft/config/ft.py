@@ -1,0 +1,214 @@
+"""``ft``: the fault tolerance: replica groups, the Lighthouse, TorchFT's timeouts, the hang
+model, the restart budget, warm standbys and forks, and how groups synchronise."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from monarch_ft.common.devices import CROSS_GROUP_BACKENDS
+from monarch_ft.records.errors import ConfigError, require
+
+TRANSPORTS = ("sharded", "http")
+RECOVERY_MODES = ("live", "full_restart")
+SYNC_MODES = ("hsdp", "localsgd", "diloco")
+
+
+@dataclass
+class FTConfig:
+    replica_groups: int = 2
+    ranks_per_group: int = 2
+    # Lighthouse: started by the supervisor unless ``lighthouse_addr`` names a running one.
+    lighthouse_addr: Optional[str] = None
+    lighthouse_host: str = "127.0.0.1"
+    lighthouse_port: int = 0
+    min_replica_size: int = 1
+    # Lighthouse timing. The survivors of a fault stall for about heartbeat_timeout_ms.
+    heartbeat_timeout_ms: int = 1000
+    join_timeout_ms: int = 1000
+    quorum_tick_ms: int = 50
+    # Manager timing (collectives, should_commit, checkpoint transfers).
+    timeout_s: float = 10.0
+    quorum_timeout_s: float = 30.0
+    connect_timeout_s: float = 10.0
+    # Checkpoint transport used to heal a restarted group from a live peer: sharded (ours,
+    # monarch_ft.transport) | http (TorchFT's HTTPTransport).
+    transport: str = "sharded"
+    # The process group across groups (torchft): auto (NCCL on CUDA, gloo on CPU) | nccl | gloo
+    # (gloo also carries CUDA tensors, through host memory).
+    cross_group_backend: str = "auto"
+    # Each group its own NCCL_HOSTID, so a cross-group NCCL communicator accepts two groups'
+    # ranks on one GPU (NCCL then uses its socket transport between them). Needed when
+    # groups share a GPU (more ranks than GPUs on the host); see monarch_ft/common/devices.py.
+    nccl_hostid_per_group: bool = False
+    # Where the sharded transport (not http) binds and what it advertises to the peers
+    # that heal from this rank: an interface name (e.g. ib0: its address) or an address
+    # of the rank's host. null: the interface of the RDMA port discovery found, else the
+    # route to the Lighthouse (the local address the kernel uses to reach it). Each
+    # rank logs its choice and why (event transport_interface).
+    transport_interface: Optional[str] = None
+    # Supervisor watch (monarch_ft/controller/hangs.py). A rank that reports nothing (its liveness
+    # thread beats 4 times a second) or computes one step for longer than this is hung.
+    # auto: learned as the job runs: max(hang_min_s, hang_step_factor x the p99 of the last
+    # 200 steps' compute seconds (step time less quorum and cross-group sync), every rank's);
+    # until 4 steps were seen, max(hang_min_s, 15 s). A number (seconds) fixes it. Waits in
+    # TorchFT get TorchFT's own bound, saves checkpoint.save_timeout_s (see HangLimits).
+    hang_timeout_s: str = "auto"
+    # The floor of the learned hang timeout: a dozen missed liveness beats. On a loaded 2-core
+    # machine a rank's step took 1.6 s where its p99 had been 0.2 s while a group restarted
+    # next to it: 1.5 s was too tight.
+    hang_min_s: float = 3.0
+    # k of the learned hang timeout (k x p99 of the recent compute seconds per step): a step
+    # may take 10 times its recent worst before it counts as stuck.
+    hang_step_factor: float = 10.0
+    # A rank stopped (SIGSTOP), a zombie, or in uninterruptible sleep (disk-sleep, outside
+    # startup and saves) this long without a break is hung at once.
+    os_stall_s: float = 0.5
+    # A stepping rank whose process is asleep this long (its main thread sleeping at every
+    # sample, next to no CPU: controller.hangs.track_cpu) is hung, without waiting for the hang
+    # timeout, when it is also silent while ranks elsewhere beat (a thread holds the GIL
+    # while it waits: hang mode gil), or when it is in compute with its whole group asleep and
+    # waiting for it (a collective it never joined; on a GPU at least 4 x the learned compute p99).
+    # A busy rank on a loaded machine may miss beats for a second, but it uses CPU.
+    asleep_s: float = 1.0
+    # A freshly launched group must report its first step within this long.
+    startup_timeout_s: float = 120.0
+    # Every stepping group silent at once is one job-wide stall, not N faults: the
+    # supervisor captures stacks and waits this long before resuming the whole job from
+    # its newest checkpoint (it never kills every group holding the job's state one by one).
+    stall_timeout_s: float = 60.0
+    # The restart budget, a rate: a group relaunched max_restarts times within the last
+    # restart_window_s seconds is given up at its next failure (controller.budget.recent_restarts).
+    max_restarts: int = 3
+    # One hour. Over a job's whole life instead, a multi-day run would give up on a group at
+    # its fourth ordinary fault, even days apart (a large job sees a fault every few hours:
+    # 419 interruptions in 54 days on Llama 3's 16k GPUs; any one group far fewer). A group
+    # that keeps failing fails again within minutes of each relaunch (a relaunch takes tens of
+    # seconds here, the backoff at most restart_backoff_max_s), so it spends max_restarts
+    # inside the hour and is given up at its fourth failure; one failing the same way at
+    # start-up is given up at its second (a crash loop, controller.budget.crash_loop), whatever the
+    # budget. A group failing fewer than max_restarts times an hour is kept: down a minute or
+    # two each time, it still trains most of the hour.
+    restart_window_s: float = 3600.0
+    # live: restart only the failed group, which heals from a peer (TorchFT).
+    # full_restart: stop every group and resume all from the last disk checkpoint
+    # (what plain torchrun/TorchElastic does): the baseline drills compare against.
+    recovery: str = "live"
+    # Warm standby groups (monarch_ft/controller/standby_pool.py): groups of ranks_per_group ranks, built
+    # (model sharded, optimizer state, data, transport) and waiting without joining the
+    # quorum, one of which takes a failed group's place instead of a cold restart. None:
+    # the launcher's default (LauncherTraits.default_standby_groups): 1 with launcher=local
+    # and local_hosts, 0 with slurm/monarch (where a standby holds a real allocation, its
+    # own Slurm job or proc mesh, so K > 0 is the user's choice).
+    # ft.recovery=full_restart uses none.
+    standby_groups: Optional[int] = None
+    # A relaunch with no standby ready forks its ranks from a fork server that imported
+    # torch/TorchTitan/TorchFT at launch (monarch_ft/controller/fork_pool.py: recovery path warm_fork)
+    # instead of fresh interpreters (cold_start). launcher=local/local_hosts only (others
+    # start cold and say so); ft.recovery=full_restart never uses it. false: always cold.
+    warm_fork: bool = True
+    restart_backoff_s: float = 0.5
+    restart_backoff_max_s: float = 8.0
+    # How groups synchronise (monarch_ft/rank/components/sync.py):
+    # hsdp: every step, the local grad shards averaged across groups (one flat allreduce);
+    # localsgd: each group steps alone, the parameters averaged every ``sync_every`` steps
+    # (torchft.local_sgd.LocalSGD); diloco: each group steps alone, every ``sync_every`` steps
+    # the pseudo-gradients (last global copy - local weights) are averaged and applied by an
+    # outer optimizer (torchft.local_sgd.DiLoCo; streaming DiLoCo with ``fragments`` > 1).
+    mode: str = "hsdp"
+    # Inner steps between two syncs (localsgd, diloco): H. training.steps must be a multiple.
+    sync_every: int = 20
+    # DiLoCo's outer optimizer: SGD with Nesterov momentum, as in the DiLoCo paper.
+    outer_lr: float = 0.7
+    outer_momentum: float = 0.9
+    outer_nesterov: bool = True
+    # Streaming DiLoCo: the model split into this many fragments, one synced every
+    # sync_every / fragments steps (1: plain DiLoCo). sync_every must be a multiple.
+    fragments: int = 1
+
+    def check(self) -> None:
+        """What the types cannot say about this section (each failure one line naming the fix)."""
+        require(self.replica_groups >= 1, f"ft.replica_groups={self.replica_groups}: need at least 1 replica group")
+        require(self.ranks_per_group >= 1, f"ft.ranks_per_group={self.ranks_per_group}: need at least 1 rank per group")
+        require(
+            1 <= self.min_replica_size <= self.replica_groups,
+            f"ft.min_replica_size={self.min_replica_size}: must be between 1 and ft.replica_groups={self.replica_groups}",
+        )
+        require(
+            self.transport != "pg",
+            "ft.transport=pg: TorchFT's PGTransport over the Manager's gloo group times out on receive with torchft 0.2.0; use sharded or http",
+        )
+        require(self.transport in TRANSPORTS, f"ft.transport={self.transport!r}: choose one of {', '.join(TRANSPORTS)}")
+        require(
+            self.cross_group_backend in CROSS_GROUP_BACKENDS,
+            f"ft.cross_group_backend={self.cross_group_backend!r}: choose one of {', '.join(CROSS_GROUP_BACKENDS)}",
+        )
+        require(self.recovery in RECOVERY_MODES, f"ft.recovery={self.recovery!r}: choose one of {', '.join(RECOVERY_MODES)}")
+        require(self.mode in SYNC_MODES, f"ft.mode={self.mode!r}: choose one of {', '.join(SYNC_MODES)}")
+        if self.mode != "hsdp":
+            require(self.sync_every >= 1, f"ft.sync_every={self.sync_every}: must be >= 1")
+            require(
+                self.fragments == 1 or self.mode == "diloco",
+                f"ft.fragments={self.fragments}: fragments (streaming DiLoCo) need ft.mode=diloco",
+            )
+            require(
+                self.fragments >= 1 and self.sync_every % self.fragments == 0,
+                f"ft.fragments={self.fragments}: must be >= 1 and divide ft.sync_every={self.sync_every}",
+            )
+            require(self.outer_lr > 0, f"ft.outer_lr={self.outer_lr}: must be > 0")
+            require(0 <= self.outer_momentum < 1, f"ft.outer_momentum={self.outer_momentum}: must be in [0, 1)")
+        error = standby_config_error(self.standby_groups)
+        if error:
+            raise ConfigError(error)
+        require(self.max_restarts >= 0, f"ft.max_restarts={self.max_restarts}: must be >= 0")
+        require(
+            self.restart_window_s > 0,
+            f"ft.restart_window_s={self.restart_window_s}: must be > 0 (the seconds within which at most ft.max_restarts relaunches of a group are allowed)",
+        )
+        try:
+            hang_timeout = hang_timeout_setting(self.hang_timeout_s)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        require(
+            hang_timeout is None or hang_timeout > self.timeout_s,
+            f"ft.hang_timeout_s={self.hang_timeout_s} must exceed ft.timeout_s={self.timeout_s}: a rank blocked in a collective "
+            "until its timeout would be taken for hung; raise ft.hang_timeout_s (or use auto)",
+        )
+        require(self.hang_min_s > 0, f"ft.hang_min_s={self.hang_min_s}: must be > 0")
+        require(self.hang_step_factor >= 1, f"ft.hang_step_factor={self.hang_step_factor}: must be >= 1 (a multiple of the p99 step time)")
+        require(self.os_stall_s > 0, f"ft.os_stall_s={self.os_stall_s}: must be > 0")
+        require(self.asleep_s > 0, f"ft.asleep_s={self.asleep_s}: must be > 0")
+        require(
+            0 <= self.lighthouse_port <= 65535,
+            f"ft.lighthouse_port={self.lighthouse_port}: must be 0 (a free port) or 1-65535",
+        )
+        require(self.stall_timeout_s >= 0, f"ft.stall_timeout_s={self.stall_timeout_s}: must be >= 0")
+
+
+def standby_config_error(configured: Optional[int], launcher: str = "") -> Optional[str]:
+    """One line naming the fix for an ``ft.standby_groups`` that cannot run, else None."""
+    if configured is None:
+        return None
+    if configured < 0:
+        return f"ft.standby_groups={configured}: must be >= 0 (0 disables warm standby groups)"
+    return None
+
+
+AUTO = "auto"
+
+
+def hang_timeout_setting(value: Any) -> Optional[float]:
+    """``ft.hang_timeout_s``: None for ``auto``, else the fixed number of seconds.
+
+    Raises:
+        ValueError: neither ``auto`` nor a positive number.
+    """
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"ft.hang_timeout_s={value!r}: use auto or a number of seconds") from None
+    if not seconds > 0:
+        raise ValueError(f"ft.hang_timeout_s={value!r}: must be > 0 (or auto)")
+    return seconds

@@ -1,0 +1,153 @@
+"""The narrow, typed handle fault injectors (chaos) and other supervisor hooks get.
+
+Why not the Supervisor itself: a hook that reaches into ``sup.groups[g].ranks[r].proc``
+or finds the launcher's hosts with ``getattr`` depends on every detail of the watch loop.
+``JobControl`` is what a hook may do to a running job (signal a rank, wipe a host's
+files, cut or slow a link where the launcher can, ask a rank for an in-collective fault)
+and what it may read (healthy groups, the newest commits, whether weights agree), with
+the launcher's :class:`Capability` set saying which of the network faults exist here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from monarch_ft.launcher.base import Capability
+from monarch_ft.records.events import EventKind, GroupStatus
+from monarch_ft.records.faults import request_collective_fault
+
+if TYPE_CHECKING:
+    from monarch_ft.controller.loop import Supervisor
+
+
+class JobControl:
+    """A hook's view of the running job.
+
+    Args:
+        sup: the supervisor this handle acts through (hooks never see it).
+    """
+
+    def __init__(self, sup: "Supervisor") -> None:
+        self._sup = sup
+
+    # ------------------------------------------------------------ reading
+    @property
+    def cfg(self):
+        return self._sup.cfg
+
+    @property
+    def last_commit(self) -> dict[int, dict]:
+        """Each group's newest committed step record (rank 0)."""
+        return self._sup.last_commit
+
+    @property
+    def first_step_time(self) -> Optional[float]:
+        return self._sup.first_step_time
+
+    def standby_pending(self) -> bool:
+        """Fewer warm standby groups ready than configured (one is being built or rebuilt)."""
+        pool = self._sup.standby
+        # A warm fork server still importing counts too: a fault then would start cold.
+        return len(pool.ready()) < pool.wanted or self._sup.warm_forks.pending()
+
+    def attempt(self, group: int) -> int:
+        return self._sup.groups[group].attempt
+
+    def healthy_groups(self) -> list[int]:
+        """Groups stepping in the newest quorum, not finished: the ones a fault may hit."""
+        members: set[int] = set()
+        if self.last_commit:
+            newest = max(self.last_commit.values(), key=lambda r: r["time"])
+            members = set(newest.get("participating_groups") or [])
+        return [
+            g.index for g in self._sup.groups if g.status == GroupStatus.RUNNING and not g.train_done and g.index in members and g.index in self.last_commit
+        ]
+
+    def consistent_at(self, groups: set[int], min_step: int) -> Optional[tuple[int, bool]]:
+        """See Supervisor.consistent_at."""
+        return self._sup.consistent_at(groups, min_step)
+
+    def events_of(self, kind: str, **match: Any) -> list[dict]:
+        return self._sup.events.find(kind, **match)
+
+    @property
+    def capabilities(self) -> set[Capability]:
+        return set(getattr(self._sup.launcher, "capabilities", set()))
+
+    # ------------------------------------------------------------ acting
+    def emit(self, event: str, **fields: Any) -> dict:
+        return self._sup.events.emit(event, **fields)
+
+    def finish_at(self, step: int) -> None:
+        self._sup.finish_at(step)
+
+    def rank_pid(self, group: int, rank: int) -> Optional[int]:
+        return self._sup.groups[group].ranks[rank].proc.pid
+
+    def signal_rank(self, group: int, rank: int, sig: int) -> dict:
+        """Send ``sig`` to one rank of ``group``; returns what was done, for the event log."""
+        rs = self._sup.groups[group].ranks[rank]
+        pid = rs.proc.pid
+        rs.proc.send_signal(sig)
+        return {"pid": pid, "signal": signal.Signals(sig).name}
+
+    def capture_stacks(self, groups: Optional[list[int]] = None, tag: str = "on-demand") -> dict[str, str]:
+        """Every live rank's Python stacks (of ``groups``, default all) into the run's ``stacks/``; label -> file."""
+        return self._sup.capture_stacks(groups, tag)
+
+    def kill_lighthouse(self) -> dict:
+        """SIGKILL the Lighthouse server (the supervisor restarts it on the same address)."""
+        pid = self._sup.lighthouse.pid
+        if pid is None:
+            raise RuntimeError("the job has no Lighthouse of its own to kill (ft.lighthouse_addr names an external one)")
+        os.kill(pid, signal.SIGKILL)
+        return {"pid": pid, "signal": "SIGKILL", "address": self._sup.lighthouse.address}
+
+    @property
+    def run_layout(self):
+        """The run directory's paths (monarch_ft.records.layout.RunLayout)."""
+        return self._sup.layout
+
+    def kill_host(self, group: int) -> dict:
+        """The group's whole host goes: every rank SIGKILLed, its local files deleted
+        (scratch space and the group's checkpoint folder)."""
+        pids = []
+        for rs in self._sup.groups[group].ranks:
+            pids.append(rs.proc.pid)
+            rs.proc.send_signal(signal.SIGKILL)
+        deleted = []
+        for path in (self._sup.layout.scratch(group), self._sup.layout.checkpoint(group)):
+            if os.path.exists(path):
+                count = sum(len(files) for _, _, files in os.walk(path))
+                shutil.rmtree(path)
+                deleted.append({"path": path, "files": count})
+        return {"pids": pids, "signal": "SIGKILL", "deleted": deleted}
+
+    def collective_fault(self, group: int, rank: int, mode: str, duration_s: float) -> dict:
+        """Ask one rank to fail its next cross-group allreduce (rank.components.fault_agent)."""
+        path = request_collective_fault(self._sup.layout, group, rank, mode, duration_s)
+        return {"mode": mode, "request": path, "pid": self.rank_pid(group, rank)}
+
+    def _network(self, capability: Capability):
+        if capability not in self.capabilities:
+            raise RuntimeError(f"a {capability.value} fault needs simulated hosts: use launcher=local_hosts (launcher.options.simulated_hosts=true)")
+        return self._sup.launcher
+
+    def _restored(self, group: int, kind: str) -> Callable[[dict], None]:
+        """Called (timer thread) when the link is back: the event recovery is measured from."""
+
+        def restored(info: dict) -> None:
+            self.emit(EventKind.LINK_RESTORED, time=info["restored_at"], group=group, fault_kind=kind, lasted_s=info["lasted_s"])
+
+        return restored
+
+    def partition(self, group: int, duration_s: float) -> dict:
+        launcher = self._network(Capability.PARTITION)
+        return launcher.partition(group, duration_s, on_restore=self._restored(group, "partition"))
+
+    def slow_link(self, group: int, delay_ms: float, rate: Optional[str], duration_s: float) -> dict:
+        launcher = self._network(Capability.SLOW_LINK)
+        return launcher.slow_link(group, delay_ms, rate, duration_s, on_restore=self._restored(group, "slow_link"))

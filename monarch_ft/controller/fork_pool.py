@@ -1,0 +1,399 @@
+"""Warm fork, the controller's side: relaunched ranks forked from a parent that has already imported everything.
+
+A cold relaunch (no warm standby ready: two faults close together, or ``ft.standby_groups=0``)
+spends most of its time in a fresh interpreter importing torch, TorchTitan and TorchFT. A
+*fork server* (a "zygote", as Android starts its apps: :mod:`monarch_ft.rank.zygote`) does
+those imports once, at launch, and then waits; a relaunch asks it to ``fork()`` each rank,
+which then runs exactly what ``python -m monarch_ft.rank.worker SPEC`` runs, minus the imports
+(:data:`RecoveryPath.WARM_FORK`). Why the server does nothing but import (fork safety) is
+said there; the messages both sides exchange are :mod:`monarch_ft.records.fork_wire`.
+
+Where it runs: one fork server per host the launcher places ranks on (``Launcher.fork_host``):
+one for ``launcher=local``, one per simulated host for ``local_hosts``, started inside that
+host's network, mount and UTS namespaces (``ip netns exec``, the host's name), because a
+forked process stays in its parent's namespaces. Other launchers start ranks through an
+engine (Slurm, Monarch): their relaunches stay cold, and the ``recovery_path`` event says why.
+
+A forked rank is the server's child, not the controller's: its exit status comes back
+through the server (``exited``); signals, psutil and /proc go to its pid as for any rank.
+If the server dies, its children are re-parented (to init) and watched by pid and start
+time, as a new controller watches adopted ranks
+(:class:`monarch_ft.launcher.base.AdoptedProcess`); the server is restarted, and relaunches
+meanwhile start cold.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterable, Optional
+
+from monarch_ft.common.process import is_running, start_ticks
+from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch, RankProcess
+from monarch_ft.records.events import EventKind, RecoveryPath, StrEnum
+from monarch_ft.records.exits import LOST_EXIT
+from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
+from monarch_ft.records.launch import ZYGOTE_MODULE, worker_spec
+from monarch_ft.records.reports import report_finished
+
+# What a rank imports before it reads its spec (monarch_ft.rank.worker -> monarch_ft.rank.trainer) and
+# what the trainer imports lazily while building: everything whose import a relaunch skips.
+# Imports only: see monarch_ft.rank.zygote on fork safety.
+PRELOAD = (
+    "torch",
+    "torch.distributed",
+    "torch.distributed.device_mesh",
+    "torch.distributed.tensor",
+    "torch.distributed.fsdp",
+    "torch.distributed.checkpoint.state_dict",
+    "omegaconf",
+    "torchtitan.components.lr_scheduler",
+    "torchtitan.components.optimizer",
+    "torchtitan.components.checkpoint",
+    "torchtitan.config.job_config",
+    "torchtitan.models.llama3.infra.parallelize",
+    "torchft",
+    "torchft.process_group",
+    "torchft.local_sgd",
+    "torchft.checkpointing.http_transport",
+    "monarch_ft.rank.worker",
+    "monarch_ft.rank.trainer",
+    "monarch_ft.rank.standby_wait",
+    "monarch_ft.transport.factory",
+    "monarch_ft.transport.sharded",
+    "monarch_ft.transport.interface",
+)
+# How long the supervisor waits for the server to answer one fork.
+FORK_REPLY_TIMEOUT_S = 10.0
+# A server that dies before it is ready this many times in a row on one host is not restarted.
+MAX_FAILED_STARTS = 3
+
+
+class ServerState(StrEnum):
+    STARTING = "starting"  # importing
+    READY = "ready"
+    GONE = "gone"  # exited or closed
+
+
+# ---------------------------------------------------------------- pure parts
+
+
+def relaunch_path(recovery: str, warm_fork: bool, launcher_problem: Optional[str], server: Optional[ServerState]) -> tuple[RecoveryPath, Optional[str]]:
+    """How a group relaunched without a standby comes up, and why not warm when it is cold.
+
+    Args:
+        recovery: ``ft.recovery``; the ``full_restart`` baseline keeps its meaning (cold).
+        warm_fork: ``ft.warm_fork``.
+        launcher_problem: why the launcher cannot fork ranks (None: it can).
+        server: the state of the fork server on the group's host (None: there is none).
+    """
+    if recovery == "full_restart":
+        return RecoveryPath.COLD_START, "ft.recovery=full_restart (the baseline starts every rank cold)"
+    if not warm_fork:
+        return RecoveryPath.COLD_START, "ft.warm_fork=false"
+    if launcher_problem:
+        return RecoveryPath.COLD_START, launcher_problem
+    if server is ServerState.READY:
+        return RecoveryPath.WARM_FORK, None
+    if server is ServerState.STARTING:
+        return RecoveryPath.COLD_START, "the fork server is still importing"
+    return RecoveryPath.COLD_START, "no fork server on the group's host (gone; restarting)"
+
+
+class ForkError(RuntimeError):
+    """A fork the server did not make (the relaunch starts cold instead)."""
+
+
+class ForkServer:
+    """The supervisor's handle on one fork server: start it, ask it for ranks, read their exits.
+
+    Args:
+        host: where it runs (the launcher's :class:`ForkHost`).
+        env: its environment (the ranks' own: see the module docstring).
+        log_path: its own output.
+        cwd: its working directory, the run directory (named in its command line).
+        preload: the modules it imports before it is ready.
+    """
+
+    def __init__(self, host: ForkHost, env: dict[str, str], log_path: str, cwd: str, preload: Iterable[str] = ()) -> None:
+        self.host = host
+        self.log_path = log_path
+        self.state = ServerState.STARTING
+        self.ready_info: dict = {}
+        self._exits: dict[int, int] = {}
+        self._replies: dict[int, dict] = {}
+        self._next_id = 0
+        self._cond = threading.Condition()
+        self._send_lock = threading.Lock()
+        # numpy's OpenBLAS starts its thread pool when it loads, sized from OMP_NUM_THREADS
+        # (the ranks' training.threads_per_rank): one thread, no pool, in the server. A forked
+        # rank keeps it (numpy only slices token batches; torch's own threads are set by the
+        # trainer), where a cold rank with threads_per_rank > 1 would have a pool there.
+        env = {**env, "OPENBLAS_NUM_THREADS": env.get("OPENBLAS_NUM_THREADS", "1")}
+        ours, theirs = socket.socketpair()
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        try:
+            with open(log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [*host.argv_prefix, sys.executable, "-m", ZYGOTE_MODULE, str(theirs.fileno()), cwd, *preload],
+                    env=env,
+                    cwd=cwd,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    pass_fds=(theirs.fileno(),),
+                    start_new_session=True,
+                    # It dies with this controller (a controller that attaches starts its own).
+                    preexec_fn=host.preexec,
+                )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._sock = ours
+        self.started_at = time.time()
+        self._reader = threading.Thread(target=self._read, name=f"forkserver-{host.key}", daemon=True)
+        self._reader.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _read(self) -> None:
+        f = self._sock.makefile("rb")
+        try:
+            for line in f:
+                try:
+                    msg = decode(line)
+                except ProtocolError:
+                    continue
+                with self._cond:
+                    if msg["op"] is ForkOp.READY:
+                        self.ready_info = {k: msg[k] for k in ("pid", "import_s", "threads")}
+                        self.state = ServerState.READY
+                    elif msg["op"] is ForkOp.EXITED and msg["id"] is not None:
+                        self._exits[msg["id"]] = msg["code"]
+                    elif msg["op"] in (ForkOp.FORKED, ForkOp.REFUSED):
+                        self._replies[msg["id"]] = msg
+                    self._cond.notify_all()
+        except (OSError, ValueError):
+            pass
+        finally:
+            with self._cond:
+                self.state = ServerState.GONE
+                self._cond.notify_all()
+
+    def exit_code(self, rid: int) -> Optional[int]:
+        """The exit code the server reported for fork ``rid``, or None (running, or unknown)."""
+        with self._cond:
+            return self._exits.get(rid)
+
+    def fork(self, launch: RankLaunch, die_with_parent: bool, report_path: str = "", timeout: float = FORK_REPLY_TIMEOUT_S) -> "ForkedProcess":
+        """Start ``launch`` as a child of the server (``report_path``: its report file, read
+        for its verdict should the server die before it).
+
+        Raises:
+            ForkError: the server refused, is gone, or did not answer within ``timeout``.
+        """
+        with self._cond:
+            if self.state is not ServerState.READY:
+                raise ForkError(f"the fork server is {self.state}")
+            rid = self._next_id
+            self._next_id += 1
+        request = dict(id=rid, argv=launch.argv, env=launch.env, cwd=launch.cwd, log_path=launch.log_path, die_with_parent=die_with_parent)
+        try:
+            with self._send_lock:
+                self._sock.sendall(encode(ForkOp.FORK, **request))
+        except OSError as e:
+            raise ForkError(f"the fork server's channel is closed ({e})") from None
+        deadline = time.time() + timeout
+        with self._cond:
+            while rid not in self._replies:
+                left = deadline - time.time()
+                if self.state is ServerState.GONE or left <= 0:
+                    raise ForkError("the fork server is gone" if self.state is ServerState.GONE else f"no answer from the fork server in {timeout:g}s")
+                self._cond.wait(left)
+            reply = self._replies.pop(rid)
+        if reply["op"] is ForkOp.REFUSED:
+            raise ForkError(f"the fork server refused: {reply['error']}")
+        return ForkedProcess(launch, self, rid, reply["pid"], report_path)
+
+    def alive(self) -> bool:
+        return self.state is not ServerState.GONE and self.proc.poll() is None
+
+    def close(self) -> None:
+        """Stop the server (its forked ranks are left alone: the supervisor stops those)."""
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._sock.close()
+        try:
+            self.proc.wait(2.0)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5.0)
+        self._reader.join(2.0)
+
+
+class ForkedProcess(RankProcess):
+    """A rank forked by a fork server: signalled and probed by pid like any local rank; its
+    exit code is the one the server reaped. With the server gone, it is an orphan adopted
+    by init: watched by pid and start time, its status read from its report
+    (as :class:`monarch_ft.launcher.base.AdoptedProcess`)."""
+
+    def __init__(self, launch: RankLaunch, server: ForkServer, rid: int, pid: int, report_path: str = "") -> None:
+        self.launch = launch
+        self.report_path = report_path
+        self.server = server
+        self.rid = rid
+        self._pid = pid
+        self._start = start_ticks(pid)
+        self._code: Optional[int] = None
+
+    @property
+    def pid(self) -> Optional[int]:
+        return self._pid
+
+    def poll(self) -> Optional[int]:
+        if self._code is None:
+            self._code = self.server.exit_code(self.rid)
+        if self._code is None and self.server.state is ServerState.GONE and not is_running(self._pid, self._start):
+            # The exit may still be on its way: the server's last words are read before GONE.
+            self._code = self.server.exit_code(self.rid)
+            if self._code is None:
+                self._code = 0 if self.report_path and report_finished(self.report_path) else LOST_EXIT
+        return self._code
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            try:
+                os.kill(self._pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+# ---------------------------------------------------------------- one per host, for the controller
+class WarmForks:
+    """The supervisor's fork servers: one per host its groups run on, started at launch,
+    restarted when one dies, asked for a relaunched group's ranks (``ft.warm_fork``).
+
+    Args:
+        enabled: ``ft.warm_fork`` and not the ``full_restart`` baseline.
+        launcher: places the servers (``Launcher.fork_host``).
+        log_path: a server's log file, by host key and start number (RunLayout.fork_server_log).
+        env: the ranks' environment (Supervisor._rank_env).
+        cwd: the servers' working directory (the run directory).
+        emit: the event log's emit.
+        preload: modules every server imports besides :data:`PRELOAD` (the job's model package).
+    """
+
+    def __init__(
+        self,
+        enabled: bool,
+        launcher: Launcher,
+        log_path: Callable[[str, int], str],
+        env: Callable[[], dict[str, str]],
+        cwd: str,
+        emit: Callable[..., Any],
+        preload: Iterable[str] = (),
+    ) -> None:
+        self.enabled = enabled
+        self.launcher = launcher
+        self._log_path = log_path
+        self._env = env
+        self._cwd = cwd
+        self._emit = emit
+        self._preload = (*PRELOAD, *preload)
+        self.servers: dict[str, ForkServer] = {}
+        self._announced: set[int] = set()  # pids whose ready/lost was emitted
+        self._starts: dict[str, int] = {}
+        self._failed_starts: dict[str, int] = {}
+
+    def problem(self) -> Optional[str]:
+        """Why this launcher's relaunches cannot be forked (None: they can)."""
+        if not self.launcher.traits.forkable:
+            return f"launcher={self.launcher.name} starts ranks through its engine (no warm fork): relaunches start cold"
+        return None
+
+    def _host(self, group: int) -> Optional[ForkHost]:
+        return self.launcher.fork_host(group) if self.enabled else None
+
+    def tick(self, groups: Iterable[int]) -> None:
+        """Keep one live server on the host of each of ``groups``; announce readiness and
+        losses; restart a lost server (unless it keeps dying before it is ready)."""
+        if not self.enabled:
+            return
+        for key, server in list(self.servers.items()):
+            if server.state is ServerState.READY and server.pid not in self._announced:
+                self._announced.add(server.pid)
+                self._failed_starts[key] = 0
+                self._emit(EventKind.FORK_SERVER_READY, host=key, pid=server.pid, **{k: v for k, v in server.ready_info.items() if k != "pid"})
+            if not server.alive():
+                was_ready = server.pid in self._announced
+                code = server.proc.poll()
+                self._emit(EventKind.FORK_SERVER_LOST, host=key, pid=server.pid, exit_code=code, was_ready=was_ready, log=server.log_path)
+                if not was_ready:
+                    self._failed_starts[key] = self._failed_starts.get(key, 0) + 1
+                server.close()
+                del self.servers[key]
+        for g in groups:
+            host = self._host(g)
+            if host is None or host.key in self.servers or self._failed_starts.get(host.key, 0) >= MAX_FAILED_STARTS:
+                continue
+            n = self._starts.get(host.key, 0)
+            self._starts[host.key] = n + 1
+            self.servers[host.key] = ForkServer(host, self._env(), self._log_path(host.key, n), self._cwd, self._preload)
+
+    def pending(self) -> bool:
+        """A server of this job is still importing (a drill waits for it, as for a standby)."""
+        return any(s.state is ServerState.STARTING for s in self.servers.values())
+
+    def path_for(self, group: int, recovery: str, warm_fork: bool) -> tuple[RecoveryPath, Optional[str]]:
+        """The path of ``group``'s relaunch now (see :func:`relaunch_path`)."""
+        problem = self.problem() if warm_fork and recovery != "full_restart" else None
+        host = self._host(group)
+        server = self.servers.get(host.key) if host is not None else None
+        state = server.state if server is not None and server.alive() else None
+        return relaunch_path(recovery, warm_fork, problem, state)
+
+    def launch_group(self, launches: list[RankLaunch]) -> list[RankProcess]:
+        """Fork every rank of one group from its host's server (all or none).
+
+        Raises:
+            ForkError: a rank could not be forked; those already forked are killed and reaped.
+        """
+        host = self._host(launches[0].group)
+        server = self.servers.get(host.key) if host is not None else None
+        if server is None:
+            raise ForkError("no fork server on the group's host")
+        started: list[ForkedProcess] = []
+        try:
+            for r in launches:
+                r.host = host.host
+                env = dict(r.env)
+                for k, v in host.rank_env.items():
+                    env.setdefault(k, v)
+                with open(worker_spec(r.argv) or os.devnull) as f:
+                    report = (json.loads(f.read() or "{}")).get("report_path", "")
+                forked = server.fork(dataclasses.replace(r, env=env), r.die_with_controller, report)
+                forked.launch = r
+                started.append(forked)
+        except ForkError:
+            for p in started:
+                p.kill()
+                p.wait(5.0)
+            raise
+        return started
+
+    def close(self) -> None:
+        for server in self.servers.values():
+            server.close()
+        self.servers.clear()

@@ -1,0 +1,281 @@
+"""Warm standby groups: ranks built ahead of a fault that take a failed group's place.
+
+Most of a cold restart's MTTR is a new rank starting: a Python interpreter, importing
+torch/TorchTitan/TorchFT, building and sharding the model. A standby group (``ft.standby_groups``,
+M ranks like any group) does all of that once, early, and then waits: its own store and
+in-group process group, the model built and sharded, optimizer state materialised, data
+opened, the cross-group process group and checkpoint transport ready. What it must NOT do
+before it is promoted is construct the TorchFT Manager: a Manager heartbeats the
+Lighthouse from construction on, and a heartbeating replica that never asks for a
+quorum holds every quorum up to the join timeout (and counts against the split-brain
+rule of torchft's ``quorum_compute``). So the Manager and everything tied to a group's
+identity (report files, scratch, checkpoint folder, data shard, fault agent) is built
+on promotion (``monarch_ft.rank.trainer.Trainer._bind``).
+
+The controller promotes a ready standby when a group fails (exit, hang verdict, node
+fault): it writes one promotion file (RunLayout.promotion, atomically) that carries the
+identity the standby takes and where the group's state comes from, decided exactly as a
+relaunched group's launch gate decides it (``records.decisions.decide_state_source``: a live peer,
+else the newest disk checkpoint, else the job's state is lost). Then it builds a
+replacement standby in the background at a lower CPU priority than the training ranks.
+With no standby ready (two faults close together) the cold path runs.
+
+This module holds the controller's side: the pure decisions (unit-tested in
+tests/unit/test_standby.py) and the pool's bookkeeping. The waiting rank's side is
+:mod:`monarch_ft.rank.standby_wait`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from monarch_ft.records.decisions import Promotion
+from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
+
+# Niceness of a standby while it builds and waits: below the training ranks (0), so a
+# standby being (re)built in the background does not slow the job it protects.
+STANDBY_NICENESS = 10
+# OS states (psutil) in which a standby cannot take over: it is not promoted, it is replaced.
+DEAD_STATES = ("stopped", "zombie", "dead", "gone", "tracing-stop")
+
+
+# ---------------------------------------------------------------- pure decisions
+def resolve_standby_groups(configured: Optional[int], launcher_default: int, recovery: str) -> int:
+    """How many standby groups the job keeps.
+
+    Args:
+        configured: ``ft.standby_groups`` (None: the launcher's default).
+        launcher_default: the launcher's ``LauncherTraits.default_standby_groups``: 1 where a
+            standby costs only local processes, 0 where it holds a real allocation (its own
+            Slurm job or Monarch proc mesh: K > 0 is then the user's explicit choice).
+        recovery: ``ft.recovery``; ``full_restart`` (the baseline) uses none.
+    """
+    if recovery == "full_restart":
+        return 0
+    if configured is None:
+        return launcher_default
+    return configured
+
+
+# Standbys lost in a row while still building (a crash at start-up, not a fault while
+# waiting) after which the job stops building them: a build that always fails would
+# otherwise start processes on every watch tick.
+MAX_FAILED_BUILDS = 3
+
+
+def standbys_to_launch(wanted: int, alive: int, training_started: bool, job_finishing: bool, failed_builds: int = 0) -> int:
+    """How many standbys to start now: none before the training groups are up (a standby
+    must not slow the job's first start), once every group is done, or after
+    MAX_FAILED_BUILDS builds in a row failed; else the shortfall."""
+    if not training_started or job_finishing or failed_builds >= MAX_FAILED_BUILDS:
+        return 0
+    return max(0, wanted - alive)
+
+
+def standby_loss(exit_codes: Sequence[Optional[int]], os_states: Sequence[Optional[str]] = ()) -> Optional[str]:
+    """Why a standby can no longer take over (a rank exited, or is stopped or a zombie), or None.
+
+    Args:
+        exit_codes: each rank's exit code, None while it runs.
+        os_states: each rank's psutil state where known (checked before a promotion).
+    """
+    for rank, code in enumerate(exit_codes):
+        if code is not None:
+            return f"rank {rank} exited ({code})"
+    for rank, state in enumerate(os_states):
+        if state in DEAD_STATES:
+            return f"rank {rank} is {state}"
+    return None
+
+
+def recovery_path(recovery: str, standby_ready: bool) -> RecoveryPath:
+    """How a failed group comes back: a ready standby takes its place (live recovery only),
+    else its ranks start cold."""
+    if recovery != "full_restart" and standby_ready:
+        return RecoveryPath.STANDBY
+    return RecoveryPath.COLD_START
+
+
+class UnreadyClock:
+    """Seconds the job ran without a ready standby (counted from when it first wanted one).
+
+    Args:
+        wanted: standby groups configured (0: the clock never runs).
+    """
+
+    def __init__(self, wanted: int) -> None:
+        self.wanted = wanted
+        self.total = 0.0
+        self.spells = 0  # times the job went from covered to uncovered
+        self._since: Optional[float] = None
+
+    def update(self, now: float, ready: int, counting: bool) -> None:
+        """``ready``: standbys ready now; ``counting``: the job is training (wants cover)."""
+        uncovered = counting and self.wanted > 0 and ready == 0
+        if uncovered and self._since is None:
+            self._since = now
+            self.spells += 1
+        elif not uncovered and self._since is not None:
+            self.total += now - self._since
+            self._since = None
+
+    def seconds(self, now: float) -> float:
+        return self.total + (now - self._since if self._since is not None else 0.0)
+
+
+# ---------------------------------------------------------------- promotion
+
+
+def build_promotion(layout: Any, standby: int, group: int, attempt: int, ranks: int, decision: dict, now: float) -> Promotion:
+    return Promotion(
+        standby=standby,
+        group=group,
+        replica_id=f"group_{group}",
+        attempt=attempt,
+        ranks={
+            str(r): {"report_path": layout.report(group, r, attempt), "spec_path": layout.spec(group, r, attempt), "scratch_dir": layout.scratch(group, r)}
+            for r in range(ranks)
+        },
+        checkpoint_dir=layout.checkpoint(group),
+        decision=decision,
+        promoted_at=now,
+    )
+
+
+# ---------------------------------------------------------------- the supervisor's pool
+@dataclass
+class Standby:
+    """One standby group in the pool.
+
+    Args:
+        number: its number (one per standby ever launched; names its files).
+        slot: the host/device slot it was placed on (a simulated host of its own).
+        ranks: its ranks' supervisor-side states (controller.state.RankState).
+    """
+
+    number: int
+    slot: int
+    ranks: list
+    launched_at: float
+    status: StandbyStatus = StandbyStatus.BUILDING
+    ready_at: Optional[float] = None
+    ready_ranks: set = field(default_factory=set)
+
+
+class StandbyPool:
+    """The supervisor's standby groups: launch, readiness, loss, promotion, and the clock of
+    time without a ready one. The supervisor applies what this decides; it launches
+    through ``launch`` (a callable that writes the specs and starts the ranks).
+
+    Args:
+        wanted: standby groups to keep (resolve_standby_groups).
+        first_slot: the first host/device slot a standby may use (after the groups').
+        emit: the event log's emit.
+        launch: ``launch(number, slot, now) -> list of RankState``.
+        first_number: the first standby number to use (RunLayout.next_standby_number: a
+            controller that attached numbers its standbys after its predecessors').
+    """
+
+    def __init__(self, wanted: int, first_slot: int, emit: Callable[..., Any], launch: Callable[[int, int, float], list], first_number: int = 0) -> None:
+        self.wanted = wanted
+        self.first_number = first_number
+        self.first_slot = first_slot
+        self._emit = emit
+        self._launch = launch
+        self.standbys: list[Standby] = []
+        self.clock = UnreadyClock(wanted)
+        self.launched = self.promoted = self.lost = 0
+        self.failed_builds = 0  # lost while building, in a row (see MAX_FAILED_BUILDS)
+        self.ready_s: list[float] = []  # launch -> ready, per standby
+
+    def ready(self) -> list[Standby]:
+        return [s for s in self.standbys if s.status == StandbyStatus.READY]
+
+    def tick(self, now: float, training_started: bool, job_finishing: bool) -> None:
+        """Read the standbys' reports, replace lost ones, start missing ones."""
+        for sb in list(self.standbys):
+            for rs in sb.ranks:
+                for rec in rs.tail.read():
+                    if rec.get("type") == "event" and rec.get("event") == "standby_ready":
+                        sb.ready_ranks.add(rec["rank"])
+                if rs.exited is None:
+                    rs.exited = rs.proc.poll()
+            reason = standby_loss([rs.exited for rs in sb.ranks])
+            if reason is not None:
+                self._lose(sb, reason)
+                continue
+            if sb.status == StandbyStatus.BUILDING and len(sb.ready_ranks) == len(sb.ranks):
+                sb.status, sb.ready_at = StandbyStatus.READY, now
+                self.failed_builds = 0
+                self.ready_s.append(now - sb.launched_at)
+                self._emit(EventKind.STANDBY_READY, standby=sb.number, slot=sb.slot, build_s=round(now - sb.launched_at, 3))
+        for _ in range(standbys_to_launch(self.wanted, len(self.standbys), training_started, job_finishing, self.failed_builds)):
+            number = self.first_number + self.launched
+            self.launched += 1
+            sb = Standby(number, self.first_slot + number - self.first_number, [], now)
+            sb.ranks = self._launch(number, sb.slot, now)
+            self.standbys.append(sb)
+            self._emit(EventKind.STANDBY_LAUNCHED, standby=number, slot=sb.slot, niceness=STANDBY_NICENESS, pids=[rs.proc.pid for rs in sb.ranks])
+        self.clock.update(now, len(self.ready()), training_started and not job_finishing)
+
+    def _lose(self, sb: Standby, reason: str) -> None:
+        for rs in sb.ranks:
+            if rs.exited is None or rs.proc.poll() is None:
+                rs.proc.kill()
+                rs.exited = rs.proc.wait(10.0)
+        self.failed_builds = 0 if sb.ready_at is not None else self.failed_builds + 1
+        sb.status = StandbyStatus.LOST
+        self.standbys.remove(sb)
+        self.lost += 1
+        self._emit(
+            EventKind.STANDBY_LOST,
+            standby=sb.number,
+            reason=reason,
+            was_ready=sb.ready_at is not None,
+            rebuild=self.failed_builds < MAX_FAILED_BUILDS,
+        )
+
+    def take(self, now: float, os_state: Callable[[Optional[int]], Optional[str]]) -> Optional[Standby]:
+        """The oldest ready standby that is alive and runnable, removed from the pool (its
+        ranks now belong to a group); a dead or stopped one found here is lost, never promoted."""
+        for sb in sorted(self.ready(), key=lambda s: s.ready_at or 0.0):
+            codes = [rs.proc.poll() if rs.exited is None else rs.exited for rs in sb.ranks]
+            reason = standby_loss(codes, [os_state(rs.proc.pid) for rs in sb.ranks])
+            if reason is not None:
+                self._lose(sb, reason)
+                continue
+            sb.status = StandbyStatus.PROMOTED
+            self.standbys.remove(sb)
+            self.promoted += 1
+            self.clock.update(now, len(self.ready()), True)
+            return sb
+        return None
+
+    def stop(self) -> None:
+        """End every standby (job end): SIGTERM, then SIGKILL."""
+        import signal
+
+        for sb in self.standbys:
+            for rs in sb.ranks:
+                if rs.exited is None:
+                    rs.proc.send_signal(signal.SIGTERM)
+        for sb in self.standbys:
+            for rs in sb.ranks:
+                if rs.exited is None:
+                    rs.exited = rs.proc.wait(5.0)
+                    if rs.exited is None:
+                        rs.proc.kill()
+                        rs.exited = rs.proc.wait(5.0)
+
+    def summary(self, now: float) -> dict:
+        return {
+            "standby_groups": self.wanted,
+            "launched": self.launched,
+            "promoted": self.promoted,
+            "lost": self.lost,
+            "build_s": [round(s, 2) for s in self.ready_s],
+            # How long the job trained with no ready standby (first build, rebuilds after a promotion or a loss).
+            "seconds_without_ready_standby": round(self.clock.seconds(now), 3),
+            "spells_without_ready_standby": self.clock.spells,
+        }

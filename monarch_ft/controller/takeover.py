@@ -1,0 +1,475 @@
+"""The job outlives its controller: the run-dir lock, the takeover state, attach and detach.
+
+One controller driving the whole job is the Monarch idea, and its weak spot: if the
+process dies (a laptop sleeps, an OOM, a SIGKILL), the job must not die with it. So:
+
+- The ranks and the Lighthouse are not tied to the supervisor's life (no
+  ``PR_SET_PDEATHSIG``). The supervisor writes ``controller.json`` (what a takeover
+  needs: the job's config, every live rank's pid *and* process start time, report-file
+  offsets consumed, restart counts, the job's committed step, ...) atomically on every
+  tick where something changed, so a SIGKILL at any instant leaves a state a new
+  controller can take over. Records a killed controller relayed after its last save are
+  read again by the next one and dropped (:class:`ResumedTail`): each is relayed once.
+- ``controller.attach=true`` takes the job over (:meth:`Controller.restore`, applied by
+  ``Supervisor._take_over``): every
+  recorded rank is checked to be the *same process* (pid and start time: a reused pid is
+  a different process), live groups are re-adopted as they are, a group with a rank gone
+  is failed (the normal restart path), reports are read on from the saved offsets, and
+  ``controller_lost`` / ``controller_attached`` (with how long the job ran unsupervised)
+  go to the same ``events.jsonl``.
+- ``controller.lock`` (fcntl) is held by the live controller: a second one on the same
+  run directory is refused with one line.
+- SIGUSR2 (or ``kill -USR2 <supervisor pid>``) detaches: the controller exits and leaves
+  the job running; Ctrl-C / SIGTERM still stop the whole job.
+- A heartbeat file (``control/controller``) is the ranks' lease
+  (:mod:`monarch_ft.records.lease`): ranks never reattached end the job themselves
+  after ``controller.lease_s`` with a checkpoint.
+
+The pure decisions (is it the same process, what to do with a recorded group, has the
+lease run out) are functions here, apart from the supervisor's loop that applies them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, Optional
+
+from monarch_ft.common.process import ProcessIdentity
+from monarch_ft.controller.state import RankState
+from monarch_ft.launcher.base import RankLaunch, RankProcess
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.events import EventKind, GroupStatus, StrEnum
+from monarch_ft.records.layout import RunLayout, atomic_write, read_json, read_jsonl
+from monarch_ft.records.lease import finish_at, heartbeat_time
+from monarch_ft.records.reports import ReportTail
+
+if TYPE_CHECKING:
+    from monarch_ft.controller.loop import Supervisor
+
+# The documented detach signal: the controller exits, the job keeps training.
+DETACH_SIGNAL = signal.SIGUSR2
+STATE_VERSION = 1
+# Exit code of a controller that detached on request (the job is still running).
+DETACHED_EXIT = 0
+# An adopted rank (not this controller's child) has no exit status to read: one that
+# is gone without having reported rank_finished is taken for a crash with this code.
+LOST_EXIT = 255
+
+
+# ---------------------------------------------------------------- pure decisions
+
+
+class AttachAction(StrEnum):
+    """What a new controller does with one recorded group."""
+
+    ADOPT = "adopt"  # every rank is the same live process: watch it as if launched here
+    FAIL = "fail"  # a rank is gone (or was replaced): fail the group, restart as usual
+    KEEP = "keep"  # nothing running to adopt (waiting for its relaunch, done, given up)
+
+
+def decide_attach(status: str, ranks_alive: list[bool], ranks_exited: list[Optional[int]]) -> AttachAction:
+    """Args:
+    status: the group's recorded :class:`GroupStatus`.
+    ranks_alive: per recorded rank, whether it is still the same live process.
+    ranks_exited: per recorded rank, the exit code the previous controller saw (None: running).
+    """
+    if status not in (GroupStatus.STARTING, GroupStatus.RUNNING) or not ranks_alive:
+        return AttachAction.KEEP
+    if all(alive or exited == 0 for alive, exited in zip(ranks_alive, ranks_exited)):
+        return AttachAction.ADOPT
+    return AttachAction.FAIL
+
+
+# ---------------------------------------------------------------- the run-dir lock
+class RunLock:
+    """An fcntl lock on ``controller.lock``: held by the live controller for its life, so
+    the kernel drops it whenever the controller dies (SIGKILL included).
+
+    Args:
+        path: the lock file (RunLayout.controller_lock).
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd: Optional[int] = None
+
+    def acquire(self) -> None:
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            run_dir = os.path.dirname(self.path)
+            raise ConfigError(
+                f"another controller (pid {holder}) is supervising {run_dir}: stop it (python -m monarch_ft stop {run_dir}) "
+                f"or detach it (kill -USR2 {holder}) first"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def controller_attached(layout: RunLayout) -> Optional[int]:
+    """The pid of the controller holding ``layout``'s lock now, or None (none attached)."""
+    try:
+        fd = os.open(layout.controller_lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            text = os.read(fd, 64).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- the takeover state
+def _rank_record(rs, identity: Optional[ProcessIdentity]) -> dict:
+    launch = rs.proc.launch
+    return {
+        "launch": {k: v for k, v in dataclasses.asdict(launch).items() if k not in ("env", "extra")},
+        "pid": identity.pid if identity else None,
+        "start": identity.start if identity else None,
+        "report_offset": rs.tail.position,
+        "exited": rs.exited,
+        **{k: getattr(rs, k) for k in _RANK_FIELDS},
+    }
+
+
+# Per-rank state a takeover restores (besides the launch, identity, report offset and exit).
+_RANK_FIELDS = ("last_step", "train_done", "state_hash", "first_step_seen", "model_ready", "phase", "phase_since", "phase_seen", "error")
+# Per-group state a takeover restores: the restart budget's window (restart_times) and the
+# crash-loop comparison (startup_failure) included, so a new controller neither grants a
+# group a fresh budget nor forgets the start-up failure its next one is compared with.
+_GROUP_FIELDS = (
+    "status",
+    "attempt",
+    "restarts",
+    "next_launch",
+    "last_step",
+    "train_done",
+    "launched_at",
+    "load_step",
+    "load_path",
+    "loading",
+    "start_gate",
+    "gate_decided",
+    "restart_times",
+    "startup_failure",
+    "last_error",
+    "gave_up",
+)
+
+
+class Controller:
+    """The supervisor's side of attach, detach, the lock, the heartbeat and the state file.
+
+    The supervisor calls it at a few points: :meth:`open` (before touching the run
+    directory), :meth:`restore` and :meth:`lost` (instead of starting a job, or to close out
+    a job that ended without one), :meth:`tick` (every watch tick), and :meth:`close` (at the
+    end, detached or not). The job-wide part of the state file is the supervisor's own
+    (``Supervisor.takeover_record``); the groups' and ranks' fields are listed here.
+
+    Args:
+        sup: the supervisor it serves.
+    """
+
+    def __init__(self, sup: "Supervisor") -> None:
+        self.sup = sup
+        self.cfg = sup.cfg.controller
+        self.layout: RunLayout = sup.layout
+        self.lock = RunLock(self.layout.controller_lock)
+        self.attaching = bool(self.cfg.attach)
+        self.detach_requested = False
+        self.detached = False
+        self._identities: dict[int, Optional[ProcessIdentity]] = {}
+        self._last_beat = 0.0
+        self._last_saved = ""
+        self._stop_seen = False
+        self._beat_stop = threading.Event()
+        self._beat_thread: Optional[threading.Thread] = None
+        # Why the job ended with no controller (close_out), or None.
+        self.ended_by: Optional[str] = None
+
+    # ------------------------------------------------------------ lifecycle
+    def open(self) -> None:
+        """Take the run directory's lock; refuse attaching to a run with no takeover state."""
+        self.lock.acquire()
+        if self.attaching:
+            state = read_json(self.layout.controller_state)
+            if not state:
+                self.lock.release()
+                raise ConfigError(f"controller.attach=true but {self.layout.run_dir} has no controller.json: no job was started there")
+            if state.get("finished"):
+                self.lock.release()
+                raise ConfigError(f"the job in {self.layout.run_dir} has already finished ({state.get('status')}): nothing to attach to")
+
+    def request_detach(self) -> None:
+        """Safe from a signal handler."""
+        self.detach_requested = True
+
+    def can_detach(self) -> bool:
+        """Where no new controller could take the job over, a detach is refused (one line)."""
+        problem = self.sup.launcher.adoption_problem()
+        if problem:
+            print(f"monarch_ft: error: cannot detach: {problem}", file=sys.stderr, flush=True)
+            self.detach_requested = False
+        return not problem
+
+    @staticmethod
+    def attach_config(cfg, run_dir: str):
+        """The job's own config (saved by the first controller) with this command line's
+        ``controller`` section: a takeover must not change the job it takes over."""
+        state = read_json(RunLayout(run_dir).controller_state)
+        if not cfg.controller.attach or not state or not state.get("config"):
+            return cfg
+        from omegaconf import OmegaConf
+
+        # Only this recipe's sections (a drill's run attached by pretrain.py has no chaos to run).
+        known = {f.name for f in dataclasses.fields(type(cfg))} - {"controller"}
+        saved = {k: v for k, v in state["config"].items() if k in known}
+        merged = OmegaConf.merge(OmegaConf.structured(type(cfg)), saved)
+        job = OmegaConf.to_object(merged)
+        job.controller = cfg.controller
+        return job
+
+    def heartbeat(self, now: float, force: bool = False) -> None:
+        if force or now - self._last_beat >= self.cfg.heartbeat_s:
+            atomic_write(self.layout.controller_heartbeat, json.dumps({"pid": os.getpid(), "time": now}))
+            self._last_beat = now
+
+    def start_heartbeat(self) -> None:
+        """Refresh the heartbeat from a thread of its own: the watch loop blocks for seconds
+        at times (starting the Lighthouse, preparing data, stopping a group), and the lease
+        is about the controller being gone, not busy. It stops with the process (SIGKILL,
+        SIGSTOP) or at :meth:`close`."""
+        self.heartbeat(time.time(), force=True)
+
+        def beat() -> None:
+            while not self._beat_stop.wait(self.cfg.heartbeat_s):
+                try:
+                    self.heartbeat(time.time(), force=True)
+                except OSError:
+                    pass
+
+        self._beat_thread = threading.Thread(target=beat, name="controller-heartbeat", daemon=True)
+        self._beat_thread.start()
+
+    def tick(self, now: float) -> None:
+        if not self._stop_seen and os.path.exists(self.layout.stop_request):
+            # python -m monarch_ft stop: every group finishes at one step just ahead, saves its
+            # checkpoint there and exits 0 (what the ranks do by themselves with no controller).
+            self._stop_seen = True
+            step = finish_at(self.layout.stop_at_step, self.sup.job_step)
+            self.sup.events.emit(EventKind.FINISH_REQUESTED, step=step, reason="stop_command")
+        self.save()
+
+    def close(self, finished: bool) -> None:
+        """At the end: a finished job marks its state so, a detached one leaves it for the next controller."""
+        self._beat_stop.set()
+        if finished:
+            self.save(finished=True)
+        else:
+            self.save()
+            self.sup.events.emit(EventKind.CONTROLLER_DETACHED, pid=os.getpid())
+        self.lock.release()
+
+    # ------------------------------------------------------------ state
+    def identity(self, proc: RankProcess) -> Optional[ProcessIdentity]:
+        """The rank's identity, read once (at its first save, right after launch)."""
+        key = id(proc)
+        if self._identities.get(key) is None:
+            # Not known yet is asked again: a Slurm rank's pid is known once its job runs.
+            ident = getattr(proc, "identity", None)
+            self._identities[key] = ident if isinstance(ident, ProcessIdentity) else ProcessIdentity.of(proc.pid)
+        return self._identities[key]
+
+    def snapshot(self, finished: bool = False) -> dict[str, Any]:
+        sup = self.sup
+        return {
+            "version": STATE_VERSION,
+            "finished": finished,
+            "controller_pid": os.getpid(),
+            # The job-wide state, as the supervisor records it (Supervisor.takeover_record).
+            **sup.takeover_record(),
+            "losses": {str(g.index): g.losses[:1] + g.losses[-1:] for g in sup.groups},
+            "groups": [
+                {
+                    "index": g.index,
+                    **{k: getattr(g, k) for k in _GROUP_FIELDS},
+                    "ranks": [_rank_record(rs, self.identity(rs.proc) if rs.exited is None else None) for rs in g.ranks],
+                }
+                for g in sup.groups
+            ],
+        }
+
+    def save(self, finished: bool = False) -> None:
+        """Write the state when it changed (one atomic write: a SIGKILL leaves the old or the new)."""
+        state = self.snapshot(finished)
+        text = json.dumps(state, default=str)
+        if text != self._last_saved:
+            atomic_write(self.layout.controller_state, text)
+            self._last_saved = text
+
+    # ------------------------------------------------------------ takeover
+    def restore(self, now: float) -> tuple[dict, dict[int, str], list]:
+        """Rebuild the supervisor's view from ``controller.json`` and the live processes (no
+        event, no action yet: the supervisor applies it, ``Supervisor._take_over``).
+        Returns the state, each group's :class:`AttachAction`, and the groups to fail with
+        their lost ranks."""
+        sup = self.sup
+        state = read_json(self.layout.controller_state)
+        sup.events.events = read_jsonl(self.layout.events)
+        relayed = relayed_records(sup.events.events, self.layout.metrics)
+        sup.restore_takeover_record(state, now)
+        decisions: dict[int, str] = {}
+        failed = []
+        for rec in state.get("groups", []):
+            g = sup.groups[rec["index"]]
+            for k in _GROUP_FIELDS:
+                if k in rec:  # a state file written before a field existed keeps its default
+                    setattr(g, k, rec[k])
+            g.status = GroupStatus(g.status)
+            g.losses = list(state.get("losses", {}).get(str(g.index), []))
+            g.ranks = []
+            alive, exited = [], []
+            for r in rec["ranks"]:
+                launch = RankLaunch(env={}, extra={}, **r["launch"])
+                ident = ProcessIdentity(r["pid"], r["start"]) if r["pid"] else None
+                report = self.layout.report(launch.group, launch.rank, launch.attempt)
+                # By the launcher's own handle (a Slurm job id), else by pid and start time.
+                proc = sup.launcher.adopt(launch, ident or ProcessIdentity(0, None), report)
+                tail = ResumedTail(report, relayed)
+                tail.seek(r["report_offset"])
+                rs = RankState(proc, tail, last_progress=now)
+                for k in (*_RANK_FIELDS, "exited"):
+                    if k in r:
+                        setattr(rs, k, r[k])
+                # Silence and phase clocks restart now: the time unwatched is not the rank's.
+                rs.phase_seen = now
+                g.ranks.append(rs)
+                # A rank that ended while unsupervised: with 0 it finished (not a failure).
+                code = proc.poll() if r["exited"] is None else r["exited"]
+                alive.append(code is None)
+                exited.append(code)
+            action = decide_attach(g.status, alive, exited)
+            decisions[g.index] = action.value
+            if action is AttachAction.FAIL:
+                failed.append((g, [rs.proc.launch.rank for rs, a, e in zip(g.ranks, alive, exited) if not a and e != 0]))
+            if g.status == GroupStatus.WAITING:
+                g.next_launch = now
+        return state, decisions, failed
+
+    def lost(self, state: dict, now: float) -> dict:
+        """Record ``controller_lost`` at the previous controller's last heartbeat."""
+        last_beat = heartbeat_time(self.layout.controller_heartbeat) or now
+        return self.sup.events.emit(EventKind.CONTROLLER_LOST, time=last_beat, pid=state.get("controller_pid"), job_step=self.sup.job_step)
+
+    # ------------------------------------------------------------ summary
+    def summary(self) -> dict[str, Any]:
+        """summary.json's ``controller`` section: the job's controllers and each span it ran
+        without one (from controller_lost to the next controller_attached, or to the job's
+        end when its lease ended it), with the steps committed meanwhile."""
+        events = self.sup.events.events
+        spans = []
+        for i, e in enumerate(events):
+            if e["event"] != EventKind.CONTROLLER_LOST:
+                continue
+            back = next((x for x in events[i + 1 :] if x["event"] == EventKind.CONTROLLER_ATTACHED), None)
+            until = back["time"] if back else time.time()
+            ended_by = "controller_attached" if back else self.ended_by
+            seconds = back["unsupervised_s"] if back and "unsupervised_s" in back else round(until - e["time"], 3)
+            spans.append({"from": e["time"], "until": until, "seconds": seconds, "ended_by": ended_by})
+        if spans:
+            steps = committed_steps(self.layout.metrics, [(s["from"], s["until"]) for s in spans])
+            for span, n in zip(spans, steps):
+                span["steps_committed"] = n
+        return {
+            "controllers": 1 + sum(1 for e in events if e["event"] == EventKind.CONTROLLER_ATTACHED),
+            "unsupervised_s": round(sum(s["seconds"] for s in spans), 3),
+            "unsupervised": spans,
+            "ended_by_lease": self.ended_by == "lease_expired",
+        }
+
+
+# ---------------------------------------------------------------- relayed once
+def relayed_records(events: list[dict], metrics_path: str, tail_bytes: int = 4 << 20) -> set[tuple]:
+    """(rank pid, record time) of every rank record already relayed to events.jsonl and
+    (the newest ``tail_bytes`` of) metrics.jsonl. A controller killed between relaying a
+    tick's records and saving its report offsets leaves them to be read again by the next:
+    :class:`ResumedTail` drops them, so each record is relayed once."""
+    keys = {(e.get("pid"), e.get("time")) for e in events if "rank" in e and "pid" in e}
+    try:
+        with open(metrics_path, "rb") as f:
+            f.seek(max(0, os.path.getsize(metrics_path) - tail_bytes))
+            lines = f.read().split(b"\n")[1:]
+    except OSError:
+        lines = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        keys.add((rec.get("pid"), rec.get("time")))
+    return keys
+
+
+class ResumedTail(ReportTail):
+    """A report read on from a previous controller's saved offset, less the records it had
+    relayed after its last save (its first read covers them all: they are dropped then).
+
+    Args:
+        path: the rank's report file.
+        relayed: :func:`relayed_records`.
+    """
+
+    def __init__(self, path: str, relayed: set[tuple]) -> None:
+        super().__init__(path)
+        self._relayed: Optional[set[tuple]] = relayed
+
+    def read(self) -> list[dict[str, Any]]:
+        out = super().read()
+        if self._relayed is not None:
+            out = [r for r in out if (r.get("pid"), r.get("time")) not in self._relayed]
+            self._relayed = None
+        return out
+
+
+def committed_steps(metrics_path: str, spans: list[tuple[float, float]]) -> list[int]:
+    """How many distinct steps rank 0 of any group committed within each (from, until) span."""
+    found: list[set[int]] = [set() for _ in spans]
+    try:
+        with open(metrics_path, "rb") as f:
+            for line in f:
+                if b'"committed": true' not in line:
+                    continue
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("rank") != 0:
+                    continue
+                for i, (start, end) in enumerate(spans):
+                    if start <= rec.get("time", 0) <= end:
+                        found[i].add(rec["step"])
+    except OSError:
+        pass
+    return [len(f) for f in found]

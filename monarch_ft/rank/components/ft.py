@@ -1,0 +1,416 @@
+"""The TorchFT side of a rank: Manager, cross-group gradient sync, FT state dict.
+
+Inside a group the ranks shard the model with FSDP2; across groups the same shard
+(same group rank) is averaged through the Manager's reconfigurable process group,
+the HSDP layout TorchTitan uses with TorchFT. A restarted group heals through the
+Manager's checkpoint transport, which ships each rank's own shard only.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Callable, Dict, Iterator, List, Optional
+
+import torch
+from torch import nn
+from torchft import Manager
+from torchft.checkpointing import CheckpointTransport
+
+from monarch_ft.config.ft import FTConfig
+from monarch_ft.rank.components.lighthouse_epoch import LighthouseEpoch, quorum_retries
+from monarch_ft.rank.components.torchft_compat import offset_quorum_ids
+from monarch_ft.records.layout import read_int
+
+logger: logging.Logger = logging.getLogger(__name__)
+
+
+def to_local_tree(obj: Any) -> Any:
+    """State dict with every DTensor replaced by its local shard (what a rank owns)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(obj, DTensor):
+        return obj.to_local()
+    if isinstance(obj, dict):
+        return {k: to_local_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_local_tree(v) for v in obj)
+    return obj
+
+
+def load_in_place(live: Any, incoming: Any, path: str = "") -> None:
+    """Copy ``incoming`` into the live tensors of ``live`` (same structure), checking shapes.
+
+    Loading in place keeps the FSDP parameters and the optimizer's state tensors the
+    very objects the training loop holds; nothing is re-wrapped.
+    """
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(live, torch.Tensor):
+        dst = live.to_local() if isinstance(live, DTensor) else live
+        if not isinstance(incoming, torch.Tensor) or dst.shape != incoming.shape or dst.dtype != incoming.dtype:
+            got = (tuple(incoming.shape), incoming.dtype) if isinstance(incoming, torch.Tensor) else type(incoming)
+            raise ValueError(f"recovered state {path or '<root>'}: expected {tuple(dst.shape)} {dst.dtype}, got {got}")
+        with torch.no_grad():
+            dst.copy_(incoming)
+    elif isinstance(live, dict):
+        if set(live) != set(incoming):
+            raise ValueError(f"recovered state {path or '<root>'}: keys differ ({sorted(map(str, set(live) ^ set(incoming)))[:5]})")
+        for k in live:
+            load_in_place(live[k], incoming[k], f"{path}.{k}" if path else str(k))
+    elif isinstance(live, (list, tuple)):
+        if len(live) != len(incoming):
+            raise ValueError(f"recovered state {path}: length {len(incoming)} != {len(live)}")
+        for i, (a, b) in enumerate(zip(live, incoming)):
+            load_in_place(a, b, f"{path}[{i}]")
+
+
+class CommitFloor:
+    """The rank's guard that the job's committed step never goes back.
+
+    The supervisor writes the job's committed step (the Manager's step after the newest
+    commit of any group) to a control file. A group that joined a quorum with nobody
+    holding the job's state (every peer died while it started) is at a lower step, its
+    initial weights or an old state, and would silently train the job again from there
+    and make later groups heal from it. Such a rank refuses to commit: it reports
+    ``commit_refused`` and votes against the commit (TorchFT's ``report_error``), so a
+    group that is merely behind (back from a partition, in a stale quorum) heals from its
+    peers on the next quorum, in place. After MAX_REFUSALS in a row it has nobody to heal
+    from and ends with ``RankExit.COMMIT_BELOW_FLOOR``; the supervisor relaunches the
+    group, which then loads the newest checkpoint.
+
+    Args:
+        path: the control file (RunLayout.commit_floor); missing means 0.
+    """
+
+    # Refusals in a row after which the group gives up (exit): a stale group in a quorum
+    # with a peer heals on the next quorum; one alone has nobody to heal from.
+    MAX_REFUSALS = 3
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.refusals = 0  # consecutive refused commits
+
+    def job_step(self) -> int:
+        return read_int(self.path)
+
+    def allows(self, step: int) -> tuple[bool, int]:
+        """Whether committing ``step`` (leaving the rank at ``step + 1``) keeps up with the job.
+
+        Peers of one quorum commit the same step, so committing the job's newest step
+        again is allowed; anything lower is not."""
+        job = self.job_step()
+        allowed = step + 1 >= job
+        self.refusals = 0 if allowed else self.refusals + 1
+        return allowed, job
+
+
+class RecordingTransport(CheckpointTransport):
+    """Wraps any CheckpointTransport and reports each send/receive (peer, bytes, seconds).
+
+    The supervisor's event log learns from these reports which peer a restarted group
+    healed from and how long moving the weights took, whatever the transport.
+    """
+
+    def __init__(self, inner: CheckpointTransport, report: Callable[..., None]) -> None:
+        self.inner = inner
+        self._report = report
+
+    def metadata(self) -> str:
+        return self.inner.metadata()
+
+    def send_checkpoint(self, dst_ranks: List[int], step: int, state_dict: Any, timeout: timedelta) -> None:
+        start = time.time()
+        self.inner.send_checkpoint(dst_ranks, step, state_dict, timeout)
+        self._report("checkpoint_sent", dst_ranks=list(dst_ranks), step=step, seconds=time.time() - start)
+
+    def disallow_checkpoint(self) -> None:
+        self.inner.disallow_checkpoint()
+
+    def recv_checkpoint(self, src_rank: int, metadata: str, step: int, timeout: timedelta) -> Any:
+        start = time.time()
+        self._report("recovery_started", src_replica_rank=src_rank, src=metadata, step=step)
+        try:
+            state = self.inner.recv_checkpoint(src_rank, metadata, step, timeout)
+        except Exception as e:
+            self._report("recovery_failed", src_replica_rank=src_rank, src=metadata, step=step, error=str(e)[:500])
+            raise
+        self._report(
+            "weights_recovered",
+            src_replica_rank=src_rank,
+            src=metadata,
+            step=step,
+            bytes=tensor_bytes(state),
+            seconds=time.time() - start,
+            started=start,
+        )
+        return state
+
+    def shutdown(self, wait: bool = True) -> None:
+        self.inner.shutdown(wait=wait)
+
+
+def tensor_bytes(obj: Any) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(tensor_bytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(tensor_bytes(v) for v in obj)
+    return 0
+
+
+def build_transport(cfg: FTConfig, timeout: timedelta, lighthouse_addr: str, report: Callable[..., None]) -> CheckpointTransport:
+    """The checkpoint transport a restarted group heals through (``ft.transport``).
+
+    ``sharded`` (ours) binds and advertises the address that
+    :mod:`monarch_ft.transport.interface` picks (``ft.transport_interface``, else the
+    RDMA port's interface, else the route to the Lighthouse); the choice and why are
+    logged and reported as a ``transport_interface`` event. ``http`` is TorchFT's
+    HTTPTransport (it advertises the host name). TorchFT's PGTransport over the
+    Manager's own gloo process group timed out on every receive here (torchft 0.2.0),
+    so ``pg`` is refused up front by config validation; it is measured in
+    benchmarks/transport_bench.py over a dedicated process group.
+    """
+    from monarch_ft.transport import build_checkpoint_transport
+
+    if cfg.transport == "sharded":
+        from monarch_ft.transport.interface import resolve
+
+        choice = resolve(cfg.transport_interface, lighthouse_addr)
+        logger.info("checkpoint transport on %s (%s) because: %s", choice.address, choice.interface, choice.why)
+        report("transport_interface", address=choice.address, interface=choice.interface, why=choice.why)
+        return build_checkpoint_transport("sharded", timeout=timeout, host=choice.address, bind_host=choice.bind)
+    if cfg.transport == "http":
+        return build_checkpoint_transport("http", timeout=timeout)
+    raise ValueError(f"ft.transport={cfg.transport!r}: choose sharded or http")
+
+
+class MonarchManager(Manager):
+    """torchft's Manager with three small additions the sync strategies need, through its
+    public methods only (what the trainer needs of its process group and transport is kept
+    by :class:`FTParts`; what torchft has no public seam for is in
+    monarch_ft.rank.components.torchft_compat).
+
+    * ``before_commit``: called at the top of every ``should_commit``, after the quorum and
+      the sync's collectives. In localsgd/diloco torchft's own optimizer hooks call
+      ``should_commit``, so this is the one place between a heal and a commit where a rank
+      can learn who took part (monarch_ft.rank.components.sync) and refuse a commit below the
+      job's floor (CommitFloor).
+    * ``heals``: how many times the Manager's own state was loaded (a heal from a peer, or a
+      disk checkpoint), so a step record can say that a group's window was replaced.
+    * ``seconds``: wall time the calling thread spent in quorum (start_quorum, wait_quorum)
+      and in the commit vote, for the overhead benchmark's per-step breakdown. Nested calls
+      (start_quorum waits for the quorum itself) count once.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.before_commit: Optional[Callable[[], None]] = None
+        self.heals = 0
+        self.seconds = {"quorum": 0.0, "commit": 0.0}
+        self._timing_depth = 0
+        super().__init__(*args, **kwargs)
+
+    @contextmanager
+    def _timed(self, key: str) -> Iterator[None]:
+        self._timing_depth += 1
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._timing_depth -= 1
+            if self._timing_depth == 0:
+                self.seconds[key] += time.perf_counter() - start
+
+    def take_seconds(self) -> Dict[str, float]:
+        """The time accrued since the last call, then reset."""
+        out, self.seconds = self.seconds, {"quorum": 0.0, "commit": 0.0}
+        return out
+
+    def start_quorum(self, *args: Any, **kwargs: Any) -> None:
+        with self._timed("quorum"):
+            super().start_quorum(*args, **kwargs)
+
+    def wait_quorum(self) -> None:
+        with self._timed("quorum"):
+            super().wait_quorum()
+
+    def should_commit(self, timeout: Optional[timedelta] = None) -> bool:
+        if self.before_commit is not None:
+            self.before_commit()
+        with self._timed("commit"):
+            return super().should_commit(timeout)
+
+    def load_state_dict(self, state_dict: Dict[str, int]) -> None:
+        self.heals += 1
+        super().load_state_dict(state_dict)
+
+
+def _recording(pg_class: type) -> type:
+    """``pg_class`` whose ``configure`` remembers the quorum it was configured for.
+
+    The Manager reconfigures its process group once per new Lighthouse quorum with the
+    quorum id (torchft's ProcessGroup.configure signature); keeping it here gives the step
+    record its ``quorum_id`` without reading the Manager's private attributes."""
+
+    class Recording(pg_class):
+        quorum_id: int = -1
+
+        def configure(self, store_addr: str, replica_id: str, rank: int, world_size: int, quorum_id: Optional[int] = None, *args: Any, **kwargs: Any) -> None:
+            super().configure(store_addr, replica_id, rank, world_size, quorum_id, *args, **kwargs)
+            if quorum_id is not None:
+                self.quorum_id = quorum_id
+
+    Recording.__name__ = Recording.__qualname__ = f"Recording{pg_class.__name__}"
+    return Recording
+
+
+@dataclass
+class CrossGroup:
+    """What a rank needs across groups before it knows which group it is: the cross-group
+    process group (unconfigured until the first quorum) and the checkpoint transport
+    (bound and serving). Neither talks to the Lighthouse, so a warm standby builds them
+    ahead of its promotion (monarch_ft.rank.standby_wait).
+
+    Args:
+        process_group: torchft's ProcessGroupGloo/NCCL, recording its quorum id.
+        transport: the RecordingTransport peers heal from.
+    """
+
+    process_group: Any
+    transport: "RecordingTransport"
+
+
+def build_cross_group(cfg: FTConfig, *, lighthouse_addr: str, report: Callable[..., None], backend: str) -> CrossGroup:
+    """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/common/devices.py)."""
+    from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
+
+    timeout = timedelta(seconds=cfg.timeout_s)
+    pg = _recording(ProcessGroupNCCL if backend == "nccl" else ProcessGroupGloo)(timeout=timeout)
+    transport = RecordingTransport(build_transport(cfg, timeout, lighthouse_addr, report), report)
+    return CrossGroup(pg, transport)
+
+
+@dataclass
+class FTParts:
+    """What the trainer and the fault agent use of TorchFT, through public seams only.
+
+    Args:
+        manager: the rank's MonarchManager (quorum, allreduce, commit, heal).
+        cross: the process group and transport the Manager was built on, kept by us.
+    """
+
+    manager: MonarchManager
+    cross: CrossGroup
+
+    @property
+    def quorum_id(self) -> int:
+        """The Lighthouse quorum this rank last configured for (the step record's quorum_id)."""
+        return self.cross.process_group.quorum_id
+
+    def checkpoint_metadata(self) -> str:
+        """Where peers fetch this rank's state from (its checkpoint transport's address)."""
+        return self.cross.transport.metadata()
+
+    def abort_process_group(self) -> None:
+        """Abort the cross-group process group (gloo here, NCCL's communicator abort on CUDA):
+        the in-flight collective fails on every participant and the step is discarded."""
+        self.cross.process_group.abort()
+
+    def current_step(self) -> int:
+        return self.manager.current_step()
+
+
+def build_manager(
+    cfg: FTConfig,
+    cross: CrossGroup,
+    *,
+    group: int,
+    rank: int,
+    world_size: int,
+    store_addr: str,
+    store_port: int,
+    lighthouse_addr: str,
+    hostname: str,
+    state_dict: Callable[[], Dict[str, Any]],
+    load_state_dict: Callable[[Dict[str, Any]], None],
+    use_async_quorum: bool = True,
+    lighthouse_epoch_path: Optional[str] = None,
+) -> FTParts:
+    """The Manager of replica ``group_<group>`` over ``cross`` (see :func:`build_cross_group`).
+
+    The Manager heartbeats the Lighthouse from construction on, so it is built only once
+    the rank knows its group (a standby builds it on promotion, never before: a
+    heartbeating replica that never asks for a quorum holds every quorum up).
+
+    ``lighthouse_epoch_path``: the run's Lighthouse epoch file (monarch_ft.controller.lighthouse): quorum
+    ids are offset per Lighthouse restart. Whatever it is, a quorum the Lighthouse failed is
+    retried across ``ft.quorum_timeout_s`` (rank.components.lighthouse_epoch).
+
+    ``use_async_quorum``: hsdp overlaps the next quorum with compute (True); torchft's DiLoCo
+    refuses an async quorum, and localsgd uses the same synchronous one (see sync.py)."""
+    timeout = timedelta(seconds=cfg.timeout_s)
+    manager = MonarchManager(
+        pg=cross.process_group,
+        load_state_dict=load_state_dict,
+        state_dict=state_dict,
+        min_replica_size=cfg.min_replica_size,
+        use_async_quorum=use_async_quorum,
+        timeout=timeout,
+        quorum_timeout=timedelta(seconds=cfg.quorum_timeout_s),
+        connect_timeout=timedelta(seconds=cfg.connect_timeout_s),
+        rank=rank,
+        world_size=world_size,
+        store_addr=store_addr,
+        store_port=store_port,
+        lighthouse_addr=lighthouse_addr,
+        replica_id=f"group_{group}",
+        hostname=hostname,
+        checkpoint_transport=cross.transport,
+        # Every group initialises from the same seed, so step 0 needs no weight sync.
+        init_sync=False,
+        # A Lighthouse restarted under a quorum: the quorum completes at the new one.
+        quorum_retries=quorum_retries(cfg.quorum_timeout_s),
+    )
+    if lighthouse_epoch_path:
+        offset_quorum_ids(manager, LighthouseEpoch(lighthouse_epoch_path).quorum_id_offset)
+    return FTParts(manager, cross)
+
+
+class GradSync:
+    """Averages the local gradient shards across participating groups in one collective.
+
+    One flat buffer per step (not one collective per parameter), with a one-hot slot
+    per group appended: after the average, the slots that are non-zero name exactly
+    the groups whose gradients were counted this step.
+    """
+
+    def __init__(self, params: List[nn.Parameter], num_groups: int, group: int) -> None:
+        self.params = params
+        self.num_groups, self.group = num_groups, group
+
+    def sync(self, manager) -> List[int]:
+        from torch.distributed.tensor import DTensor
+
+        grads = []
+        for p in self.params:
+            g = p.grad
+            if g is None:
+                g = torch.zeros_like(p)
+                p.grad = g
+            grads.append(g.to_local() if isinstance(g, DTensor) else g)
+        onehot = torch.zeros(self.num_groups, dtype=torch.float32, device=grads[0].device)
+        onehot[self.group] = 1.0
+        flat = torch.cat([g.reshape(-1) for g in grads] + [onehot])
+        manager.allreduce(flat).wait()
+        offset = 0
+        with torch.no_grad():
+            for g in grads:
+                n = g.numel()
+                g.copy_(flat[offset : offset + n].view_as(g))
+                offset += n
+        members = flat[offset:]
+        return [i for i in range(self.num_groups) if members[i].item() > 0]

@@ -1,0 +1,104 @@
+"""The rank report format: one JSON object per line, appended to a file per rank attempt.
+
+A rank appends ``step``, ``event``, ``heartbeat`` and ``liveness`` records
+(``monarch_ft.rank.components.metrics.RankReporter``); the controller tails the files
+(:class:`ReportTail`). A file per rank means no locking and nothing lost when a rank dies
+mid-write: a torn last line is simply skipped by the reader. The exception that ends a
+rank is reported in the form :func:`error_record` gives it, which the controller compares
+between relaunches to tell a crash loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from typing import Any
+
+from monarch_ft import REPO_ROOT
+
+
+class ReportTail:
+    """Incrementally reads complete lines appended to a rank's report file."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    @property
+    def position(self) -> int:
+        """Byte offset of the first line not returned yet (what a new controller resumes at)."""
+        return self._offset - len(self._partial)
+
+    def seek(self, position: int) -> None:
+        self._offset, self._partial = position, b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        out = []
+        for line in lines:
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+
+def report_finished(report_path: str) -> bool:
+    """The rank reported ``rank_finished`` (it exits 0 right after)."""
+    return any(r.get("type") == "event" and r.get("event") == "rank_finished" for r in ReportTail(report_path).read())
+
+
+# Errors of the world around a rank, not of its config, data or code: a connection, a store,
+# a collective whose peer died, a timeout, and anything raised inside TorchFT (its Lighthouse
+# and Manager clients: coordination with other processes). A relaunch may not meet them again
+# (a partition heals, a peer comes back), so they never make a crash loop; the restart budget
+# bounds them as before. Misjudging one the other way would give up a group that could have
+# come back, so the doubtful cases count as environmental.
+ENVIRONMENT_ERRORS = (ConnectionError, TimeoutError)
+ENVIRONMENT_ERROR_NAMES = {"DistNetworkError", "DistStoreError", "DistBackendError"}  # torch.distributed's, by name: no torch import here
+ENVIRONMENT_PACKAGES = ("torchft",)
+
+
+def short_path(path: str) -> str:
+    """A source path as a user reads it: from its package down (``torchtitan/models/...``,
+    ``monarch_ft/...``), not the machine's install prefix."""
+    for marker in ("site-packages/", "dist-packages/"):
+        if marker in path:
+            return path.rsplit(marker, 1)[1]
+    root = REPO_ROOT + os.sep
+    return path[len(root) :] if path.startswith(root) else path
+
+
+def error_record(exc: BaseException) -> dict[str, Any]:
+    """What a rank reports (event ``rank_error``) about the exception that ends it.
+
+    ``error`` is the traceback's own last line (``RuntimeError: shape ...``), ``error_type``
+    the exception's qualified name and ``frame`` the innermost frame (``file:line in
+    function``): the two the controller compares between relaunches (``monarch_ft.controller.budget.crash_loop``).
+    ``environmental``: see :data:`ENVIRONMENT_ERRORS`. The full traceback stays in the rank's log.
+    """
+    tb = traceback.extract_tb(exc.__traceback__)
+    last = tb[-1] if tb else None
+    frame = f"{short_path(last.filename)}:{last.lineno} in {last.name}" if last else ""
+    kind = type(exc)
+    module = "" if kind.__module__ == "builtins" else f"{kind.__module__}."
+    names = {c.__name__ for c in kind.__mro__}
+    in_package = bool(last) and any(f"/{p}/" in last.filename for p in ENVIRONMENT_PACKAGES)
+    line = traceback.format_exception_only(kind, exc)[-1].strip()
+    return {
+        "error": line[:1000],
+        "error_type": module + kind.__qualname__,
+        "frame": frame,
+        "environmental": isinstance(exc, ENVIRONMENT_ERRORS) or bool(names & ENVIRONMENT_ERROR_NAMES) or in_package,
+    }

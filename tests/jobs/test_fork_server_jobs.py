@@ -1,0 +1,81 @@
+"""A real fork server (monarch_ft.rank.zygote, driven by monarch_ft.controller.fork_pool) with
+real forked children, signals and exit codes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import psutil
+import pytest
+
+from monarch_ft.common.process import die_with_parent
+from monarch_ft.controller.fork_pool import ForkError, ForkServer, ServerState
+from monarch_ft.launcher.base import ForkHost, RankLaunch
+
+WORKER = [sys.executable, "-m", "monarch_ft.rank.worker"]
+
+
+def _launch(tmp_path, name: str, spec: str) -> RankLaunch:
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONUNBUFFERED="1")
+    return RankLaunch(group=0, rank=0, attempt=1, argv=[*WORKER, spec], env=env, log_path=str(tmp_path / "logs" / f"{name}.log"), cwd=str(tmp_path))
+
+
+def _wait(predicate, timeout: float, what: str):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+@pytest.mark.slow
+def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
+    """A fork server with the worker's imports: forked children are ranks in their own
+    session and log, signals and /proc reach them by pid, their exit codes come back through
+    the server; once the server is gone a child is watched by pid and start time."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONUNBUFFERED="1")
+    server = ForkServer(ForkHost("localhost", [], die_with_parent), env, str(tmp_path / "logs" / "fs.log"), str(tmp_path), ["monarch_ft.rank.trainer"])
+    try:
+        _wait(lambda: server.state is ServerState.READY, 120, "the fork server ready")
+        assert server.ready_info["import_s"] > 0
+        # A spec that is not there: the worker fails as `python -m monarch_ft.rank.worker` would (1).
+        bad = server.fork(_launch(tmp_path, "bad", str(tmp_path / "missing.json")), die_with_parent=False)
+        assert bad.wait(30) == 1
+        assert "missing.json" in (tmp_path / "logs" / "bad.log").read_text()
+        # A spec that is a FIFO nobody writes: the worker blocks opening it, a live rank.
+        fifos = []
+        for n in range(2):
+            fifos.append(tmp_path / f"spec{n}.json")
+            os.mkfifo(fifos[-1])
+        a = server.fork(_launch(tmp_path, "a", str(fifos[0])), die_with_parent=False)
+        b = server.fork(_launch(tmp_path, "b", str(fifos[1])), die_with_parent=False)
+        pa = psutil.Process(a.pid)
+        assert pa.ppid() == server.pid and os.getsid(a.pid) == a.pid and pa.cwd() == str(tmp_path)
+        # It reads as the rank it is (ps, psutil, a run's leak check), not as the server.
+        assert pa.cmdline() == a.launch.argv, pa.cmdline()
+        # Its kernel name too (top's column): the program's, not the server's title (monarch_ft.common.proctitle).
+        assert psutil.Process(server.pid).name() == "mft:forkserver" and pa.name() == os.path.basename(a.launch.argv[0])[:15], pa.name()
+        assert psutil.Process(server.pid).cmdline()[0] == f"monarch_ft[{tmp_path}] forkserver", psutil.Process(server.pid).cmdline()
+        assert a.poll() is None
+        a.send_signal(signal.SIGSTOP)
+        _wait(lambda: pa.status() == psutil.STATUS_STOPPED, 10, "the rank stopped")
+        a.kill()
+        assert a.wait(10) == -signal.SIGKILL
+        # Not a rank launch: refused, the relaunch would start cold.
+        with pytest.raises(ForkError, match="not a rank launch"):
+            server.fork(RankLaunch(0, 0, 1, ["nice", "true"], env, str(tmp_path / "x.log"), str(tmp_path)), die_with_parent=False)
+        # The server dies: its live child is an orphan now, watched by pid and start time.
+        os.kill(server.pid, signal.SIGKILL)
+        _wait(lambda: server.state is ServerState.GONE, 10, "the server gone")
+        assert b.poll() is None and psutil.Process(b.pid).is_running()
+        with pytest.raises(ForkError):
+            server.fork(_launch(tmp_path, "c", str(fifos[1])), die_with_parent=False)
+        b.kill()
+        assert b.wait(10) == 255  # gone without rank_finished: LOST_EXIT, as an adopted rank
+    finally:
+        server.close()

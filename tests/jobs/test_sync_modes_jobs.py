@@ -1,0 +1,111 @@
+"""ft.mode=hsdp|localsgd|diloco end to end: real supervisor, Lighthouse and rank processes.
+
+Each mode trains 2 x 2 with a falling loss and equal weights where they must be equal; each
+survives a SIGKILLed rank, the relaunched group heals in step with its peer, and the job
+trains every batch exactly once across the fault (batch ids from the step records).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from chaos.mttr import batch_accounting
+from monarch_ft.controller.loop import request_finish
+from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, start_job, wait_for
+
+H = 10
+
+MODES = {
+    "hsdp": ["ft.mode=hsdp"],
+    "localsgd": ["ft.mode=localsgd", f"ft.sync_every={H}"],
+    "diloco": ["ft.mode=diloco", f"ft.sync_every={H}"],
+}
+
+WINDOW = {"hsdp": 1, "localsgd": H, "diloco": H}
+
+
+def _commits(metrics, group):
+    return [m for m in metrics if m["group"] == group and m["rank"] == 0 and m["committed"]]
+
+
+def assert_every_batch_once(metrics, final_step: int, window: int) -> dict:
+    """Each kept window holds exactly its own batches, no group keeps a batch twice, and
+    together the groups kept every batch of the job."""
+    acc = batch_accounting(metrics)
+    for group, step, batches in acc["windows"]:
+        if batches:  # a group that healed into a sync trained nothing of that window
+            assert batches == list(range(step - window + 1, step + 1)), (group, step, batches)
+    for group, batches in acc["kept"].items():
+        assert len(batches) == len(set(batches)), f"group {group} trained a batch twice: {batches}"
+    union = set().union(*acc["kept"].values())
+    assert union == set(range(final_step)), sorted(set(range(final_step)) ^ union)
+    return acc
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["localsgd", "diloco"])  # hsdp: test_pretrain's 2x2 job and kill, the drills
+def test_mode_trains_and_survives_process_kill_in_step_with_every_batch_once(run_dir, mode):
+    """One job per mode: it trains 2 x 2 with a falling loss, committing at sync points only,
+    and survives a SIGKILLed rank mid-window (one job instead of two: the suite's time)."""
+    w = WINDOW[mode]
+    proc = start_job(run_dir, *FAST, *MODES[mode], "training.steps=100000", "training.state_hash_every=1")
+    metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
+    # Kill mid-window: after group 1's second sync and a few inner steps more.
+    wait_for(lambda: len(_commits(read_jsonl(metrics_path), 1)) >= (2 if w > 1 else 8), 150, "group 1 to sync")
+    if w > 1:
+        wait_for(lambda: max(m["step"] for m in read_jsonl(metrics_path) if m["group"] == 1) % w >= w // 2, 60, "mid-window")
+    victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
+    os.kill(victim["pid"], signal.SIGKILL)
+    back = lambda: [m for m in _commits(read_jsonl(metrics_path), 1) if m["attempt"] >= 1 and m["participating_groups"] == [0, 1]]
+    wait_for(back, 200, "group 1 to commit a sync with group 0 again")
+    finish = max(m["step"] for m in _commits(read_jsonl(metrics_path), 0)) + 1 + 2 * w
+    request_finish(str(run_dir), finish)
+    code = finish_job(proc, run_dir, 240)
+    assert code == 0, console(run_dir)[-3000:]
+
+    metrics = read_jsonl(metrics_path)
+    events = read_jsonl(events_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert any(e["event"] == "group_failed" and e["group"] == 1 for e in events)
+    assert any(e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] >= 1 for e in events)
+    final = summary["groups"]["0"]["final_step"]
+    assert final == summary["groups"]["1"]["final_step"] and final % w == 0
+    assert summary["weights_consistent"] is True
+
+    # Back in step: the relaunched group's first sync is the peer's (same step, same quorum),
+    # it healed into it, and its next batch is exactly the one after that sync.
+    rejoin = [m for m in _commits(metrics, 1) if m["attempt"] >= 1][0]
+    peer = [m for m in _commits(metrics, 0) if m["step"] == rejoin["step"]]
+    assert peer and peer[-1]["quorum_id"] == rejoin["quorum_id"], (rejoin, peer)
+    after = sorted((m for m in metrics if m["group"] == 1 and m["rank"] == 0 and m["attempt"] >= 1 and m["time"] > rejoin["time"]), key=lambda m: m["time"])
+    assert after and after[0]["batch"] == rejoin["step"] + 1, (rejoin, after[:2])
+    if w > 1:
+        assert rejoin["healed"] is True and rejoin["batch"] is None  # trained nothing before its heal
+
+    # Weights agree at every sync both groups hashed, before the kill and after the rejoin.
+    hashes: dict[tuple[int, int], dict[int, str]] = {}
+    for m in metrics:
+        if m.get("state_hash") and m["committed"]:
+            hashes.setdefault((m["step"], m["rank"]), {})[m["group"]] = m["state_hash"]
+    common = {k: v for k, v in hashes.items() if len(v) == 2}
+    assert any(step >= rejoin["step"] for step, _ in common) and any(step < rejoin["step"] for step, _ in common), sorted(common)
+    assert all(len(set(v.values())) == 1 for v in common.values()), common
+
+    # The mode ran as asked: every record is of it, commits only at sync points (every
+    # window-th step), group 0 never left the quorum, and the loss fell.
+    assert {m["mode"] for m in metrics} == {mode}
+    for g in (0, 1):
+        assert all(m["step"] % w == w - 1 for m in _commits(metrics, g)), [m["step"] for m in _commits(metrics, g)]
+    assert all(0 in m["participating_groups"] for m in _commits(metrics, 0))
+    losses = [m["loss"] for m in sorted(metrics, key=lambda m: m["step"]) if m["loss"] is not None]
+    n = len(losses) // 5
+    assert sum(losses[-n:]) / n < sum(losses[:n]) / n - 0.3, losses
+
+    acc = assert_every_batch_once(metrics, final, w)
+    # What the kill cost: the killed group's unsynced steps, at most one window (+1: the step in flight).
+    lost = [x for x in acc["discarded"] if x["group"] == 1 and x["attempt"] == 0]
+    assert sum(x["steps"] for x in lost) <= w + 1

@@ -1,0 +1,139 @@
+"""The rank-side pieces the drills exercise only in minutes-long runs, tested in milliseconds:
+report files read while they are written, the cross-group gradient average, in-place heals."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import torch
+
+from monarch_ft.rank.components.ft import GradSync, load_in_place
+from monarch_ft.rank.components.metrics import RankReporter
+from monarch_ft.records.layout import read_jsonl
+from monarch_ft.records.reports import ReportTail
+
+
+def test_report_tail_skips_a_torn_last_line_until_it_is_whole(tmp_path):
+    path = tmp_path / "g0r0.a0.jsonl"
+    tail = ReportTail(str(path))
+    assert tail.read() == [], "no file yet: nothing, no error"
+    whole = json.dumps({"step": 1}) + "\n" + json.dumps({"step": 2}) + "\n"
+    torn = json.dumps({"step": 3})[:5]
+    path.write_text(whole + torn)
+    assert [r["step"] for r in tail.read()] == [1, 2]
+    assert read_jsonl(str(path)) == [{"step": 1}, {"step": 2}], "a writer that died mid-line leaves a tail the reader skips"
+    with open(path, "a") as f:
+        f.write(json.dumps({"step": 3})[5:] + "\n" + "not json\n" + json.dumps({"step": 4}) + "\n")
+    assert [r["step"] for r in tail.read()] == [3, 4], "the rest of the line completes it; a garbled line is skipped"
+    assert tail.read() == []
+
+
+def test_reporter_lines_are_whole_under_concurrent_threads(tmp_path):
+    path = tmp_path / "r.jsonl"
+    reporter = RankReporter(str(path), 1, 0, 2)
+
+    def burst(i):
+        for n in range(200):
+            reporter.event("e", thread=i, n=n, pad="x" * 500)
+
+    threads = [threading.Thread(target=burst, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    reporter.close()
+    reporter.event("after_close")  # a late report from a transport thread: dropped, no error
+    records = read_jsonl(str(path))
+    assert len(records) == 800 and all(r["group"] == 1 and r["attempt"] == 2 for r in records)
+
+
+class FakeAllreduce:
+    """The collective torchft's Manager.allreduce performs across groups (its AVG): the sum of the
+    participating groups' tensors divided by their number; a group that is not participating
+    (healing) contributes zeros. A fake for GradSync's packing, with one thread per group."""
+
+    def __init__(self, groups: int, participating: set[int]) -> None:
+        self.participating = participating
+        self.barrier = threading.Barrier(groups)
+        self.buffers: dict[int, torch.Tensor] = {}
+        self.lock = threading.Lock()
+
+    def for_group(self, group: int):
+        fake = self
+
+        class Manager:
+            def allreduce(self, tensor):
+                if group not in fake.participating:
+                    tensor.zero_()
+                with fake.lock:
+                    fake.buffers[group] = tensor.clone()
+                fake.barrier.wait()
+                total = sum(fake.buffers.values())
+                fake.barrier.wait()
+                tensor.copy_(total / len(fake.participating))
+
+                class Done:
+                    def wait(self):
+                        return True
+
+                return Done()
+
+        return Manager()
+
+
+def _params(seed):
+    torch.manual_seed(seed)
+    params = [torch.nn.Parameter(torch.zeros(3, 4)), torch.nn.Parameter(torch.zeros(5)), torch.nn.Parameter(torch.zeros(2))]
+    for p in params[:2]:
+        p.grad = torch.randn_like(p)
+    return params  # the last one has no gradient (unused this step)
+
+
+@pytest.mark.parametrize("participating", [{0, 1, 2}, {0, 2}])
+def test_grad_sync_averages_every_shard_in_one_collective_and_names_the_groups_counted(participating):
+    groups = [_params(seed) for seed in range(3)]
+    grads_before = [[p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in ps] for ps in groups]
+    objects = [[p.grad for p in ps] for ps in groups]
+    fake = FakeAllreduce(3, participating)
+    members: dict[int, list[int]] = {}
+
+    def run(g):
+        members[g] = GradSync(groups[g], num_groups=3, group=g).sync(fake.for_group(g))
+
+    threads = [threading.Thread(target=run, args=(g,)) for g in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert members == dict.fromkeys(range(3), sorted(participating))
+    for i in range(3):
+        expected = sum(grads_before[g][i] for g in participating) / len(participating)
+        for g in range(3):
+            assert torch.allclose(groups[g][i].grad, expected)
+    # Gradients averaged in place: the optimizer keeps the very tensors it holds (a missing one is made).
+    for g in range(3):
+        assert groups[g][0].grad is objects[g][0] and groups[g][2].grad is not None
+
+
+def test_load_in_place_copies_into_the_live_tensors_and_names_what_differs():
+    live = {"model": {"w": torch.zeros(2, 3), "b": torch.zeros(3)}, "optim": {"w": [torch.zeros(2, 3), torch.zeros(1)]}}
+    held = live["model"]["w"]
+    incoming = {"model": {"w": torch.ones(2, 3), "b": torch.full((3,), 2.0)}, "optim": {"w": [torch.ones(2, 3), torch.tensor([7.0])]}}
+    load_in_place(live, incoming)
+    assert live["model"]["w"] is held and bool((held == 1).all()) and bool((live["model"]["b"] == 2).all())
+    assert live["optim"]["w"][1].item() == 7.0
+
+    def refused(incoming_tree):
+        with pytest.raises(ValueError) as e:
+            load_in_place({"model": {"w": torch.zeros(2, 3)}, "optim": [torch.zeros(1)]}, incoming_tree)
+        return str(e.value)
+
+    assert "model.w: expected (2, 3) torch.float32, got ((3, 2), torch.float32)" in refused({"model": {"w": torch.zeros(3, 2)}, "optim": [torch.zeros(1)]})
+    assert "model.w: expected (2, 3) torch.float32, got ((2, 3), torch.float64)" in refused(
+        {"model": {"w": torch.zeros(2, 3, dtype=torch.float64)}, "optim": [torch.zeros(1)]}
+    )
+    assert "model: keys differ (['v', 'w'])" in refused({"model": {"v": torch.zeros(2, 3)}, "optim": [torch.zeros(1)]})
+    assert "optim: length 2 != 1" in refused({"model": {"w": torch.zeros(2, 3)}, "optim": [torch.zeros(1), torch.zeros(1)]})
+    assert "got <class 'NoneType'>" in refused({"model": {"w": None}, "optim": [torch.zeros(1)]})

@@ -1,0 +1,168 @@
+"""torchft's private surface, checked against the installed (pinned) torchft in seconds.
+
+Every private name monarch_ft.rank.components.torchft_compat touches (its PRIVATE_SURFACE) must
+be there with the expected parameters or type. A torchft upgrade that moves one fails here,
+naming it. The adapter's functions then run once against a real Manager: an in-process
+Lighthouse, a TCPStore, gloo, one replica, LocalSGD and DiLoCo on a tiny model. This also
+covers what the adapter does not touch but relies on: the Manager's ``quorum_retries``,
+``ProcessGroup.configure``'s positional ``quorum_id``, the names MonarchManager adds not
+shadowing torchft's, and the Lighthouse's console-script target the controller starts.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import inspect
+from datetime import timedelta
+
+import pytest
+import torch
+
+from monarch_ft.config.ft import FTConfig
+from monarch_ft.rank.components import torchft_compat as compat
+from monarch_ft.rank.components.ft import CrossGroup, MonarchManager, RecordingTransport, _recording, build_manager
+from monarch_ft.rank.components.lighthouse_epoch import EPOCH_STRIDE
+
+# torchft's own logger calls the deprecated Logger.warn (no flight recorder on CPU).
+pytestmark = pytest.mark.filterwarnings("ignore:The 'warn' method is deprecated:DeprecationWarning")
+
+
+def _resolve(dotted: str):
+    module, _, name = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_the_pinned_torchft_is_installed():
+    assert importlib.metadata.version("torchft") == "0.2.0", "monarch_ft pins torchft==0.2.0 (pyproject.toml); re-run this file against a new one"
+
+
+@pytest.fixture(scope="module")
+def torchft_job(tmp_path_factory):
+    """One real replica: a Lighthouse (torchft.coordination, in process), a TCPStore, a
+    MonarchManager built by build_manager (Lighthouse epoch 7), LocalSGD and DiLoCo over it."""
+    from torch.distributed import TCPStore
+    from torchft.checkpointing.http_transport import HTTPTransport
+    from torchft.coordination import LighthouseServer
+    from torchft.local_sgd import DiLoCo, LocalSGD
+    from torchft.manager import Manager
+    from torchft.process_group import ProcessGroupGloo
+
+    lighthouse = LighthouseServer(bind="[::]:0", min_replicas=1, join_timeout_ms=100)
+    store = TCPStore("localhost", 0, is_master=True, wait_for_workers=False)
+    epoch = tmp_path_factory.mktemp("control") / "lighthouse_epoch"
+    epoch.write_text("7")
+    timeout = timedelta(seconds=10)
+    cross = CrossGroup(_recording(ProcessGroupGloo)(timeout=timeout), RecordingTransport(HTTPTransport(timeout, num_chunks=0), lambda *a, **k: None))
+    model = torch.nn.Linear(4, 4)
+    parts = build_manager(
+        FTConfig(timeout_s=10, quorum_timeout_s=10, connect_timeout_s=10),
+        cross,
+        group=0,
+        rank=0,
+        world_size=1,
+        store_addr="localhost",
+        store_port=store.port,
+        lighthouse_addr=lighthouse.address(),
+        hostname="localhost",
+        state_dict=lambda: {"model": model.state_dict()},
+        load_state_dict=lambda sd: model.load_state_dict(sd["model"]),
+        use_async_quorum=False,  # DiLoCo's requirement
+        lighthouse_epoch_path=str(epoch),
+    )
+    manager = parts.manager
+    localsgd = LocalSGD(manager, model, torch.optim.SGD(model.parameters(), lr=0.1), sync_every=2)
+    diloco_model = torch.nn.Linear(4, 4)
+    diloco = DiLoCo(
+        manager,
+        [diloco_model],
+        torch.optim.SGD(diloco_model.parameters(), lr=0.1),
+        [torch.optim.SGD(diloco_model.parameters(), lr=1.0)],
+        sync_every=2,
+    )
+    # A plain torchft Manager beside it (rank 1 of the same group: no server of its own), for
+    # the names its __init__ sets.
+    plain = Manager(ProcessGroupGloo(timeout=timeout), None, None, min_replica_size=1, rank=1, world_size=2, store_addr="localhost", store_port=store.port)
+    instances = {
+        "torchft.manager.Manager": plain,  # the Manager as torchft builds it (build_manager wraps _client)
+        "torchft.local_sgd.LocalSGD": localsgd,
+        "torchft.local_sgd.DiLoCo": diloco,
+        "torchft.local_sgd._StreamingDiLoCoFragment": diloco._fragments[0],
+    }
+    try:
+        yield {"parts": parts, "model": model, "diloco_model": diloco_model, "instances": instances, "plain": plain}
+    finally:
+        plain.shutdown(wait=True)
+        manager.shutdown(wait=True)
+        lighthouse.shutdown()
+
+
+@pytest.mark.parametrize("private", compat.PRIVATE_SURFACE, ids=lambda p: f"{p.owner}.{p.name}")
+def test_private_name_is_there_as_expected(private, torchft_job):
+    owner = _resolve(private.owner)
+    if private.params is not None:
+        method = getattr(owner, private.name, None)
+        assert callable(method), f"torchft {private.owner}.{private.name} is gone: update monarch_ft/rank/components/torchft_compat.py"
+        params = tuple(inspect.signature(method).parameters)
+        assert params == private.params, f"torchft {private.owner}.{private.name}{params}: expected {private.params} (torchft_compat.py)"
+    else:
+        instance = torchft_job["instances"][private.owner]
+        assert hasattr(instance, private.name), f"torchft {private.owner} instances have no {private.name}: update torchft_compat.py"
+        found = type(getattr(instance, private.name)).__name__
+        assert found == private.attr_type, f"torchft {private.owner}.{private.name} is a {found}, expected {private.attr_type} (torchft_compat.py)"
+
+
+def test_what_the_adapter_relies_on_publicly(torchft_job):
+    from torchft.manager import Manager
+    from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
+
+    assert "quorum_retries" in inspect.signature(Manager.__init__).parameters, "lighthouse_epoch.quorum_retries needs Manager(quorum_retries=...)"
+    for pg in (ProcessGroupGloo, ProcessGroupNCCL):
+        # The Manager calls configure positionally; ft._recording reads the fifth argument as the quorum id.
+        assert tuple(inspect.signature(pg.configure).parameters)[:6] == ("self", "store_addr", "replica_id", "rank", "world_size", "quorum_id"), pg
+    # MonarchManager's own names must not shadow (or be overwritten by) torchft's.
+    ours = {name for name in vars(MonarchManager) if not name.startswith("__")} - {"start_quorum", "wait_quorum", "should_commit", "load_state_dict"}
+    ours |= {"before_commit", "heals", "seconds", "_timing_depth"}  # set in MonarchManager.__init__
+    theirs = set(dir(Manager)) | set(vars(torchft_job["plain"]))
+    assert not ours & theirs, f"torchft's Manager now has {sorted(ours & theirs)}, which MonarchManager (components/ft.py) uses for its own"
+
+
+def test_the_lighthouse_console_script_is_the_extension_the_controller_starts():
+    from monarch_ft.controller.lighthouse import lighthouse_argv
+
+    (script,) = [e for e in importlib.metadata.entry_points(group="console_scripts") if e.name == "torchft_lighthouse"]
+    assert script.value == "torchft._torchft:lighthouse_main", script.value
+    assert callable(_resolve("torchft._torchft.lighthouse_main"))
+    argv, env = lighthouse_argv()
+    assert argv[-1].endswith("_lighthouse_server.py") and env["MONARCH_FT_TORCHFT_SO"].endswith(".so"), (argv, env)
+
+
+def test_adapter_against_a_real_manager(torchft_job):
+    parts, model, diloco_model = torchft_job["parts"], torchft_job["model"], torchft_job["diloco_model"]
+    manager, localsgd, diloco = parts.manager, torchft_job["instances"]["torchft.local_sgd.LocalSGD"], torchft_job["instances"]["torchft.local_sgd.DiLoCo"]
+    # offset_quorum_ids: the Lighthouse's first quorum (1) in epoch 7's range, as the process group was configured.
+    manager.start_quorum()
+    assert parts.quorum_id == 7 * EPOCH_STRIDE + 1, parts.quorum_id
+
+    # LocalSGD: torchft's counter, then its sync in the quorum already held (the join).
+    localsgd._local_step = 1
+    assert compat.local_step(localsgd) == 1
+    before = [p.detach().clone() for p in model.parameters()]
+    compat.localsgd_sync_in_quorum(localsgd)
+    assert manager.current_step() == 1 and compat.local_step(localsgd) == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters())), "one replica: its own average"
+
+    # DiLoCo: the global copy follows a load; the sync applies the outer step and commits.
+    with torch.no_grad():
+        diloco_model.weight.fill_(1.0)
+    compat.diloco_save_global(diloco)
+    (copy,) = compat.diloco_global_copies(diloco)
+    assert set(copy) == {"weight", "bias"} and bool((copy["weight"] == 1.0).all())
+    with torch.no_grad():
+        diloco_model.weight.fill_(3.0)  # the inner steps' result; the pseudo-gradient is -2
+    manager.start_quorum()
+    diloco._local_step = 2
+    compat.diloco_sync_in_quorum(diloco)
+    assert manager.current_step() == 2 and compat.local_step(diloco) == 0
+    (copy,) = compat.diloco_global_copies(diloco)
+    assert bool((copy["weight"] == 3.0).all()) and bool((diloco_model.weight == 3.0).all()), copy["weight"]

@@ -1,0 +1,83 @@
+"""Warm fork, the pure parts: the relaunch path (monarch_ft.controller.fork_pool), the wire
+format (records.fork_wire), what can be forked (records.launch), fork safety (rank.zygote).
+A real fork server is in tests/jobs/test_fork_server_jobs.py; the whole path in a job (a
+killed group with no standby back through warm_fork) in tests/jobs/test_standby_jobs.py."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from monarch_ft.controller.fork_pool import ServerState, relaunch_path
+from monarch_ft.launcher.base import Launcher
+from monarch_ft.launcher.local import LocalLauncher
+from monarch_ft.rank.zygote import fork_unsafe
+from monarch_ft.records.events import RecoveryPath
+from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
+from monarch_ft.records.launch import worker_spec
+
+WORKER = [sys.executable, "-m", "monarch_ft.rank.worker"]
+
+
+def test_relaunch_path_warm_only_when_asked_possible_and_ready():
+    ready = ServerState.READY
+    assert relaunch_path("live", True, None, ready) == (RecoveryPath.WARM_FORK, None)
+    # The baseline keeps its meaning: every rank cold, whatever else is set.
+    path, why = relaunch_path("full_restart", True, None, ready)
+    assert path is RecoveryPath.COLD_START and "full_restart" in why
+    path, why = relaunch_path("live", False, None, ready)
+    assert path is RecoveryPath.COLD_START and why == "ft.warm_fork=false"
+    path, why = relaunch_path("live", True, "launcher=slurm starts ranks through its engine", None)
+    assert path is RecoveryPath.COLD_START and "slurm" in why
+    path, why = relaunch_path("live", True, None, ServerState.STARTING)
+    assert path is RecoveryPath.COLD_START and "importing" in why
+    for gone in (ServerState.GONE, None):
+        path, why = relaunch_path("live", True, None, gone)
+        assert path is RecoveryPath.COLD_START and "no fork server" in why
+
+
+def test_protocol_round_trip_and_bad_lines():
+    line = encode(ForkOp.FORK, id=3, argv=[*WORKER, "s.json"], env={"A": "1"}, cwd="/", log_path="/x.log", die_with_parent=False)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    msg = decode(line)
+    assert msg["op"] is ForkOp.FORK and msg["id"] == 3 and msg["env"] == {"A": "1"}
+    assert decode(encode(ForkOp.EXITED, id=3, pid=10, code=-9))["code"] == -9
+    for bad, what in (
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "not an object"),
+        (b'{"op": "launch"}', "unknown op"),
+        (b'{"op": "forked", "id": 1}', "forked without pid"),
+        (b"\xff\xfe", "not JSON"),
+    ):
+        with pytest.raises(ProtocolError, match=what):
+            decode(bad)
+
+
+def test_only_a_plain_rank_launch_is_forked():
+    assert worker_spec([*WORKER, "/r/g0r0.a1.spec.json"]) == "/r/g0r0.a1.spec.json"
+    assert worker_spec(["nice", "-n", "10", *WORKER, "s.json"]) is None  # a standby's launch
+    assert worker_spec([sys.executable, "-m", "monarch_ft.other", "s.json"]) is None
+    assert worker_spec([*WORKER]) is None
+
+
+def test_fork_refused_with_other_threads_or_cuda():
+    assert fork_unsafe([], False) is None
+    assert fork_unsafe(["jemalloc_bg_thd"], False) is None  # re-initialised by jemalloc's atfork handlers
+    assert "gloo" in fork_unsafe(["jemalloc_bg_thd", "gloo"], False)
+    assert "CUDA" in fork_unsafe([], True)
+
+
+def test_which_launchers_fork():
+    local = LocalLauncher()
+    host = local.fork_host(0)
+    assert host is not None and host.key == "localhost" and host.argv_prefix == []
+    assert local.fork_host(1).key == host.key  # one fork server for every group on this machine
+
+    class Engine(Launcher):
+        name = "engine"
+
+        def launch_group(self, ranks):
+            raise NotImplementedError
+
+    assert Engine().fork_host(0) is None
