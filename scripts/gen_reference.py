@@ -4,7 +4,7 @@
     .venv/bin/python scripts/gen_reference.py --check    # exit 1 if a checked-in page is stale
 
 Why generated: a reference written by hand drifts from the dataclasses and enums it
-describes; this one cannot, since a fast test (tests/test_reference_docs.py) fails when
+describes; this one cannot, since a fast test (tests/unit/test_reference_docs.py) fails when
 the checked-in pages differ from what this script writes now.
 
 Where the words come from: every config key is a field of a dataclass and every event a

@@ -1130,7 +1130,7 @@ class Supervisor:
 
     def _restart_lighthouse(self, now: float) -> None:
         """The Lighthouse died: start it again on the same address. The ranks' Managers
-        keep their groups meanwhile (their quorum calls fail and are retried; see README,
+        keep their groups meanwhile (their quorum calls fail and are retried; see docs/design/lighthouse.md,
         "The job outlives its controller"); lighthouse_recovered records the survivors'
         stall, from the last commit before the loss to the first one after it."""
         last = max((r["time"] for r in self.last_commit.values()), default=None)

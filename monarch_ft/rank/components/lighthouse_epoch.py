@@ -1,6 +1,6 @@
 """The ranks' side of a Lighthouse restart (the supervisor restarts it on the same address).
 
-What torchft 0.2.0's Managers do while their Lighthouse is gone (measured; see README,
+What torchft 0.2.0's Managers do while their Lighthouse is gone (measured; see docs/design/lighthouse.md,
 "The Lighthouse dies"): the Manager server's heartbeats fail and it reconnects on its own.
 A quorum in flight fails at the server ("lighthouse quorum failed ... transport error"),
 and with torchft's default ``quorum_retries=0`` the ranks waiting on it are never told:
