@@ -45,7 +45,7 @@ from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.rank.components.model import build_model
 from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
-from monarch_ft.records.decisions import StateSource
+from monarch_ft.records.decisions import StateDecision, StateSource
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.exits import RankExit
 from monarch_ft.records.layout import RunLayout, read_int, read_json
@@ -78,7 +78,7 @@ class RankSpec:
     scratch_dir: str = ""
     # A file the rank waits for before its first step ("" for none): a shared start gate
     # (Supervisor._open_start_gate) or the group's own launch gate, whose JSON content says
-    # where its state comes from (Supervisor._open_launch_gates).
+    # where its state comes from (records.decisions.StateDecision; controller.recovery.Recovery.open_launch_gates).
     start_gate: str = ""
     # A warm standby (monarch_ft.rank.standby_wait): its number, and the promotion file it waits for
     # after building everything identity-free; "" / -1 for a rank of a replica group.
@@ -170,7 +170,7 @@ class Trainer:
         self.liveness = Liveness(self.reporter)
         # Stacks on demand (the supervisor's fallback when py-spy cannot read this process).
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-        self._decision: Optional[dict] = None
+        self._decision: Optional[StateDecision] = None
         with self.reporting_errors():
             self._build_local()
             if spec.promotion_path:
@@ -471,14 +471,15 @@ class Trainer:
             self.lease.exit_at_gate(self.reporter.event, self.manager.current_step())
             self.reporter.heartbeat(step=self.manager.current_step(), waiting="start")
             time.sleep(0.05)
-        self.apply_state_decision(read_json(spec.start_gate, {}) if spec.start_gate else {})
+        self.apply_state_decision(StateDecision.from_record(read_json(spec.start_gate, {})) if spec.start_gate else None)
 
-    def apply_state_decision(self, decision: dict) -> None:
-        """The supervisor's decision on where this group's state comes from (records.decisions.StateSource)."""
-        if decision.get("source") == StateSource.DISK.value and self.loaded_step != decision["step"]:
-            self.load_checkpoint(int(decision["step"]), decision.get("path"))
+    def apply_state_decision(self, decision: Optional[StateDecision]) -> None:
+        """The supervisor's decision on where this group's state comes from (records.decisions:
+        a launch gate's or a promotion's; None: a shared start gate, the state loaded before it)."""
+        if decision is not None and decision.source is StateSource.DISK and self.loaded_step != decision.step:
+            self.load_checkpoint(int(decision.step), decision.path)
         # localsgd/diloco: heal at the peers' next sync point before training anything.
-        self.sync.join_pending = self.sync.semi_sync and decision.get("source") == StateSource.PEER.value
+        self.sync.join_pending = self.sync.semi_sync and decision is not None and decision.source is StateSource.PEER
 
     def _forward_backward(self, batch) -> torch.Tensor:
         inputs, labels = batch

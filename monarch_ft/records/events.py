@@ -170,16 +170,25 @@ PHASES = ("detected", "survivors_stepping", "replacement_up", "weights_recovered
 
 
 class EventLog:
-    def __init__(self, path: str, echo: Optional[Callable[[dict], None]] = None) -> None:
+    """``events.jsonl``, appended to as events happen, and kept in memory.
+
+    Args:
+        path: the file.
+        echo: called with each record (the console).
+        clock: the time of an event given none (a fast test's fake clock; default ``time.time``).
+    """
+
+    def __init__(self, path: str, echo: Optional[Callable[[dict], None]] = None, clock: Callable[[], float] = time.time) -> None:
         self.path = path
         self.events: list[dict[str, Any]] = []
         self._f = open(path, "a", buffering=1)
         self._lock = threading.Lock()
         self._echo = echo
+        self._clock = clock
 
     def emit(self, _event: str, **fields: Any) -> dict[str, Any]:
         kind = _event.value if isinstance(_event, Enum) else _event
-        record = {"time": fields.pop("time", None) or time.time(), "event": kind, **fields}
+        record = {"time": fields.pop("time", None) or self._clock(), "event": kind, **fields}
         with self._lock:
             self.events.append(record)
             self._f.write(json.dumps(record, default=str) + "\n")

@@ -205,7 +205,7 @@ def config_refusal(tmp_path: Path, overrides: str) -> str:
         cfg = compose(config_name="pretrain", overrides=overrides.split())
     run = tmp_path / "run"
     with pytest.raises(ConfigError) as e:
-        Supervisor(to_job_config(cfg), str(run))
+        Supervisor(to_job_config(cfg), str(run)).open()
     assert not (run / "events.jsonl").exists() and not (run / "logs").exists(), "nothing may be launched"
     assert "\n" not in str(e.value)
     return str(e.value)
