@@ -49,7 +49,8 @@ class ChaosConfig:
     default such a fault waits, and a drill needs ``ft.replica_groups`` >= 2."""
 
     baseline: bool = False
-    """Run the same faults again under ``ft.recovery=full_restart`` (in ``<run>/baseline``) and compare."""
+    """Run the same faults again under ``ft.recovery=full_restart`` (in ``<run>/baseline``) and compare.
+    Refused when the drill itself runs under ``full_restart``."""
 
     recovery_timeout_s: float = 120.0
     """Seconds after which a fault whose recovery has not finished counts as not recovered."""
@@ -89,6 +90,8 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultOptions]) -> None:
         refuse_unused(
             ch, "chaos", ("rate_per_min", "kinds"), "with chaos.schedule=none (only chaos.faults are injected)", "drop it, or add chaos.schedule=poisson"
         )
+    if ft.recovery == "full_restart":
+        refuse_unused(ch, "chaos", ("baseline",), "with ft.recovery=full_restart (the drill is the full-restart baseline)", "drop it, or use ft.recovery=live")
     if not faults:
         raise ConfigError("the drill has no faults: give chaos.faults=[{kind: process_kill, at_step: 10}] or chaos.schedule=poisson chaos.count=N")
     if ft.replica_groups < 2 and not ch.allow_last_healthy:

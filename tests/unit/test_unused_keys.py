@@ -112,6 +112,16 @@ def test_the_drill_refuses_the_poisson_keys_without_the_poisson_schedule():
     validate_chaos(cfg, faults)
 
 
+def test_a_full_restart_drill_refuses_a_full_restart_baseline():
+    cfg = DrillConfig()
+    cfg.chaos = ChaosConfig(baseline=True)
+    faults = [FaultConfig(kind="process_kill", at_step=5)]
+    validate_chaos(cfg, faults)
+    cfg.ft.recovery = "full_restart"
+    with pytest.raises(ConfigError, match=r"^chaos.baseline=true has no effect with ft.recovery=full_restart \(the drill is the full-restart baseline\)"):
+        validate_chaos(cfg, faults)
+
+
 def test_a_drill_with_standbys_keeps_its_baseline_runnable():
     """chaos.baseline reruns the faults under ft.recovery=full_restart, which refuses a standby: the
     baseline drops the live run's ft.standby_groups rather than fail after the live run."""
