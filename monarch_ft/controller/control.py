@@ -80,7 +80,7 @@ class JobControl:
         return set(getattr(self._sup.launcher, "capabilities", set()))
 
     # ------------------------------------------------------------ acting
-    def emit(self, event: str, **fields: Any) -> dict:
+    def emit(self, event: EventKind, **fields: Any) -> dict:
         return self._sup.events.emit(event, **fields)
 
     def finish_at(self, step: int) -> None:

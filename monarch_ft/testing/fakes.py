@@ -142,12 +142,12 @@ class FakeRank(RankProcess):
             self._report = open(self.report_path, "a", buffering=1)
         self._report.write(json.dumps(record) + "\n")
 
-    def event(self, name: str, **fields) -> None:
-        self.write("event", event=name, **fields)
+    def event(self, name: EventKind, **fields) -> None:
+        self.write("event", event=name.value, **fields)
 
     def exit(self, code: int, error: Optional[dict] = None) -> None:
         if error:
-            self.event(EventKind.RANK_ERROR.value, **error)
+            self.event(EventKind.RANK_ERROR, **error)
         self.code = code
         self.phase = _Phase.EXITED
 
@@ -164,7 +164,7 @@ class FakeRank(RankProcess):
         if self.phase == _Phase.STANDBY:
             if built and not self.ready_reported:
                 self.ready_reported = True
-                self.event("standby_ready", standby=self.standby)
+                self.event(EventKind.STANDBY_READY, standby=self.standby)
             record = read_json(self.spec["promotion_path"]) if self.ready_reported else None
             if record:
                 self._promoted(Promotion.from_record(record), now)
@@ -183,7 +183,7 @@ class FakeRank(RankProcess):
                 if not self._load(load, self.spec.get("load_path")):
                     return
                 self.start_step = load
-            self.event("model_ready", transport_metadata=f"fake://g{self.group}r{self.rank}a{self.attempt}")
+            self.event(EventKind.MODEL_READY, transport_metadata=f"fake://g{self.group}r{self.rank}a{self.attempt}")
             self.phase = _Phase.GATE
         if self.phase == _Phase.GATE:
             gate = self.spec.get("start_gate", "")
@@ -196,7 +196,7 @@ class FakeRank(RankProcess):
             if os.path.exists(self.world.layout.hold):
                 self.beat(now)
                 return
-            self.event("rank_finished", state_hash=self.world.state_hash, steps_trained=self.steps_trained)
+            self.event(EventKind.RANK_FINISHED, state_hash=self.world.state_hash, steps_trained=self.steps_trained)
             self.code = 0
             self.phase = _Phase.EXITED
 
@@ -204,10 +204,10 @@ class FakeRank(RankProcess):
         """Load checkpoint ``step``; False when the script makes it fail (the rank then exits)."""
         if self.script.load_fails:
             path = path or step_dir(self.world.layout.checkpoint(self.group), step)
-            self.event(EventKind.CHECKPOINT_LOAD_FAILED.value, step=step, path=path, error="RuntimeError: the fake load failed")
+            self.event(EventKind.CHECKPOINT_LOAD_FAILED, step=step, path=path, error="RuntimeError: the fake load failed")
             self.exit(int(RankExit.CHECKPOINT_LOAD_FAILED))
             return False
-        self.event(EventKind.CHECKPOINT_LOADED.value, step=step)
+        self.event(EventKind.CHECKPOINT_LOADED, step=step)
         return True
 
     def _decided(self, decision: Optional[StateDecision]) -> None:
@@ -223,7 +223,7 @@ class FakeRank(RankProcess):
         self.group, self.attempt, self.standby = promotion.group, promotion.attempt, None
         self.report_path = mine["report_path"]
         self.script = self.world.script_for(self.group, self.attempt, self.rank)
-        self.event("rank_started", promotion_latency_s=round(now - promotion.promoted_at, 3))
+        self.event(EventKind.RANK_STARTED, promotion_latency_s=round(now - promotion.promoted_at, 3))
         if self.script.startup_error is not None:  # binding the group's identity failed
             self.exit(1, self.script.startup_error)
             return
@@ -255,7 +255,7 @@ class FakeRank(RankProcess):
             self.world.save_checkpoint(self, step + 1)
 
     def done(self) -> None:
-        self.event("train_done")
+        self.event(EventKind.TRAIN_DONE)
         self.phase = _Phase.HOLDING
 
 
@@ -413,7 +413,7 @@ class FakeLauncher(Launcher):
         with open(data, "wb") as f:
             f.write(f"state at step {step}".encode())
         write_manifest(path, build_manifest(step, {"state.bin": file_checksum(data)}))
-        rank.event(EventKind.CHECKPOINT_SAVED.value, step=step, path=path)
+        rank.event(EventKind.CHECKPOINT_SAVED, step=step, path=path)
 
     # ------------------------------------------------------------ Launcher
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
