@@ -106,7 +106,8 @@ def test_sigkilled_rank_group_restarts_and_heals_from_peer(run_dir):
     steps = [m["step"] for m in g0]
     assert steps == sorted(steps) and len(set(steps)) == len(steps)
     during = [m for m in g0 if kill_time < m["time"] < rejoin[0]["time"]]
-    assert len(during) >= 3, "survivors did not keep stepping during the recovery"
+    # A promoted standby is back within a second or two, so the window holds a step or a few.
+    assert len(during) >= 1, "survivors did not keep stepping during the recovery"
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["weights_consistent"] is True
     assert summary["groups"]["1"]["restarts"] == 1
