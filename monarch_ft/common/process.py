@@ -88,3 +88,19 @@ class ProcessIdentity:
 def is_same_process(recorded_start: Optional[str], current_start: Optional[str]) -> bool:
     """The recorded process still runs: its pid exists and started when it did then."""
     return recorded_start is not None and current_start == recorded_start
+
+
+def pid_space() -> Optional[str]:
+    """Which pids this process can see: the kernel's boot id and this pid namespace's inode.
+
+    Two processes with the same pid space see each other's pids (and start times), whatever
+    their hostnames: a Slurm task on a simulated node (its own network namespace and host
+    name, this kernel) is watched by pid like a local one, where a task on another machine,
+    or in a container with its own pid namespace, is not. None where /proc does not say.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return None
