@@ -54,6 +54,7 @@ from monarch_ft.controller.hangs import (
 )
 from monarch_ft.controller.ledger import CommitLedger, redone_commit
 from monarch_ft.controller.lighthouse import Lighthouse
+from monarch_ft.controller.node_watch import NodeWatch
 from monarch_ft.controller.preflight import preflight
 from monarch_ft.controller.standby_pool import STANDBY_NICENESS, StandbyPool, build_promotion, resolve_standby_groups
 from monarch_ft.controller.state import GroupState, RankState
@@ -131,6 +132,8 @@ class Supervisor:
         self.hooks: list[SupervisorHook] = list(hooks or [])
         self.control = JobControl(self)
         self.events = EventLog(self.layout.events, echo=self._echo if echo else None)
+        # A cluster's nodes (launcher=slurm): placements, the scheduler's view, exclusions.
+        self.nodes = NodeWatch(self.launcher, self.events.emit, cfg.ft.node_probation_s)
         self._metrics = open(self.layout.metrics, "a", buffering=1)
         self.hold_path = self.layout.hold
         # Launches wait at a start gate (see _gate_path): the first launch's, then one per
@@ -711,6 +714,8 @@ class Supervisor:
 
     def _fail_group(self, g: GroupState, now: float, charge: bool = True, **why: Any) -> None:
         self.events.emit(EventKind.GROUP_FAILED, group=g.index, attempt=g.attempt, **why)
+        # Before its ranks are stopped: how they ended says whether their node is suspect.
+        self.nodes.group_failed(g.index, g.attempt, [rs.proc for rs in g.ranks], now)
         self._stop_ranks(g, graceful=False)
         self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt)
         error = self._group_error(g)
@@ -1099,6 +1104,7 @@ class Supervisor:
                 return DETACHED_EXIT
             if not self.lighthouse.alive():
                 self._restart_lighthouse(now)
+            self.nodes.tick(now)  # before any launch: exclusions and returns apply to it
             for g in self.groups:
                 if g.status == GroupStatus.WAITING and now >= g.next_launch:
                     self._launch(g, now)
@@ -1375,6 +1381,8 @@ class Supervisor:
             "standby": self.standby.summary(time.time()),
             # Its controllers and the spans it ran without one (monarch_ft.controller).
             "controller": self.controller.summary(),
+            # A cluster's nodes: every exclusion and its return, placements (controller.node_watch).
+            "nodes": self.nodes.summary(),
             "groups": groups,
             "config": dataclasses.asdict(self.cfg) if dataclasses.is_dataclass(self.cfg) else None,
         }
