@@ -159,6 +159,10 @@ def node_health(state: str) -> NodeHealth:
 
 # The wrapper each Slurm task runs its rank under (by module path: it runs with -S, no site-packages).
 TASK_MODULE = "monarch_ft.launcher._slurm_task"
+# launch_group stops waiting for a job Slurm keeps pending this long (seconds, a few of the
+# scheduler's passes: a job that can run starts within about one, a job that waits for a
+# node waits for minutes).
+PENDING_WAIT_S = 5.0
 
 
 class SlurmError(ConfigError):
@@ -601,15 +605,18 @@ class SlurmLauncher(Launcher):
         return list(job.ranks)
 
     def _wait_started(self, job: _Job) -> None:
-        """Until every rank reported its pid (the job runs), the job ended, Slurm keeps it
-        pending for a reason (no free node: the supervisor's startup timeout watches it from
-        here, and its watch loop is not held up meanwhile), or start_timeout_s."""
+        """Until every rank reported its pid (the job runs), the job ended, or start_timeout_s;
+        a job Slurm still holds pending for a reason after PENDING_WAIT_S (no node free: one
+        excluded, or down) is left to the supervisor's startup timeout, whose watch loop is
+        not held up meanwhile."""
         deadline = time.time() + self.options.start_timeout_s
         while time.time() < deadline:
             if all(r.info() is not None or r._read_exit() is not None for r in job.ranks):
                 return
             self._refresh()
-            if job.final or (job.state == "PENDING" and job.reason not in ("None", "")):
+            if job.final:
+                return
+            if job.state == "PENDING" and job.reason not in ("None", "") and time.time() - job.submitted > PENDING_WAIT_S:
                 return
             time.sleep(0.05)
 

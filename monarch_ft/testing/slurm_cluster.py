@@ -8,7 +8,8 @@
 
 It starts its own ``munged`` (own key, socket, pid and seed files), ``slurmctld`` and
 ``slurmd`` (in the foreground, ``-D``) on free private ports, with every state and spool
-directory under ``workdir``; accounting is off (no slurmdbd), so job state comes from
+directory under ``workdir`` (the spool through a link to a short path where ``workdir`` is long:
+slurmstepd's sockets there must fit a Unix socket path's 108 bytes); accounting is off (no slurmdbd), so job state comes from
 squeue/scontrol. On exit it stops every slurmd, slurmctld and munged and checks that none
 of them (nor any job step) is left running, and removes the simulated nodes.
 
@@ -35,6 +36,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Optional
 
@@ -115,6 +117,8 @@ class LocalSlurmCluster:
         self._munged_pid: Optional[int] = None
         self.ctld_port = 0
         self.slurmd_port = 0
+        self.spool = os.path.join(self.workdir, "spool")
+        self._short_spool: Optional[str] = None
 
     @property
     def node(self) -> str:
@@ -216,8 +220,9 @@ class LocalSlurmCluster:
             raise
 
     def _write_files(self) -> None:
-        for sub in ("etc", "munge/run", "munge/lib", "munge/log", "state", "spool", "log", "run"):
+        for sub in ("etc", "munge/run", "munge/lib", "munge/log", "state", "log", "run"):
             os.makedirs(os.path.join(self.workdir, sub), exist_ok=True)
+        self._make_spool()
         # munged checks its socket directory's permissions: no group/other write.
         for sub in ("munge", "munge/run", "munge/lib", "munge/log"):
             os.chmod(os.path.join(self.workdir, sub), 0o755 if sub != "munge/lib" else 0o700)
@@ -261,7 +266,7 @@ class LocalSlurmCluster:
             "CredType=cred/munge",
             f"AuthInfo=socket={self.munge_socket}",
             f"StateSaveLocation={w}/state",
-            f"SlurmdSpoolDir={w}/spool/%n",
+            f"SlurmdSpoolDir={self.spool}/%n",
             f"SlurmctldPidFile={w}/run/slurmctld.pid",
             f"SlurmdPidFile={w}/run/slurmd-%n.pid",
             f"SlurmctldLogFile={w}/log/slurmctld.log",
@@ -297,6 +302,23 @@ class LocalSlurmCluster:
             f.write("\n".join(lines) + "\n")
         if self.simulated:
             slurm_nodes.write_record(self.conf, list(self.sim_nodes.values()))
+
+    def _make_spool(self) -> None:
+        """The slurmds' spool directory: ``workdir/spool``, or, where a step's socket in it
+        (``<spool>/<node>/<node>_<job>.<step>``) would not fit a Unix socket path (108 bytes),
+        a short directory under /tmp that ``workdir/spool`` links to (removed on stop)."""
+        link = os.path.join(self.workdir, "spool")
+        longest = max((len(n) for n in self.nodes), default=0) or 16  # simulated nodes are named later: mft<id>-h<i>
+        if len(f"{link}/{'x' * longest}/{'x' * longest}_4294967294.4294967294") < 100:
+            os.makedirs(link, exist_ok=True)
+            self.spool = link
+            return
+        if os.path.islink(link):
+            os.remove(link)
+        self._short_spool = tempfile.mkdtemp(prefix="mftslurm-", dir="/tmp")
+        os.chmod(self._short_spool, 0o755)
+        os.symlink(self._short_spool, link)
+        self.spool = self._short_spool
 
     def _start_munged(self) -> None:
         m = os.path.join(self.workdir, "munge")
@@ -420,6 +442,9 @@ class LocalSlurmCluster:
                     pass
             time.sleep(0.1)
             left = self.leftover_processes()
+        if self._short_spool is not None:
+            shutil.rmtree(self._short_spool, ignore_errors=True)
+            self._short_spool = None
         if self.hosts is not None:
             self.hosts.close()  # every namespace, link and the bridge (anything left in them killed)
             self.hosts = None
