@@ -19,7 +19,7 @@ event log.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Optional, Sequence
 
 from monarch_ft.records.events import ExclusionReason, NodeHealth, ReturnReason
@@ -71,18 +71,35 @@ class Return:
     excluded_s: float
 
 
+@dataclass(frozen=True)
+class Suspect:
+    """A node a group's failure implicates (:func:`node_suspicion`), before anything is decided."""
+
+    node: str
+    reason: ExclusionReason
+
+
+@dataclass
 class NodePool:
-    """The controller's exclusions, their returns, and the record of both for the summary.
+    """The controller's exclusions, their returns, and the record of both for the summary: a
+    part of the job's state (:class:`~monarch_ft.controller.state.JobState` ``nodes``), so a
+    controller that takes the job over keeps its exclusions, and re-applies them.
 
     Args:
         probation_s: ``ft.node_probation_s``: how long a node the scheduler keeps counting up
             stays excluded before the suspicion is dropped.
+        excluded: the nodes kept out now.
+        history: every exclusion, with its return once it returned (the summary's).
+        states: the scheduler's last view of every node (its own words), which also names the
+            cluster's nodes.
+        placements: allocations seen to start (groups' and standbys').
     """
 
-    def __init__(self, probation_s: float) -> None:
-        self.probation_s = probation_s
-        self.excluded: dict[str, Exclusion] = {}
-        self.history: list[dict] = []
+    probation_s: float = 600.0
+    excluded: dict[str, Exclusion] = field(default_factory=dict)
+    history: list[dict] = field(default_factory=list)
+    states: dict[str, str] = field(default_factory=dict)
+    placements: int = 0
 
     def exclude(self, node: str, reason: ExclusionReason, now: float, group: int, attempt: int) -> Optional[Exclusion]:
         """Exclude ``node``; None when it already is (the first reason stands)."""
@@ -123,6 +140,13 @@ class NodePool:
             returned.append(back)
         return returned
 
+    def with_suspects(self, suspects: Iterable[Suspect]) -> tuple[str, ...]:
+        """The nodes new allocations are kept off once ``suspects`` are excluded too (changes
+        nothing: the planner's view of an exclusion it decides, applied by the recovery)."""
+        out = set(self.excluded) | {s.node for s in suspects}
+        known = set(self.states)
+        return () if known and known <= out else tuple(sorted(out))
+
     def to_exclude(self, nodes: Iterable[str]) -> set[str]:
         """The nodes new allocations are kept off, of the cluster's ``nodes``: the excluded
         ones, unless that is every node (then none: the scheduler's own view decides, and a
@@ -132,5 +156,5 @@ class NodePool:
         return set() if known and known <= out else out
 
     def summary(self) -> dict:
-        """Every exclusion with its return (``returned_at`` None: still excluded), and the nodes excluded now."""
-        return {"exclusions": [dict(e) for e in self.history], "excluded_now": sorted(self.excluded)}
+        """Every exclusion with its return (``returned_at`` None: still excluded), the nodes excluded now, placements seen."""
+        return {"exclusions": [dict(e) for e in self.history], "excluded_now": sorted(self.excluded), "placements": self.placements}

@@ -29,9 +29,9 @@ from monarch_ft.launcher.base import AdoptedProcess, Capability, ForkHost, Launc
 class Options(LauncherOptions):
     """``launcher=local`` (and ``launcher=local_hosts``, which only sets ``simulated_hosts``)."""
 
-    # Each replica group on its own simulated host: a network namespace with its own address
-    # on a bridge (monarch_ft.launcher.hosts; needs root). Network faults need it.
     simulated_hosts: bool = False
+    """Each replica group on its own simulated host: a network namespace with its own address on a
+    bridge (monarch_ft.launcher.hosts; needs root). Network faults (partition, slow_link) need it."""
 
 
 def _niced(preexec: Optional[Callable[[], None]], niceness: int) -> Optional[Callable[[], None]]:

@@ -28,6 +28,7 @@ import threading
 import time
 from typing import Callable
 
+from monarch_ft.records.events import EventKind
 from monarch_ft.records.faults import GIL_HANG_SIGNAL
 from monarch_ft.records.layout import RunLayout, read_json
 
@@ -77,7 +78,7 @@ class FaultAgent:
         if request is None:
             return
         mode = request["mode"]
-        self._report("collective_fault_injected", mode=mode, step=ft.current_step(), requested_at=request["requested_at"])
+        self._report(EventKind.COLLECTIVE_FAULT_INJECTED, mode=mode, step=ft.current_step(), requested_at=request["requested_at"])
         if mode == "abort":
             ft.abort_process_group()
         elif mode == "hang":
@@ -90,5 +91,5 @@ class FaultAgent:
         request = _take(self.save_path)
         if request is None:
             return
-        self._report("slow_save_injected", delay_s=request["delay_s"], requested_at=request["requested_at"])
+        self._report(EventKind.SLOW_SAVE_INJECTED, delay_s=request["delay_s"], requested_at=request["requested_at"])
         time.sleep(float(request["delay_s"]))
