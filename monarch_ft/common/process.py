@@ -9,8 +9,6 @@ import signal
 from dataclasses import dataclass
 from typing import Optional
 
-import psutil
-
 from monarch_ft import REPO_ROOT
 
 _PR_SET_PDEATHSIG = 1
@@ -95,6 +93,10 @@ def is_same_process(recorded_start: Optional[str], current_start: Optional[str])
 def process_sample(pid: Optional[int]) -> tuple[Optional[str], Optional[float]]:
     """A process's psutil state and its CPU seconds (every thread's user + system), read at once;
     (None, None) without a pid (a rank the launcher does not run here), ("gone", None) once gone."""
+    # Imported here: the Slurm task wrapper (monarch_ft.launcher._slurm_task) imports this module
+    # in an interpreter without site-packages (-S), where psutil is not importable.
+    import psutil
+
     if pid is None:
         return None, None
     try:
