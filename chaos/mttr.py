@@ -19,6 +19,10 @@ group's first commit with every group it was with after the link was restored.
 Also per fault: the survivors' longest stall between committed steps, steps lost (a
 committed step number that went back), and whether the
 rejoined group's state hash equals the healthy groups' at the first step all report.
+On a cluster (launcher=slurm), ``scheduler`` (:func:`scheduler_times`): the scheduler's own
+view beside ours, for a fault that took a node down: when Slurm counted it not responding and
+down, when the controller excluded it and when it was back in the pool; and for any fault,
+the node and allocation time (submission to running) of the replacement's job.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from typing import Any, Optional
 from chaos.kinds import FaultCategory, fault_kind
 from chaos.outcome import recovery_path
 from monarch_ft.records.events import PHASES  # one definition, shared with chaos.report
+from monarch_ft.records.events import EventKind, NodeHealth, event_node
 from monarch_ft.records.recovered import Failure, recovery
 
 
@@ -143,6 +148,7 @@ def analyze_fault(
         if (x["group"] == g and x["attempt"] == fault["attempt"] and x["tail"]) or t0 <= x["time"] <= window_end
     ]
     recovered_from = _first(healed, lambda e: True)
+    scheduler = scheduler_times(fault, events, new_attempt)
     # Committed steps the job itself gave up while this fault lasted (a rollback to a
     # checkpoint because no group held its state): zero is the point of live recovery.
     rollbacks = [e for e in ev if e["event"] == "job_rollback"]
@@ -172,7 +178,53 @@ def analyze_fault(
         "recovery_bytes": sum(e.get("bytes", 0) for e in healed) or None,
         "recovery_seconds": max((e.get("seconds", 0) for e in healed), default=None),
         "recovered_from_group": recovered_from.get("src_group") if recovered_from else None,
+        **({"scheduler": scheduler} if scheduler else {}),
     }
+
+
+def scheduler_times(fault: dict, events: list[dict], new_attempt: int) -> Optional[dict[str, Any]]:
+    """The scheduler's side of one fault, seconds after injection (None: not seen).
+
+    Args:
+        fault: the injected fault (its ``fault_injected`` event names the node it took down).
+        events: the job's events up to the next fault's injection.
+        new_attempt: the target group's attempt that replaced the failed one.
+
+    Returns:
+        None for a job without nodes (no ``node_state`` event); else ``failed_node`` (the node
+        the fault took down, None for a fault of processes), ``not_responding_s`` (Slurm's own
+        detection: the node first counted not responding or down), ``down_s`` (set DOWN),
+        ``excluded_s`` (the controller kept new jobs off it), ``returned_s`` (back in the
+        pool), ``replacement_node`` and ``replacement_allocation_s`` (the job the group came
+        back in: its node, and its submission to running; a promoted standby's was made
+        before the fault, off the recovery's clock).
+    """
+    if not any(e["event"] in (EventKind.NODE_STATE, EventKind.GROUP_PLACED) for e in events):
+        return None
+    t0, g = fault["injected_at"], fault["target"]
+    ev = sorted((e for e in events if e["time"] >= t0), key=lambda e: e["time"])
+    injected = _first(ev, lambda e: e["event"] == "fault_injected" and e.get("fault_id") == fault["id"])
+    node = event_node(injected) if injected else None
+
+    def after(pred) -> Optional[float]:
+        e = _first(ev, pred)
+        return round(e["time"] - t0, 3) if e else None
+
+    out: dict[str, Any] = {"failed_node": node}
+    if node is not None:
+        gone = (NodeHealth.NOT_RESPONDING, NodeHealth.DOWN)
+        out["not_responding_s"] = after(lambda e: e["event"] == EventKind.NODE_STATE and event_node(e) == node and e.get("health") in gone)
+        out["down_s"] = after(lambda e: e["event"] == EventKind.NODE_STATE and event_node(e) == node and e.get("health") == NodeHealth.DOWN)
+        out["excluded_s"] = after(lambda e: e["event"] == EventKind.NODE_EXCLUDED and event_node(e) == node)
+        out["returned_s"] = after(lambda e: e["event"] == EventKind.NODE_RETURNED and event_node(e) == node)
+    promoted = _first(ev, lambda e: e["event"] == "standby_promoted" and e["group"] == g and e["attempt"] >= new_attempt)
+    if promoted is not None:
+        placed = [e for e in events if e["event"] == EventKind.GROUP_PLACED and e.get("standby") == promoted["standby"]]
+    else:
+        placed = [e for e in ev if e["event"] == EventKind.GROUP_PLACED and e.get("group") == g and e["attempt"] >= new_attempt]
+    out["replacement_node"] = event_node(placed[0]) if placed else None
+    out["replacement_allocation_s"] = placed[0].get("allocation_s") if placed and promoted is None else None
+    return out
 
 
 def steps_never_go_back(metrics: list[dict]) -> bool:

@@ -130,7 +130,15 @@ def phase_stats(faults: list[dict]) -> dict:
             },
             "recovered": sum(1 for f in fs if f.get("recovered") is True),
         }
+        sched = [f["scheduler"] for f in fs if f.get("scheduler")]
+        if sched:
+            # The scheduler's side (launcher=slurm: chaos.mttr.scheduler_times), beside ours.
+            out[kind]["scheduler"] = {key: _summary(x.get(key) for x in sched) for key in SCHEDULER_TIMES}
     return out
+
+
+# The scheduler's times of a fault (chaos.mttr.scheduler_times), seconds after injection.
+SCHEDULER_TIMES = ("excluded_s", "not_responding_s", "down_s", "returned_s", "replacement_allocation_s")
 
 
 def _fault_increments(fault: Mapping[str, Any], order: Sequence[str]) -> dict[str, float]:
@@ -425,6 +433,45 @@ def _hosts_text(hosts) -> str:
     return ", ".join(parts)
 
 
+def _scheduler_section(faults: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The scheduler's view of each fault beside ours (launcher=slurm), or nothing."""
+    rows = []
+    for f in faults:
+        sc = f.get("scheduler")
+        if not sc:
+            continue
+        rows.append(
+            [
+                _cell(f.get("id")),
+                _cell(f.get("kind")),
+                _cell(sc.get("failed_node")),
+                _fmt((f.get("phases") or {}).get("detected")),
+                _fmt(sc.get("excluded_s")),
+                _fmt(sc.get("not_responding_s")),
+                _fmt(sc.get("down_s")),
+                _fmt(sc.get("returned_s")),
+                _cell(sc.get("replacement_node")),
+                _fmt(sc.get("replacement_allocation_s")),
+            ]
+        )
+    if not rows:
+        return []
+    header = ["id", "kind", "node down", "we detected (s)", "node excluded (s)", "Slurm: not responding (s)", "Slurm: down (s)", "node back in pool (s)"]
+    header += ["replacement node", "replacement allocation (s)"]
+    return (
+        ["## The scheduler's view", ""]
+        + _table(header, rows)
+        + [
+            "",
+            "Seconds after injection. Slurm's own detection of a node that failed is its first `not responding` (its pings went "
+            "unanswered), then `down` (silent for SlurmdTimeout: its jobs failed); we detect the ranks gone and exclude the node "
+            "from new jobs (`sbatch --exclude`) at once. Replacement allocation: the relaunched group's job, from `sbatch` to its "
+            "first rank running (n/a: a standby, allocated before the fault, took the group's place).",
+            "",
+        ]
+    )
+
+
 def write_drill_report(
     run_dir: str,
     drill: dict,
@@ -533,6 +580,7 @@ def write_drill_report(
         "in place: no relaunch). Stacks: every thread of the hung rank and its group peers at the hang verdict.",
         "",
     ]
+    lines += _scheduler_section(fired)
     missing = [f for f in faults if f.get("injected") is False]
     if missing:
         lines += ["## Not injected", "", f"**{len(missing)} fault(s) never fired**; nothing was measured for them.", ""]

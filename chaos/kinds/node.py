@@ -1,5 +1,7 @@
 """``node``: the whole host goes: every rank of the group at once, and its local files
-(scratch space and the group's checkpoint folder)."""
+(scratch space and the group's checkpoint folder). Under launcher=slurm on a cluster of simulated
+nodes the node itself fails, as ``node_down`` does (Slurm sees it), and comes back after
+``node_down``'s default duration."""
 
 from __future__ import annotations
 

@@ -39,3 +39,19 @@ def reachable(host: str, port: int, timeout: float = 2.0) -> bool:
             return True
     except OSError:
         return False
+
+
+def route_to(host: str, port: int = 9) -> str:
+    """The local address the kernel would use to reach ``host``: the source address of
+    a connected UDP socket (connect() on UDP picks the route and sends nothing). The
+    address a service here must listen on for ``host`` to reach it (the Lighthouse, for
+    the nodes of a cluster), and the one a rank there advertises (its checkpoint
+    transport, its group's store: :mod:`monarch_ft.transport.interface`).
+
+    Raises:
+        OSError: ``host`` does not resolve or no route leads to it.
+    """
+    family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, socket.SOCK_DGRAM) as s:
+        s.connect(sockaddr)
+        return s.getsockname()[0]

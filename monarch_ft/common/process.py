@@ -9,8 +9,6 @@ import signal
 from dataclasses import dataclass
 from typing import Optional
 
-import psutil
-
 from monarch_ft import REPO_ROOT
 
 _PR_SET_PDEATHSIG = 1
@@ -95,6 +93,10 @@ def is_same_process(recorded_start: Optional[str], current_start: Optional[str])
 def process_sample(pid: Optional[int]) -> tuple[Optional[str], Optional[float]]:
     """A process's psutil state and its CPU seconds (every thread's user + system), read at once;
     (None, None) without a pid (a rank the launcher does not run here), ("gone", None) once gone."""
+    # Imported here: the Slurm task wrapper (monarch_ft.launcher._slurm_task) imports this module
+    # in an interpreter without site-packages (-S), where psutil is not importable.
+    import psutil
+
     if pid is None:
         return None, None
     try:
@@ -109,3 +111,19 @@ def process_sample(pid: Optional[int]) -> tuple[Optional[str], Optional[float]]:
 def process_status(pid: Optional[int]) -> Optional[str]:
     """psutil's view of a process: 'running', 'sleeping', 'stopped' (SIGSTOP), 'zombie', ..."""
     return process_sample(pid)[0]
+
+
+def pid_space() -> Optional[str]:
+    """Which pids this process can see: the kernel's boot id and this pid namespace's inode.
+
+    Two processes with the same pid space see each other's pids (and start times), whatever
+    their hostnames: a Slurm task on a simulated node (its own network namespace and host
+    name, this kernel) is watched by pid like a local one, where a task on another machine,
+    or in a container with its own pid namespace, is not. None where /proc does not say.
+    """
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return None

@@ -165,6 +165,14 @@ class FTConfig:
     restart_backoff_max_s: float = 8.0
     """The most seconds the doubling backoff waits before a relaunch."""
 
+    node_probation_s: float = 600.0
+    """A node a group's failure implicated (every rank on it lost at once: monarch_ft/controller/placement.py)
+    is kept out of new allocations until the scheduler has counted it failed and then up again;
+    one the scheduler counts up all along returns after this many seconds (the suspicion was
+    wrong). Longer than the scheduler's own detection (Slurm's SlurmdTimeout, 300 s by default),
+    so that a dead node is not handed out again before the scheduler knows. Only launchers with
+    nodes (slurm) exclude any."""
+
     mode: str = "hsdp"
     """How groups synchronise (monarch_ft/rank/components/sync.py). ``hsdp``: every step, the local
     grad shards averaged across groups (one flat allreduce). ``localsgd``: each group steps alone,
@@ -256,6 +264,7 @@ class FTConfig:
         if error:
             raise ConfigError(error)
         require(self.max_restarts >= 0, f"ft.max_restarts={self.max_restarts}: must be >= 0")
+        require(self.node_probation_s > 0, f"ft.node_probation_s={self.node_probation_s}: must be > 0")
         require(
             self.restart_window_s > 0,
             f"ft.restart_window_s={self.restart_window_s}: must be > 0 (the seconds within which at most ft.max_restarts relaunches of a group are allowed)",

@@ -22,6 +22,11 @@ from monarch_ft.records.faults import request_collective_fault
 if TYPE_CHECKING:
     from monarch_ft.controller.loop import Supervisor
 
+# How long a node a node fault takes down stays down (where the launcher can fail a node:
+# Capability.NODE_DOWN) unless the fault says: longer than Slurm takes to count a silent node
+# down on the local cluster (monarch_ft.testing.slurm_cluster.NODE_TIMEOUTS), so a drill sees it.
+NODE_DOWN_S = 30.0
+
 
 class JobControl:
     """A hook's view of the running job.
@@ -113,20 +118,36 @@ class JobControl:
         """The run directory's paths (monarch_ft.records.layout.RunLayout)."""
         return self._sup.layout
 
-    def kill_host(self, group: int) -> dict:
-        """The group's whole host goes: every rank SIGKILLed, its local files deleted
-        (scratch space and the group's checkpoint folder)."""
-        pids = []
-        for rs in self._sup.state.groups[group].ranks:
-            pids.append(rs.proc.pid)
-            rs.proc.send_signal(signal.SIGKILL)
+    def kill_host(self, group: int, down_s: Optional[float] = None) -> dict:
+        """The group's whole host goes: its ranks and its local files (scratch space and the
+        group's checkpoint folder). Where the launcher can fail the node itself
+        (:attr:`Capability.NODE_DOWN`: Slurm on a cluster of simulated nodes), the node fails as a
+        machine does (its link cut, every process on it killed, its slurmd with them: Slurm
+        finds out by itself) and comes back after ``down_s`` (:data:`NODE_DOWN_S` by default,
+        a ``node_restored`` event then); elsewhere every rank is SIGKILLed."""
+        if Capability.NODE_DOWN in self.capabilities:
+            done = self._sup.launcher.node_down(group, NODE_DOWN_S if down_s is None else down_s, on_restore=self._node_restored())
+        else:
+            pids = []
+            for rs in self._sup.state.groups[group].ranks:
+                pids.append(rs.proc.pid)
+                rs.proc.send_signal(signal.SIGKILL)
+            done = {"pids": pids, "signal": "SIGKILL"}
         deleted = []
         for path in (self._sup.layout.scratch(group), self._sup.layout.checkpoint(group)):
             if os.path.exists(path):
                 count = sum(len(files) for _, _, files in os.walk(path))
                 shutil.rmtree(path)
                 deleted.append({"path": path, "files": count})
-        return {"pids": pids, "signal": "SIGKILL", "deleted": deleted}
+        return {**done, "deleted": deleted}
+
+    def _node_restored(self) -> Callable[[dict], None]:
+        """Called (timer thread) when a node a node fault took down is back."""
+
+        def restored(info: dict) -> None:
+            self.emit(EventKind.NODE_RESTORED, time=info["restored_at"], node=info["node"], lasted_s=info["lasted_s"], resumed=info.get("resumed"))
+
+        return restored
 
     def collective_fault(self, group: int, rank: int, mode: str, duration_s: float) -> dict:
         """Ask one rank to fail its next cross-group allreduce (rank.components.fault_agent)."""

@@ -48,6 +48,7 @@ from monarch_ft.controller.gates import start_gate_opens
 from monarch_ft.controller.hangs import Hang
 from monarch_ft.controller.launch import RankStarter
 from monarch_ft.controller.lighthouse import Lighthouse
+from monarch_ft.controller.node_watch import NodeWatch
 from monarch_ft.controller.planner import FailureKind, RecoveryPlanner, RecoveryPolicy
 from monarch_ft.controller.preflight import preflight
 from monarch_ft.controller.recovery import Recovery
@@ -129,6 +130,7 @@ class Supervisor:
         self.warm_forks: WarmForks
         self.starter: RankStarter
         self.relay: ReportRelay
+        self.nodes: NodeWatch
         self.recovery: Recovery
         self.watch: GroupWatch
         self._metrics: IO[str]
@@ -214,7 +216,11 @@ class Supervisor:
             state=state.standby,
         )
         self.relay = ReportRelay(state, self.events, self._metrics, cfg.ft.ranks_per_group)
-        self.recovery = Recovery(cfg, layout, state, self.planner, self.events, self.starter, self.standby, self.warm_forks, self.clock, self._save)
+        # A cluster's nodes (launcher=slurm): placements, the scheduler's view, exclusions (kept on takeover).
+        state.nodes.probation_s = cfg.ft.node_probation_s
+        self.nodes = NodeWatch(launcher, self.events.emit, state.nodes)
+        self.nodes.resume()
+        self.recovery = Recovery(cfg, layout, state, self.planner, self.events, self.starter, self.standby, self.warm_forks, self.clock, self._save, self.nodes)
         self.watch = GroupWatch(cfg, layout, state, self.events, self.relay, self.recovery)
 
     def _save(self) -> None:
@@ -359,6 +365,7 @@ class Supervisor:
             return DETACHED_EXIT
         if not self.lighthouse.alive():
             self._restart_lighthouse(now)
+        self.nodes.tick(now)  # before any launch: exclusions and returns apply to it
         for g in state.groups:
             if g.status == GroupStatus.WAITING and now >= g.next_launch:
                 self.recovery.launch(g, now)

@@ -24,6 +24,10 @@ A failure's decision, in order (each rule applies whatever the later ones would 
 7. no live peer: :class:`DiskRollback` (a relaunch that loads the newest intact checkpoint);
 8. else :class:`Relaunch` after a backoff.
 
+Whatever the action, a failure that implicates its node (``Failure.suspects``: every rank on it
+lost at once, or the scheduler counts it gone) adds that node to the ones every allocation is
+kept off from then on (the action's ``exclude``: controller.placement.NodePool.with_suspects).
+
 A relaunch's start is a second decision, at launch (:meth:`RecoveryPlanner.launch`):
 :class:`WarmFork` from the host's fork server, or :class:`ColdStart` with why not warm; a
 warm fork that fails at launch is a third, recorded one (:meth:`RecoveryPlanner.fork_failed`:
@@ -32,11 +36,12 @@ a cold start, ``cold_because`` the fork's error).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, Optional, Sequence
 
 from monarch_ft.controller.budget import crash_loop, recent_restarts, restart_backoff
 from monarch_ft.controller.fork_pool import ServerState, relaunch_path
+from monarch_ft.controller.placement import Suspect
 from monarch_ft.controller.standby_pool import recovery_path
 from monarch_ft.controller.state import GroupState, JobState
 from monarch_ft.records.decisions import JobStateLost, StateDecision, decide_state_source, needs_disk
@@ -126,11 +131,15 @@ class Failure:
         startup: the failed attempt's start-up failure (controller.budget.startup_failure): the
             crash-loop signature, compared with the group's previous one; None: it stepped, or
             failed otherwise.
+        suspects: the nodes the failure implicates (controller.placement.node_suspicion: every
+            rank on the node lost at once, or the scheduler counts it gone): none where the
+            launcher has no nodes, or for a fault of the processes.
     """
 
     kind: FailureKind
     group: Optional[int] = None
     startup: Optional[dict] = None
+    suspects: tuple[Suspect, ...] = ()
 
     @property
     def charged(self) -> bool:
@@ -174,9 +183,12 @@ class ActionKind(StrEnum):
 
 @dataclass(frozen=True)
 class RecoveryAction:
-    """What the loop does; ``reason`` says why, in words."""
+    """What the loop does; ``reason`` says why, in words; ``exclude``: the nodes every allocation
+    from now on is kept off (the failure's suspects added to those already out; None: unchanged),
+    so a relaunch, or the standby built after a promotion, never lands on a node that just failed."""
 
     reason: str
+    exclude: Optional[tuple[str, ...]] = None
     kind: ClassVar[ActionKind]
     # The RecoveryPath a relaunch of this kind comes up by (None: not a relaunch start).
     path: ClassVar[Optional[RecoveryPath]] = None
@@ -296,6 +308,13 @@ class RecoveryPlanner:
             ready_standbys: the ready standbys' numbers, the longest ready first.
             disk: the newest intact checkpoint, when :meth:`needs_disk` asked for it.
         """
+        action = self._decide(job, failure, now, ready_standbys, disk)
+        if failure.suspects:
+            # Whatever comes next (a relaunch, a standby rebuilt, a full restart) keeps off them.
+            return replace(action, exclude=job.nodes.with_suspects(failure.suspects))
+        return action
+
+    def _decide(self, job: JobState, failure: Failure, now: float, ready_standbys: Sequence[int], disk: Optional[DiskFact]) -> RecoveryAction:
         if failure.kind is FailureKind.STALL:
             return FullRestart("every stepping group stalled past ft.stall_timeout_s", trigger="job_stall")
         g = job.groups[failure.group]

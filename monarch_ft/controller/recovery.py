@@ -25,6 +25,7 @@ from monarch_ft.controller.budget import crash_loop, crash_loop_line, startup_fa
 from monarch_ft.controller.checkpoints import quarantine_step, recover_checkpoint
 from monarch_ft.controller.fork_pool import ForkError, WarmForks
 from monarch_ft.controller.launch import RankStarter
+from monarch_ft.controller.node_watch import NodeWatch
 from monarch_ft.controller.planner import (
     ColdStart,
     DiskFact,
@@ -63,6 +64,8 @@ class Recovery:
         forks: the warm fork servers.
         clock: the controller's clock.
         save: writes controller.json (after a launch: the new ranks' pids before anything else).
+        nodes: the watch of a cluster's nodes (the nodes a failure implicates, the exclusions
+            an action decides).
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class Recovery:
         forks: WarmForks,
         clock: Clock,
         save: Callable[[], None],
+        nodes: NodeWatch,
     ) -> None:
         self.cfg = cfg
         self.layout = layout
@@ -88,16 +92,19 @@ class Recovery:
         self.forks = forks
         self.clock = clock
         self.save = save
+        self.nodes = nodes
 
     # ------------------------------------------------------------ failures
     def fail_group(self, g: GroupState, now: float, kind: FailureKind, **why: Any) -> None:
         """Stop ``g`` (failed: ``kind``; ``why`` goes into its group_failed event) and recover."""
         self.events.emit(EventKind.GROUP_FAILED, group=g.index, attempt=g.attempt, **why)
+        # Before its ranks are stopped: how they ended says whether their node is suspect.
+        suspects = self.nodes.suspects([rs.proc for rs in g.ranks if rs.proc is not None])
         self.starter.stop(g, graceful=False)
         self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt)
         error = g.error()
         g.last_error = {k: error.get(k) for k in ("error", "error_type", "frame", "rank", "attempt")} if error else None
-        self.recover(Failure(kind, g.index, startup_failure(g.stepped(), [rs.error for rs in g.ranks if rs.error])), now)
+        self.recover(Failure(kind, g.index, startup_failure(g.stepped(), [rs.error for rs in g.ranks if rs.error]), suspects), now)
 
     def fail_job_stall(self, now: float) -> None:
         """Every stepping group stalled past ``ft.stall_timeout_s``."""
@@ -115,6 +122,9 @@ class Recovery:
             if standby is not None:
                 break
             # Found dead or stopped (lost, never promoted): decide again without it.
+        if action.exclude is not None and g is not None:
+            # Before anything is launched: no allocation from now on lands on a suspect node.
+            self.nodes.exclude(failure.suspects, g.index, g.attempt, now, action.exclude)
         if g is not None:
             # Compared with the next attempt's: the same failure at start-up twice is a crash loop.
             g.startup_failure = failure.startup

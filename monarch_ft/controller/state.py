@@ -9,7 +9,7 @@ running, rebuilt by the takeover: a rank's process and report tail) or
 :func:`~monarch_ft.controller.snapshot.own` (this controller's own view: its samples of the
 ranks, what it printed, caches). Parts owned by one component are declared in its module and
 composed here: the ledger (:class:`CommitLedger`), the step times (:class:`StepTimeLearner`),
-the standby and fork pools' counters.
+the standby and fork pools' counters, a cluster's nodes (:class:`~monarch_ft.controller.placement.NodePool`).
 
 A group's status changes through :meth:`GroupState.move` only, which refuses a transition not
 in :data:`TRANSITIONS`.
@@ -25,6 +25,7 @@ from monarch_ft.controller.checkpoints import CheckpointHealth, Recovered
 from monarch_ft.controller.fork_pool import ForkPoolState
 from monarch_ft.controller.hangs import CpuSample, OsSample, StepTimeLearner
 from monarch_ft.controller.ledger import CommitLedger
+from monarch_ft.controller.placement import NodePool
 from monarch_ft.controller.snapshot import live, own
 from monarch_ft.controller.standby_pool import StandbyPoolState
 from monarch_ft.launcher.base import RankLaunch, RankProcess
@@ -321,6 +322,9 @@ class JobState:
     # ---- standbys and fork servers (their live processes are this controller's own)
     standby: StandbyPoolState = field(default_factory=StandbyPoolState)
     forks: ForkPoolState = field(default_factory=ForkPoolState)
+    # ---- a cluster's nodes (launcher=slurm): the scheduler's view, the nodes kept out and why
+    # (controller.placement; kept on takeover, and applied again)
+    nodes: NodePool = field(default_factory=NodePool)
     # ---- the launcher's own handles on the ranks (Slurm job ids), mirrored before a save
     launcher_handles: dict = field(default_factory=dict)
     # ---- its controllers

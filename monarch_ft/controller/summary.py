@@ -107,6 +107,8 @@ def job_summary(state: JobState, cfg: Any, launcher: dict, lighthouse: str, stan
         "standby": standby,
         # Its controllers and the spans it ran without one (monarch_ft.controller.takeover).
         "controller": controller,
+        # A cluster's nodes: every exclusion and its return, placements (controller.placement).
+        "nodes": state.nodes.summary(),
         "groups": groups,
         "config": dataclasses.asdict(cfg) if dataclasses.is_dataclass(cfg) else None,
     }

@@ -14,8 +14,9 @@ import pkgutil
 
 from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 
-# Modules of this package that are not launchers: the interface, and the simulated hosts local runs on.
-_NOT_LAUNCHERS = {"base", "hosts"}
+# Modules of this package that are not launchers: the interface, the simulated hosts local runs on,
+# and the Slurm nodes that are simulated hosts.
+_NOT_LAUNCHERS = {"base", "hosts", "slurm_nodes"}
 
 
 def available_launchers() -> list[str]:

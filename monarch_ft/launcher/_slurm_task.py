@@ -20,8 +20,9 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 
-from monarch_ft.common.process import die_with_parent, start_ticks
+from monarch_ft.common.process import die_with_parent, pid_space, start_ticks
 from monarch_ft.records.layout import atomic_write, atomic_write_json
 
 # Slurm's view of the task, passed on to the rank next to the rank's own environment.
@@ -38,12 +39,14 @@ def _rank_env(spec: dict) -> dict[str, str]:
 
 
 def _supervisor_watch(manifest: dict, spec: dict, host: str):
-    """A check that the supervisor still lives when it runs on this host (else always True),
+    """A check that the supervisor still lives when it runs in this pid space (this machine,
+    or a simulated node on it; else always True),
     for a rank that dies with its controller (a waiting warm standby). A training rank
     outlives it: a new controller re-adopts its job by job id (controller.attach), or the
     rank's lease ends it (rank.components.lease); so does a standby once promoted (its
     promotion file written), which from then on trains as its group."""
-    pid = manifest.get("supervisor_pid") if manifest.get("supervisor_host") == host and spec.get("die_with_controller") else None
+    here = manifest.get("supervisor_pid_space") == pid_space() if manifest.get("supervisor_pid_space") else manifest.get("supervisor_host") == host
+    pid = manifest.get("supervisor_pid") if here and spec.get("die_with_controller") else None
     started = start_ticks(pid) if pid else None
     promotion = spec.get("promotion_path")
     return lambda: started is None or start_ticks(pid) == started or bool(promotion and os.path.exists(promotion))
@@ -79,6 +82,10 @@ def run_task(manifest_path: str) -> int:
         "node": os.environ.get("SLURMD_NODENAME", host),
         "job_id": os.environ.get("SLURM_JOB_ID"),
         "procid": procid,
+        # Which pids this task's are (its pids are watched from where the same holds).
+        "pid_space": pid_space(),
+        # When the rank started: its job's allocation time is this less the submission.
+        "started": time.time(),
     }
     atomic_write_json(spec["pid_path"], info)
     supervisor_alive = _supervisor_watch(manifest, spec, host)

@@ -74,6 +74,7 @@ class Capability(str, Enum):
 
     PARTITION = "partition"  # take the host's link down for a while
     SLOW_LINK = "slow_link"  # rate-limit (or delay) the host's link for a while
+    NODE_DOWN = "node_down"  # the group's whole node fails, as its scheduler sees it, and returns later
 
 
 @dataclass
@@ -202,6 +203,10 @@ class LauncherTraits:
     # ft.standby_groups when unset: 1 where a standby costs only local processes, 0 where
     # it holds a real allocation (K > 0 is then the user's explicit choice).
     default_standby_groups: int = 0
+    # A group's whole node can be made to fail as a machine does, seen by the scheduler too,
+    # and come back (launcher=slurm on a local cluster of simulated nodes,
+    # monarch_ft.testing.slurm_cluster --nodes N): chaos node_down needs it.
+    node_faults: bool = False
     # Set where a rank trains in a worker thread, naming what runs it ("a Monarch actor"):
     # Python runs signal handlers on the main thread only, so such a rank cannot answer a
     # signal with its own handler. None: the trainer runs on the main thread.
@@ -252,6 +257,26 @@ class Launcher(ABC):
     def describe(self) -> dict:
         """Launcher and host layout, for the event log and reports."""
         return {"launcher": self.name, "hosts": "localhost"}
+
+    # The nodes of a cluster (Slurm): where each job went, the scheduler's view of each node,
+    # and the nodes new jobs are kept off. A launcher of one machine has none of these.
+    def take_placements(self) -> list[dict]:
+        """Groups' and standbys' allocations that started since the last call, each once:
+        ``group`` (None for a standby), ``standby``, ``attempt``, ``job_id``, ``node``,
+        ``nodes``, ``allocation_s`` (submission to its first rank running)."""
+        return []
+
+    def node_states(self) -> dict[str, str]:
+        """Every node's state as the scheduler sees it (its own words), read at most as
+        often as the launcher allows; {} where there is no scheduler."""
+        return {}
+
+    def node_health(self, state: str):
+        """What a state of :meth:`node_states` says of the node (records.events.NodeHealth)."""
+        raise NotImplementedError(f"launcher={self.name} has no nodes")
+
+    def exclude_nodes(self, nodes: set[str]) -> None:
+        """Keep every allocation made from now on off ``nodes`` (suspects of a node fault)."""
 
     @abstractmethod
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:

@@ -30,6 +30,7 @@ killed with SIGKILL left behind (its recorded pid is gone).
 from __future__ import annotations
 
 import atexit
+import ctypes
 import fcntl
 import json
 import os
@@ -40,15 +41,21 @@ import signal
 import subprocess
 import threading
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
-from monarch_ft.common.process import start_ticks
+from monarch_ft.common.process import die_with_parent, start_ticks
 from monarch_ft.records.errors import ConfigError
 
 PREFIX = "10.213"
 STATE_DIR = "/run/monarch_ft/hosts"
 LOCK_PATH = "/run/monarch_ft/hosts.lock"
 MAX_HOSTS = 253  # .2 .. .254 of the /24
+_CLONE_NEWUTS = 0x04000000
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNET = 0x40000000
+_MS_BIND = 4096
+_MS_REC = 16384
+_MS_PRIVATE = 1 << 18
 
 
 class HostSetupError(ConfigError):
@@ -76,6 +83,63 @@ def _run(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
 
 def _refused(err: str) -> bool:
     return any(s in err for s in ("Operation not permitted", "Permission denied", "must be root", "Read-only file system"))
+
+
+def on_host(hostname: str, die_with_controller: bool) -> Callable[[], None]:
+    """preexec for a process on a simulated host (a rank, a Slurm node's slurmd): take the
+    host's name (its own UTS namespace: the machine's hostname is left alone); die with the
+    process that starts it only if asked (a waiting standby): the simulated hosts outlive a
+    controller whose ranks run in them."""
+    name = hostname.encode()
+
+    def preexec() -> None:
+        if die_with_controller:
+            die_with_parent()
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        if libc.unshare(_CLONE_NEWUTS) == 0:
+            libc.sethostname(name, len(name))
+
+    return preexec
+
+
+def enter_host(netns: str, hostname: str) -> Callable[[], None]:
+    """preexec that puts a daemon on a simulated host as ``ip netns exec`` would (the host's
+    network namespace, its hosts file over /etc/hosts, its host name in a UTS namespace of
+    its own) but keeps this machine's /sys: ``ip netns exec`` mounts a fresh sysfs, without
+    the cgroup hierarchies under /sys/fs/cgroup that slurmd needs to start. Its mounts are
+    private to it (a mount namespace of its own), as ip netns exec's are."""
+    path = f"/run/netns/{netns}"
+    hosts = os.path.join("/etc/netns", netns, "hosts").encode()
+    name = hostname.encode()
+
+    def preexec() -> None:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if libc.setns(fd, _CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), f"setns({path})")
+        finally:
+            os.close(fd)
+        if libc.unshare(_CLONE_NEWNS | _CLONE_NEWUTS) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(mount, uts)")
+        libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None)
+        if os.path.exists(hosts):
+            libc.mount(hosts, b"/etc/hosts", None, _MS_BIND, None)
+        libc.sethostname(name, len(name))
+
+    return preexec
+
+
+def set_veth(veth: str, up: bool) -> None:
+    """A host's root-side veth up or down: down, the host is cut off the bridge (packets to
+    and from it dropped silently, as in a real partition or a machine that lost power)."""
+    _run("ip", "link", "set", veth, "up" if up else "down")
+
+
+def netns_pids(netns: str) -> list[int]:
+    """Every process in network namespace ``netns`` (none once it is gone)."""
+    out = _run("ip", "netns", "pids", netns, check=False).stdout
+    return [int(p) for p in out.split() if p.isdigit()]
 
 
 class SimulatedHosts:
@@ -222,8 +286,7 @@ class SimulatedHosts:
     def set_link(self, group: int, up: bool) -> None:
         """Partition (down) or reconnect (up) one host: its veth on the bridge."""
         with self._lock:
-            h = self.hosts[group]
-            _run("ip", "link", "set", h.veth, "up" if up else "down")
+            set_veth(self.hosts[group].veth, up)
 
     def link_up(self, group: int) -> bool:
         h = self.hosts[group]
@@ -251,10 +314,7 @@ class SimulatedHosts:
 
     def pids(self, group: int) -> list[int]:
         h = self.hosts.get(group)
-        if h is None:
-            return []
-        out = _run("ip", "netns", "pids", h.netns, check=False).stdout
-        return [int(p) for p in out.split() if p.isdigit()]
+        return netns_pids(h.netns) if h is not None else []
 
     # ------------------------------------------------------------------ a job that outlives its controller
     @classmethod

@@ -12,7 +12,6 @@ on one host's link and undo themselves after ``seconds`` (a timer thread).
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import os
 import subprocess
@@ -22,9 +21,8 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 from monarch_ft.common.process import die_with_parent
+from monarch_ft.launcher.hosts import on_host
 from monarch_ft.launcher.base import AdoptedProcess, Capability, ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
-
-_CLONE_NEWUTS = 0x04000000
 
 
 @dataclass
@@ -34,22 +32,6 @@ class Options(LauncherOptions):
     simulated_hosts: bool = False
     """Each replica group on its own simulated host: a network namespace with its own address on a
     bridge (monarch_ft.launcher.hosts; needs root). Network faults (partition, slow_link) need it."""
-
-
-def _on_host(hostname: str, die_with_controller: bool) -> Callable[[], None]:
-    """preexec for a rank on a simulated host: take the host's name (its own UTS namespace:
-    the machine's hostname is left alone); die with the supervisor only if asked (a waiting
-    standby): the simulated hosts outlive a controller whose ranks run in them."""
-    name = hostname.encode()
-
-    def preexec() -> None:
-        if die_with_controller:
-            die_with_parent()
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        if libc.unshare(_CLONE_NEWUTS) == 0:
-            libc.sethostname(name, len(name))
-
-    return preexec
 
 
 def _niced(preexec: Optional[Callable[[], None]], niceness: int) -> Optional[Callable[[], None]]:
@@ -158,7 +140,7 @@ class LocalLauncher(Launcher):
         env = dict(r.env)
         # ShardedTransport's advertised host (when build_transport passes none).
         env.setdefault("MONARCH_FT_TRANSPORT_HOST", h.address)
-        return ["ip", "netns", "exec", h.netns, *r.argv], env, _on_host(h.netns, r.die_with_controller)
+        return ["ip", "netns", "exec", h.netns, *r.argv], env, on_host(h.netns, r.die_with_controller)
 
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
         started: list[RankProcess] = []
@@ -195,7 +177,7 @@ class LocalLauncher(Launcher):
         if self.hosts is None:
             return ForkHost("localhost", [], die_with_parent)
         h = self.hosts.host(self._slot(group))
-        return ForkHost(h.netns, ["ip", "netns", "exec", h.netns], _on_host(h.netns, True), {"MONARCH_FT_TRANSPORT_HOST": h.address}, h.netns)
+        return ForkHost(h.netns, ["ip", "netns", "exec", h.netns], on_host(h.netns, True), {"MONARCH_FT_TRANSPORT_HOST": h.address}, h.netns)
 
     def handles(self) -> dict:
         """The simulated hosts' run id (a new controller adopts them: they outlive the

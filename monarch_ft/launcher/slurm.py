@@ -19,11 +19,30 @@ known from the ``.pid`` file, e.g. for chaos and psutil), else ``scancel --signa
 the rank and ``scancel``\\ s the job once none of its ranks is left; the supervisor then
 submits a new job for the relaunched group.
 
+"This machine" is the pid space (:func:`~monarch_ft.common.process.pid_space`: the kernel and
+the pid namespace), not the host name: a task on a simulated node (a network namespace
+with a host name of its own) is watched by pid as a local one is. A task that vanished
+without recording its exit (its wrapper gone with it) while Slurm still counts its job
+running, or whose node Slurm reports not responding, is lost with its node
+(:data:`~monarch_ft.records.exits.LOST_EXIT`): the supervisor does not wait for Slurm to fail
+the job.
+
+Unpinned (``nodes`` unset), each group's job, and each standby's, goes wherever Slurm puts
+it: its ranks bind and advertise the address their node reaches the Lighthouse from (the
+rule of ``ft.transport_interface``, applied on the node), and the Lighthouse listens on the
+address this machine reaches the nodes from. The supervisor learns the node when the job
+runs (:meth:`SlurmLauncher.take_placements`), can keep new jobs off suspect nodes
+(:meth:`SlurmLauncher.exclude_nodes`: ``sbatch --exclude``), and reads Slurm's own view
+of every node (:meth:`SlurmLauncher.node_states`). On a local cluster of simulated nodes
+(:mod:`monarch_ft.launcher.slurm_nodes`) it can also take a group's node down as a machine
+fails (:meth:`SlurmLauncher.node_down`).
+
 Options (``launcher.options.*``): see :class:`Options`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -35,12 +54,16 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 from monarch_ft import REPO_ROOT
-from monarch_ft.common.process import start_ticks
-from monarch_ft.launcher.base import AdoptedProcess, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
+from monarch_ft.common.net import route_to
+from monarch_ft.common.process import pid_space, start_ticks
+from monarch_ft.launcher.base import AdoptedProcess, Capability, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
+from monarch_ft.launcher.slurm_nodes import bring_up, read_record, take_down
 from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.events import NodeHealth
+from monarch_ft.records.exits import LOST_EXIT
 from monarch_ft.records.layout import RunLayout
 
 
@@ -71,9 +94,15 @@ class Options(LauncherOptions):
     """Prefix of every job's name (``<job_name>-g<group>a<attempt>``)."""
 
     nodes: Optional[List[str]] = None
-    """Pin group g to ``nodes[g % len(nodes)]`` (``sbatch --nodelist``); ranks then bind that node's
-    address. null: any node of the partition, one node per group, ranks bind 127.0.0.1 (right for a
-    single-node cluster on this machine, e.g. monarch_ft.testing.slurm_cluster)."""
+    """Pin group g to nodes[g % len(nodes)] (sbatch --nodelist); its ranks then bind that
+    node's address. None: each group's job (and each standby's) goes wherever Slurm puts it,
+    one node per job, and its ranks bind the address their node reaches the Lighthouse from
+    (the rule of ft.transport_interface); suspect nodes are kept out (sbatch --exclude)."""
+
+    node_poll_interval_s: float = 1.0
+    """sinfo (every node's state as Slurm sees it) is run at most this often: how soon the
+    controller sees Slurm mark a node not responding, down or back (node_state events), and
+    the resolution of Slurm's own detection time in drill reports."""
 
     def check(self, launcher: str) -> None:
         if self.poll_interval_s <= 0:
@@ -84,6 +113,8 @@ class Options(LauncherOptions):
             raise ConfigError(f"launcher.options.cpus_per_task={self.cpus_per_task}: must be >= 1")
         if self.nodes is not None and not self.nodes:
             raise ConfigError("launcher.options.nodes=[]: name at least one node, or null for any node")
+        if self.node_poll_interval_s <= 0:
+            raise ConfigError(f"launcher.options.node_poll_interval_s={self.node_poll_interval_s}: must be > 0")
 
 
 FINAL_STATES = {
@@ -105,15 +136,41 @@ _STATE_CODES = {
     "TIMEOUT": -signal.SIGTERM,
     "PREEMPTED": -signal.SIGTERM,
     "DEADLINE": -signal.SIGTERM,
-    "NODE_FAIL": -signal.SIGKILL,
+    "NODE_FAIL": LOST_EXIT,  # lost with its node
     "OUT_OF_MEMORY": -signal.SIGKILL,
     "BOOT_FAIL": 1,
     "FAILED": 1,
     "COMPLETED": 1,  # the wrapper itself failed: see the job's slurm-*.out
 }
 _HOSTNAME = socket.gethostname()
+_PID_SPACE = pid_space()
+# Slurm node states (sinfo %T) by what they say of the node: Slurm took it out (failed, or an
+# admin did), or it takes no new job; anything else runs jobs. A "*" suffix: not responding.
+_DOWN_STATES = ("down", "fail", "failing")
+_OUT_STATES = ("drained", "draining", "drain", "future", "unknown", "maint", "reboot", "reboot_issued", "reboot_requested", "power_down", "powered_down")
+
+
+def node_health(state: str) -> NodeHealth:
+    """What Slurm's state of a node (``sinfo %T``: ``idle``, ``allocated*``, ``down*``,
+    ``drained``...) says of it: down (or failing), taken out, not responding (a ``*``
+    suffix on any other state), else up."""
+    state = state.strip().lower()
+    base = state.rstrip("*~#!%$@^-").split("+")[0]
+    if base in _DOWN_STATES:
+        return NodeHealth.DOWN
+    if base in _OUT_STATES:
+        return NodeHealth.OUT
+    if state.endswith("*"):
+        return NodeHealth.NOT_RESPONDING
+    return NodeHealth.UP
+
+
 # The wrapper each Slurm task runs its rank under (by module path: it runs with -S, no site-packages).
 TASK_MODULE = "monarch_ft.launcher._slurm_task"
+# launch_group stops waiting for a job Slurm keeps pending this long (seconds, a few of the
+# scheduler's passes: a job that can run starts within about one, a job that waits for a
+# node waits for minutes).
+PENDING_WAIT_S = 5.0
 
 
 class SlurmError(ConfigError):
@@ -136,17 +193,21 @@ def _short(text: str, n: int = 300) -> str:
 class _Job:
     """One sbatch job = one attempt of one replica group."""
 
-    def __init__(self, job_id: str, group: int, attempt: int, submitted: float) -> None:
+    def __init__(self, job_id: str, group: int, attempt: int, submitted: float, standby: Optional[int] = None) -> None:
         self.job_id = job_id
         self.group = group
         self.attempt = attempt
         self.submitted = submitted
+        self.standby = standby
+        self.placed = False  # reported by take_placements
         self.ranks: list["SlurmRank"] = []
         self.state: Optional[str] = "PENDING"
+        self.reason = "None"  # why it is pending (squeue %r): "None" until Slurm has looked at it
         self.node: Optional[str] = None
         self.final_seen: Optional[float] = None
         self.exit_info: Optional[tuple[str, int, int]] = None  # (state, code, signal) from scontrol
         self.cancelled = False
+        self.lost = False  # a task of it vanished while Slurm counted it running (its node failed)
 
     @property
     def final(self) -> bool:
@@ -191,8 +252,14 @@ class SlurmRank(RankProcess):
             return None
 
     def _local(self) -> bool:
+        """The task runs in this process's pid space (this machine, or a simulated node on it):
+        its pids can be watched and signalled. A record without one (an older job's): by host name."""
         info = self.info()
-        return bool(info) and info.get("host") == _HOSTNAME
+        if not info:
+            return False
+        if info.get("pid_space") and _PID_SPACE:
+            return info["pid_space"] == _PID_SPACE
+        return info.get("host") == _HOSTNAME
 
     def _wrapper_alive(self) -> bool:
         info = self.info() or {}
@@ -225,11 +292,15 @@ class SlurmRank(RankProcess):
                     return None
                 code = self._read_exit()
                 if code is None:  # the wrapper was killed (SIGKILL) before recording
-                    code = self._fallback_code()
+                    code = self._vanished_code()
             else:
                 self.launcher._refresh()
                 if not self.job.final:
-                    return None
+                    if not (self.job.lost or self.launcher.node_lost(self.node)):
+                        return None
+                    self.launcher._lose(self.job)  # its node stopped answering Slurm: it went with it
+                    self._code = LOST_EXIT
+                    return LOST_EXIT
                 code = self._read_exit()
                 if code is None:
                     # The job ended: give a remote wrapper's .exit file a moment to appear.
@@ -238,6 +309,21 @@ class SlurmRank(RankProcess):
                     code = self._fallback_code()
         self._code = code
         return code
+
+    def _vanished_code(self) -> int:
+        """A local task gone without recording how its rank ended: killed by us or with its
+        job (Slurm's own stop, by the job's state); else, while Slurm still counts the job
+        running, everything of the task vanished at once, as with a node that failed: lost."""
+        if self._killed:
+            return -signal.SIGKILL
+        if self.job.lost:
+            return LOST_EXIT
+        if not self.job.cancelled:
+            self.launcher._refresh(force=True)
+            if not self.job.final:
+                self.launcher._lose(self.job)
+                return LOST_EXIT
+        return self._fallback_code()
 
     def _fallback_code(self) -> int:
         if self._killed:
@@ -283,6 +369,12 @@ class SlurmLauncher(Launcher):
     # holds a job of its own (none by default).
     traits = LauncherTraits(adoptable=True)
 
+    @classmethod
+    def traits_for(cls, options: Optional[Options]) -> LauncherTraits:
+        """A cluster of simulated nodes (its record beside its slurm.conf) can lose a node."""
+        conf = (options.slurm_conf if options else None) or os.environ.get("SLURM_CONF")
+        return dataclasses.replace(cls.traits, node_faults=bool(read_record(conf)))
+
     # ------------------------------------------------------------ controller.attach
     def handles(self) -> dict:
         """Every job not known to have ended: its id, group and attempt (controller.json)."""
@@ -322,8 +414,18 @@ class SlurmLauncher(Launcher):
         self._snap_time = 0.0
         self._lock = threading.Lock()
         self._nodes_cache: Optional[list[str]] = None
+        self._addr_cache: Optional[dict[str, str]] = None
         # group -> the slot of the promoted standby now serving it (place_group).
         self._placement: dict[int, int] = {}
+        # Nodes new jobs are kept off (sbatch --exclude): the controller's suspects (exclude_nodes).
+        self._exclude: set[str] = set()
+        # Slurm's view of every node (node_states): name -> sinfo state, and when it was read.
+        self._node_states: dict[str, str] = {}
+        self._node_snap = 0.0
+        # A local cluster of simulated nodes (monarch_ft.launcher.slurm_nodes): nodes that can fail.
+        self.sim_nodes = read_record(self.slurm_conf)
+        self._downs: dict[str, dict] = {}  # node -> its node_down fault in flight (timer, undo)
+        self._down_lock = threading.Lock()
 
     # ------------------------------------------------------------ commands
     def _cmd(self, *argv: str, timeout: float = 30.0, check: bool = True) -> subprocess.CompletedProcess:
@@ -385,16 +487,36 @@ class SlurmLauncher(Launcher):
         self._placement[group] = self._placement.pop(slot, slot)
 
     def group_host(self, group: int) -> str:
+        """A pinned group's node's address; unpinned, "": the node is Slurm's choice, so each
+        rank takes the address its node reaches the Lighthouse from (rank.trainer)."""
         node = self._group_node(group)
-        if node is None or node in _local_names():
+        if node is None:
+            return ""
+        address = self._node_addresses().get(node, node)
+        if node in _local_names() or address in _local_names():
             return "127.0.0.1"
-        return socket.gethostbyname(node)
+        return socket.gethostbyname(address)
 
     def control_host(self) -> str:
-        pinned = self.options.nodes
-        if not pinned or all(n in _local_names() for n in pinned):
-            return "127.0.0.1"
-        return socket.gethostbyname(_HOSTNAME)
+        """Where the Lighthouse must listen: the address this machine reaches the job's nodes
+        from (the pinned ones, else the partition's); loopback when every node is this machine."""
+        names = self.options.nodes or self.nodes()
+        addresses = self._node_addresses()
+        remote = [addresses.get(n, n) for n in names if n not in _local_names() and addresses.get(n, n) not in _local_names()]
+        for address in remote:
+            try:
+                return route_to(address)
+            except OSError:
+                continue
+        return "127.0.0.1" if not remote else socket.gethostbyname(_HOSTNAME)
+
+    def _node_addresses(self) -> dict[str, str]:
+        """Each node's NodeAddr (sinfo %o), where Slurm reaches its slurmd."""
+        if self._addr_cache is None:
+            argv = ["sinfo", "--noheader", "-N", "-o", "%N|%o"]
+            out = self._cmd(*argv, check=False).stdout
+            self._addr_cache = dict(line.split("|", 1) for line in out.split() if "|" in line)
+        return self._addr_cache
 
     def describe(self) -> dict:
         try:
@@ -425,6 +547,7 @@ class SlurmLauncher(Launcher):
                 {
                     "supervisor_pid": os.getpid(),
                     "supervisor_host": _HOSTNAME,
+                    "supervisor_pid_space": _PID_SPACE,
                     "ranks": [
                         {
                             "rank": r.rank,
@@ -462,6 +585,8 @@ class SlurmLauncher(Launcher):
         node = self._group_node(group)
         if node:
             lines.append(f"#SBATCH --nodelist={node}")
+        elif self._exclude:
+            lines.append(f"#SBATCH --exclude={','.join(sorted(self._exclude))}")
         # The task wrapper is this package's own module, run without site-packages (-S) and
         # without the job's cwd on sys.path (-P), from the repository the supervisor runs.
         task = [sys.executable, "-P", "-S", "-m", TASK_MODULE, manifest]
@@ -470,6 +595,7 @@ class SlurmLauncher(Launcher):
         script = os.path.join(d, f"{tag}.sbatch")
         with open(script, "w") as f:
             f.write("\n".join(lines) + "\n")
+        submitted = time.time()
         out = self._cmd("sbatch", "--parsable", *o.sbatch_args, script, check=False)
         if out.returncode != 0:
             msg = _short(out.stderr or out.stdout)
@@ -477,7 +603,7 @@ class SlurmLauncher(Launcher):
                 raise SlurmError(f"launcher=slurm: {self._unreachable_hint()} ({msg})")
             raise SlurmError(f"launcher=slurm: sbatch rejected group {group}'s job: {msg}")
         job_id = out.stdout.strip().split(";")[0]
-        job = _Job(job_id, group, attempt, time.time())
+        job = _Job(job_id, group, attempt, submitted, standby)
         job.ranks = [SlurmRank(r, job, self) for r in ranks]
         with self._lock:
             self.jobs[job_id] = job
@@ -487,13 +613,18 @@ class SlurmLauncher(Launcher):
         return list(job.ranks)
 
     def _wait_started(self, job: _Job) -> None:
-        """Until every rank reported its pid (the job runs), the job ended, or start_timeout_s."""
+        """Until every rank reported its pid (the job runs), the job ended, or start_timeout_s;
+        a job Slurm still holds pending for a reason after PENDING_WAIT_S (no node free: one
+        excluded, or down) is left to the supervisor's startup timeout, whose watch loop is
+        not held up meanwhile."""
         deadline = time.time() + self.options.start_timeout_s
         while time.time() < deadline:
             if all(r.info() is not None or r._read_exit() is not None for r in job.ranks):
                 return
             self._refresh()
             if job.final:
+                return
+            if job.state == "PENDING" and job.reason not in ("None", "") and time.time() - job.submitted > PENDING_WAIT_S:
                 return
             time.sleep(0.05)
 
@@ -510,7 +641,7 @@ class SlurmLauncher(Launcher):
                 return
             try:
                 out = subprocess.run(
-                    ["squeue", "--noheader", "--states=all", "-o", "%i|%T|%N", "-j", ",".join(j.job_id for j in active)],
+                    ["squeue", "--noheader", "--states=all", "-o", "%i|%T|%N|%r", "-j", ",".join(j.job_id for j in active)],
                     env=self.env,
                     capture_output=True,
                     text=True,
@@ -521,17 +652,17 @@ class SlurmLauncher(Launcher):
                 self._snap_time = now
                 return
             self._snap_time = now
-            seen: dict[str, tuple[str, str]] = {}
+            seen: dict[str, tuple[str, str, str]] = {}
             if out.returncode == 0:
                 for line in out.stdout.splitlines():
                     parts = line.strip().split("|")
-                    if len(parts) == 3:
-                        seen[parts[0]] = (parts[1], parts[2])
+                    if len(parts) == 4:
+                        seen[parts[0]] = (parts[1], parts[2], parts[3])
             elif "invalid job id" not in (out.stderr or "").lower():
                 return  # controller briefly unreachable: keep what we knew
             for j in active:
                 if j.job_id in seen:
-                    j.state, node = seen[j.job_id]
+                    j.state, node, j.reason = seen[j.job_id]
                     if node and node != "(null)":
                         j.node = node
                 elif now > j.submitted:
@@ -577,6 +708,18 @@ class SlurmLauncher(Launcher):
             self._cmd("scancel", "--signal=KILL", "--full", job.job_id, check=False)
         self._cmd("scancel", job.job_id, check=False)
 
+    def _lose(self, job: _Job) -> None:
+        """A task of ``job`` vanished with its node (or the node stopped answering Slurm): its
+        other tasks are lost too, and the job is cancelled so that Slurm frees the allocation
+        as soon as it can (a node that does not answer: once Slurm counts it down)."""
+        if job.lost:
+            return
+        job.lost = True
+        try:
+            self._cancel(job)
+        except SlurmError:
+            pass
+
     def _release_if_done(self, job: _Job) -> None:
         """Once no rank of the job is left, cancel the job so its allocation is freed now."""
         if any(r._killed for r in job.ranks) and all(r._killed or r._code is not None for r in job.ranks) and not job.final:
@@ -611,9 +754,126 @@ class SlurmLauncher(Launcher):
     def resume_node(self, node: str) -> None:
         self._cmd("scontrol", "update", f"nodename={node}", "state=RESUME")
 
+    # ------------------------------------------------------------ nodes
+    def take_placements(self) -> list[dict]:
+        """Jobs that started since the last call, each once: which node Slurm gave it and how
+        long the allocation took (``sbatch`` to its first task running, by the task
+        wrappers' clocks: this machine's, or the nodes' where they keep time with it)."""
+        placed = []
+        with self._lock:
+            jobs = [j for j in self.jobs.values() if not j.placed]
+        for job in jobs:
+            infos = [r.info() for r in job.ranks]
+            if not infos or any(i is None for i in infos):
+                if job.final:
+                    job.placed = True  # ended before every task ran: never placed
+                continue
+            job.placed = True
+            node = next((i.get("node") for i in infos if i.get("node")), job.node)
+            started = min((i["started"] for i in infos if i.get("started")), default=None)
+            placed.append(
+                {
+                    "group": job.group if job.standby is None else None,
+                    "standby": job.standby,
+                    "attempt": job.attempt,
+                    "job_id": job.job_id,
+                    "node": node,
+                    "nodes": sorted({i.get("node") for i in infos if i.get("node")}),
+                    "allocation_s": round(started - job.submitted, 3) if started else None,
+                }
+            )
+        return placed
+
+    def node_states(self) -> dict[str, str]:
+        """Every node's state as Slurm sees it (``sinfo -N %T``: ``idle``, ``allocated*``,
+        ``down*``...), read at most once per ``node_poll_interval_s``; the last one read
+        while slurmctld does not answer."""
+        now = time.time()
+        if now - self._node_snap < self.options.node_poll_interval_s:
+            return self._node_states
+        self._node_snap = now
+        argv = ["sinfo", "--noheader", "-N", "-o", "%N|%T"]
+        if self.options.partition:
+            argv += ["-p", self.options.partition]
+        try:
+            out = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.TimeoutExpired):
+            return self._node_states
+        if out.returncode == 0:
+            self._node_states = dict(line.split("|", 1) for line in out.stdout.split() if "|" in line)
+        return self._node_states
+
+    def node_health(self, state: str) -> NodeHealth:
+        return node_health(state)
+
+    def node_lost(self, node: Optional[str]) -> bool:
+        """Slurm, at its last read, counted ``node`` not responding or down."""
+        state = self._node_states.get(node or "")
+        return state is not None and node_health(state) in (NodeHealth.NOT_RESPONDING, NodeHealth.DOWN)
+
+    def exclude_nodes(self, nodes: set[str]) -> None:
+        """Keep every job submitted from now on off ``nodes`` (``sbatch --exclude``); a group
+        pinned to a node (``nodes``) keeps it."""
+        self._exclude = set(nodes)
+
+    @property
+    def capabilities(self) -> set:
+        return {Capability.NODE_DOWN} if self.sim_nodes else set()
+
+    def node_down(self, group: int, seconds: float, on_restore: Optional[Callable[[dict], None]] = None) -> dict:
+        """Take ``group``'s node down as a machine fails (:func:`~monarch_ft.launcher.slurm_nodes.take_down`:
+        link cut, every process on it killed, slurmd with them; Slurm is not told) and bring
+        it back after ``seconds`` (slurmd restarted, the node resumed), then ``on_restore``."""
+        node = self.group_node(group)
+        sim = self.sim_nodes.get(node or "")
+        if sim is None:
+            raise RuntimeError(
+                f"group {group}'s node {node!r} is not a simulated node: a node_down fault needs a local cluster of simulated nodes "
+                "(python -m monarch_ft.testing.slurm_cluster --nodes N DIR)"
+            )
+        with self._down_lock:
+            if sim.name in self._downs:
+                raise RuntimeError(f"node {sim.name} is already down")
+            started = time.time()
+            self._downs[sim.name] = {"started": started}
+        details = take_down(sim)
+
+        def restore() -> None:
+            info = self.restore_node(sim.name)
+            if info is not None and on_restore is not None:
+                try:
+                    on_restore(info)
+                except Exception:
+                    pass  # e.g. the event log already closed at the end of the job
+
+        timer = threading.Timer(seconds, restore)
+        timer.daemon = True
+        self._downs[sim.name]["timer"] = timer
+        timer.start()
+        return {**details, "duration_s": seconds}
+
+    def restore_node(self, node: str) -> Optional[dict]:
+        """Bring a node this launcher took down back now (also what its timer does); None if none is down."""
+        with self._down_lock:
+            down = self._downs.pop(node, None)
+        if down is None:
+            return None
+        timer = down.get("timer")
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
+        info = bring_up(self.sim_nodes[node])
+        now = time.time()
+        return {**info, "restored_at": now, "lasted_s": round(now - down["started"], 3)}
+
     # ------------------------------------------------------------ close
     def close(self, timeout: float = 10.0) -> None:
-        """Cancel this launcher's jobs still queued or running and wait until they ended."""
+        """Cancel this launcher's jobs still queued or running and wait until they ended;
+        bring back any node it took down (the cluster is left as it was found)."""
+        for node in list(self._downs):
+            try:
+                self.restore_node(node)
+            except Exception:
+                pass
         self._refresh(force=True)
         live = [j for j in self.jobs.values() if not j.final]
         # Jobs whose ranks all ended finish by themselves (COMPLETED): give them a moment.

@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import faulthandler
 import hashlib
+import logging
 import os
 import signal
 import sys
@@ -197,6 +198,8 @@ class Trainer:
     # ------------------------------------------------------------ construction
     def _build_local(self) -> None:
         """Everything that does not depend on which replica group this rank serves."""
+        if not self.spec.store_host:
+            self.spec = _on_this_node(self.spec, self.cfg.ft.transport_interface)
         spec, cfg, tr = self.spec, self.cfg, self.cfg.training
         torch.set_num_threads(tr.threads_per_rank)
         self.use_cuda = use_cuda = device_type(tr.device) == "cuda"
@@ -603,6 +606,22 @@ class Trainer:
         self.manager.shutdown(wait=False)
         self.checkpointer.close()
         dist.destroy_process_group()
+
+
+def _on_this_node(spec: RankSpec, transport_interface: Optional[str]) -> RankSpec:
+    """The spec with the group's store and the rank's advertised host on this node's address.
+
+    The controller leaves them empty where the scheduler picks the node (launcher=slurm
+    without launcher.options.nodes): only here is the node known. The address is the one
+    ``ft.transport_interface``'s rule picks (monarch_ft.transport.interface: the configured
+    interface, the RDMA port's, else the route to the Lighthouse), so the other nodes reach
+    it; every rank of the group runs on this node, picks the same one, and finds rank 0's store.
+    """
+    from monarch_ft.transport.interface import resolve
+
+    choice = resolve(transport_interface, spec.lighthouse_addr)
+    logging.getLogger(__name__).info("group store and advertised host on %s (%s) because: %s", choice.address, choice.interface, choice.why)
+    return dataclasses.replace(spec, store_host=choice.address, advertise_host=choice.address)
 
 
 def train(spec: RankSpec) -> None:

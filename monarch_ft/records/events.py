@@ -129,6 +129,23 @@ class EventKind(StrEnum):
     """A ready standby took a failed group's identity."""
     STANDBY_LOST = "standby_lost"
     """A standby died (or was stopped) while waiting; it is rebuilt, never promoted."""
+    # The nodes of a cluster (launcher=slurm; monarch_ft.controller.node_watch applies
+    # monarch_ft.controller.placement's rules).
+    GROUP_PLACED = "group_placed"
+    """A group's or a standby's allocation started: the node the scheduler gave it (node,
+    job_id; group, or standby) and allocation_s, from its submission to its first rank running."""
+    NODE_STATE = "node_state"
+    """The scheduler's view of a node changed: state (its own words, e.g. Slurm's idle*, down*),
+    health (NodeHealth), previous. Slurm's own detection of a failed node is the first
+    not_responding after the fault."""
+    NODE_EXCLUDED = "node_excluded"
+    """The controller keeps new allocations off a node: node, reason (ExclusionReason), the
+    group and attempt that failed there, and the nodes excluded now."""
+    NODE_RETURNED = "node_returned"
+    """An excluded node is back in the pool: node, reason (ReturnReason), excluded_s."""
+    NODE_RESTORED = "node_restored"
+    """A node that a node fault took down is back (link up, slurmd started again, resumed):
+    node, lasted_s. The scheduler's node_state shows when it counts it up again."""
     # Warm fork servers (monarch_ft.controller.fork_pool).
     FORK_SERVER_READY = "fork_server_ready"
     """A fork server finished its imports on a host: relaunches there fork from it."""
@@ -241,6 +258,38 @@ class RecoveryPath(StrEnum):
     """Fresh interpreters: import, build, shard."""
 
 
+class NodeHealth(StrEnum):
+    """What the scheduler's state of a node says of it (a launcher reads its own words: Slurm's
+    ``sinfo`` states, monarch_ft.launcher.slurm.node_health)."""
+
+    UP = "up"
+    """Answering, runs jobs."""
+    NOT_RESPONDING = "not_responding"
+    """Its daemon misses the scheduler's pings (Slurm: a "*" suffix)."""
+    DOWN = "down"
+    """The scheduler took it out as failed (Slurm: DOWN, FAIL)."""
+    OUT = "out"
+    """Taken out otherwise (drained by an admin, rebooting, powered down): no new jobs."""
+
+
+class ExclusionReason(StrEnum):
+    """Why the controller keeps new allocations off a node (``node_excluded``)."""
+
+    RANKS_LOST = "ranks_lost"
+    """Every rank of a group on it vanished at once, none recording how it ended."""
+    NOT_RESPONDING = "not_responding"
+    """The scheduler counted it not responding or down when a group on it failed."""
+
+
+class ReturnReason(StrEnum):
+    """Why an excluded node is back in the pool (``node_returned``)."""
+
+    BACK_UP = "back_up"
+    """The scheduler counted it failed, then up again (its daemon back, resumed)."""
+    NEVER_DOWN = "never_down"
+    """The scheduler counted it up all along for ft.node_probation_s: a false suspicion."""
+
+
 class JobStatus(StrEnum):
     """``summary.json``'s status: how the job ended."""
 
@@ -325,6 +374,12 @@ class EventLog:
 
     def close(self) -> None:
         self._f.close()
+
+
+def event_node(record: dict[str, Any]) -> Optional[str]:
+    """The cluster node an event names (``node_state``, ``node_excluded``, ``node_returned``,
+    ``node_restored``, ``group_placed``, a node fault's ``fault_injected``), None for others."""
+    return record.get("node")
 
 
 def read_events(path: str) -> list[dict[str, Any]]:

@@ -11,7 +11,8 @@ from enum import IntEnum
 from typing import Optional
 
 # An adopted rank (not this controller's child) has no exit status to read: one that
-# is gone without having reported rank_finished is taken for a crash with this code.
+# is gone without having reported rank_finished is taken for a crash with this code. So is
+# a Slurm task that vanished with its node (monarch_ft.launcher.slurm): "lost" in events.
 LOST_EXIT = 255
 
 
@@ -42,4 +43,6 @@ def describe_exit(code: Optional[int]) -> dict:
             return {"signal": f"SIG{-code}", "exit_code": code}
     if code in RankExit._value2member_map_ and code != 0:
         return {"exit_code": code, "exit_reason": RankExit(code).name.lower()}
+    if code == LOST_EXIT:
+        return {"exit_code": code, "exit_reason": "lost"}
     return {"exit_code": code}

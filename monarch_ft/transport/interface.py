@@ -23,7 +23,7 @@ import socket
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from monarch_ft.common.net import host_port
+from monarch_ft.common.net import host_port, route_to
 from monarch_ft.transport import rdma_discovery
 from monarch_ft.transport.rdma_discovery import RdmaPort
 
@@ -124,19 +124,6 @@ def choose(
         return Choice(lighthouse_route, holder, f"route to the Lighthouse host {lighthouse}{rdma_note}", lighthouse_route)
     name = socket.gethostname()
     return Choice(name, None, f"no route to the Lighthouse host {lighthouse}: the host name, every interface{rdma_note}", "")
-
-
-def route_to(host: str, port: int = 9) -> str:
-    """The local address the kernel would use to reach ``host``: the source address of
-    a connected UDP socket (connect() on UDP picks the route and sends nothing).
-
-    Raises:
-        OSError: ``host`` does not resolve or no route leads to it.
-    """
-    family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_DGRAM)[0]
-    with socket.socket(family, socket.SOCK_DGRAM) as s:
-        s.connect(sockaddr)
-        return s.getsockname()[0]
 
 
 def resolve(setting: Optional[str], lighthouse_addr: str) -> Choice:

@@ -1,4 +1,5 @@
-"""The Slurm launcher on a real single-node Slurm cluster (munged + slurmctld + slurmd), no mocks."""
+"""The Slurm launcher on real Slurm clusters (munged + slurmctld + slurmd), no mocks: a one-node
+cluster on this machine, and a four-node one on simulated hosts whose nodes really fail."""
 
 from __future__ import annotations
 
@@ -14,7 +15,20 @@ import pytest
 
 from monarch_ft.controller.loop import request_finish
 from monarch_ft.launcher import RankLaunch, build_launcher
-from monarch_ft.testing.jobs import FAST, assert_weights_agree_after, console, events_of, finish_job, job_processes, read_jsonl, start_job, wait_for
+from monarch_ft.testing.jobs import (
+    FAST,
+    assert_weights_agree_after,
+    console,
+    events_of,
+    finish_job,
+    job_processes,
+    need_netns,
+    netns_left_behind,
+    read_jsonl,
+    run_drill_job,
+    start_job,
+    wait_for,
+)
 from monarch_ft.testing.slurm_cluster import LocalSlurmCluster, missing_binaries
 
 
@@ -64,27 +78,36 @@ def test_cluster_starts_and_leaves_nothing_running(tmp_path):
 
 
 def test_cluster_runs_from_the_command_line_as_the_readme_says(tmp_path):
-    """``python -m monarch_ft.testing.slurm_cluster WORKDIR``: prints the slurm.conf to use, serves jobs,
-    and SIGTERM (or Ctrl-C) stops it with its daemons."""
+    """``python -m monarch_ft.testing.slurm_cluster --nodes 2 WORKDIR``: two simulated nodes, each
+    its own host (a slurmd under its own name and address); prints the slurm.conf to use, serves
+    jobs, and SIGTERM (or Ctrl-C) stops it with its daemons and removes its nodes."""
     import subprocess
 
     from monarch_ft.testing.jobs import REPO
 
+    need_netns()
     log = tmp_path / "cluster.log"
+    argv = [sys.executable, "-m", "monarch_ft.testing.slurm_cluster", "--nodes", "2", str(tmp_path / "c")]
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "monarch_ft.testing.slurm_cluster", str(tmp_path / "c")], cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: "stops it" in log.read_text(), 60, "the cluster to come up")
         conf = tmp_path / "c" / "etc" / "slurm.conf"
         assert f"launcher=slurm launcher.options.slurm_conf={conf}" in log.read_text()
         env = {**os.environ, "SLURM_CONF": str(conf)}
-        assert "idle" in subprocess.run(["sinfo", "-h", "-o", "%t"], env=env, capture_output=True, text=True, timeout=30).stdout
+        sinfo = subprocess.run(["sinfo", "-hN", "-o", "%N|%t"], env=env, capture_output=True, text=True, timeout=30).stdout
+        nodes = dict(line.split("|") for line in sinfo.split())
+        assert len(nodes) == 2 and set(nodes.values()) == {"idle"}, nodes
+        out = subprocess.run(["srun", "-N2", "-n2", "sh", "-c", "echo $(hostname) $SLURMD_NODENAME"], env=env, capture_output=True, text=True, timeout=60)
+        assert sorted(out.stdout.split("\n")[:2]) == [f"{n} {n}" for n in sorted(nodes)], out
+        run_id = next(iter(nodes)).split("-")[0][len("mft") :]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0, log.read_text()
     finally:
         if proc.poll() is None:
             proc.kill()
     assert not [p for p in psutil.process_iter(["cmdline"]) if any(str(tmp_path / "c") in a for a in (p.info["cmdline"] or []))]
+    assert not netns_left_behind(run_id)
 
 
 def _rank(tmp_path, rank: int, code: str, attempt: int = 0) -> RankLaunch:
@@ -302,3 +325,83 @@ def test_controller_sigkilled_then_attached_readopts_slurm_jobs_by_id(cluster, r
     # every job of the run ended (close() waits for them, the adopted ones included)
     out = cluster.run("squeue", "--noheader", "-o", "%i|%T").stdout.strip()
     assert not out, out
+
+
+def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path, run_dir):
+    """A 2x2 job with one standby on four simulated nodes (2 CPUs each: one job per node), with
+    no node named: Slurm spreads the groups and the standby, and the quorum forms across nodes.
+    Two node faults one after the other (node_down, then node: both fail the node as a machine
+    does, its link cut and everything on it killed; Slurm is not told): the first before the
+    standby is ready (an excluding relaunch), the second through the standby. Each time the
+    controller sees the ranks lost, excludes the node at once (long before Slurm counts it not
+    responding), and never places a job on it while it is out; the first node comes back
+    (slurmd restarted, resumed), returns to the pool and is used again. Weights agree, squeue
+    is empty, nothing is left running, every namespace is removed."""
+    need_netns()
+    cluster = LocalSlurmCluster(str(tmp_path / "slurm"), cpus=2, nodes=4)
+    with cluster:
+        run_id = cluster.hosts.id
+        drill = run_drill_job(
+            run_dir,
+            *FAST,
+            "launcher=slurm",
+            f"launcher.options.slurm_conf={cluster.conf}",
+            "ft.standby_groups=1",
+            "ft.startup_timeout_s=600",
+            "chaos.recovery_timeout_s=400",
+            # Long enough for Slurm to count the second node not responding (about 5 s) before the job ends.
+            "chaos.tail_steps=40",
+            "chaos.faults=[{kind: node_down, at_step: 3, duration_s: 15, wait_standby: false}, {kind: node, at_step: 6}]",
+            timeout=900,
+        )
+        queue = cluster.run("squeue", "--noheader", "-o", "%i|%T").stdout.strip()
+    assert not queue, queue
+    assert not netns_left_behind(run_id)
+    assert not job_processes(run_dir), [p.cmdline()[:4] for p in job_processes(run_dir)]
+
+    events = read_jsonl(run_dir / "events.jsonl")
+    placed = [e for e in events if e["event"] == "group_placed"]
+    first = {e["group"]: e["node"] for e in placed if e["attempt"] == 0 and e["group"] is not None}
+    # Spread by Slurm, not pinned: each group on a node of its own, stepping in one quorum.
+    assert len(set(first.values())) == 2 and set(first.values()) <= set(cluster.nodes), first
+    assert not any("--nodelist" in p.read_text() for p in (run_dir / "slurm").glob("*.sbatch"))
+    assert any(e["event"] == "quorum_change" and e["participating_groups"] == [0, 1] for e in events)
+    assert all(e["allocation_s"] is not None and 0 < e["allocation_s"] < 60 for e in placed), placed
+
+    faults = [e for e in events if e["event"] == "fault_injected"]
+    assert [f["kind"] for f in faults] == ["node_down", "node"]
+    down = [f["node"] for f in faults]
+    assert len(set(down)) == 2, "two different nodes"
+    for f in faults:
+        node, t0 = f["node"], f["time"]
+        excluded = [e for e in events if e["event"] == "node_excluded" and e["node"] == node and e["time"] >= t0]
+        slurm_saw = [e for e in events if e["event"] == "node_state" and e["node"] == node and e["time"] >= t0 and e["health"] != "up"]
+        returned = [e for e in events if e["event"] == "node_returned" and e["node"] == node and e["time"] >= t0]
+        assert excluded and excluded[0]["reason"] == "ranks_lost" and excluded[0]["group"] == f["target"], excluded
+        # Slurm found out by itself, after we did; its state and when are recorded.
+        assert slurm_saw and slurm_saw[0]["time"] > excluded[0]["time"], slurm_saw
+        back = returned[0]["time"] if returned else float("inf")
+        # No job placed on the node while it was out.
+        assert not [e for e in placed if e["node"] == node and t0 <= e["time"] < back], placed
+    # Both ranks of the group lost (exit 255), no rank exit recorded: a node fault, not a process one.
+    lost = [e for e in events if e["event"] == "rank_exited" and e.get("exit_reason") == "lost"]
+    assert len(lost) == 4, lost
+    # The first node returned (slurmd restarted, resumed) and a later job ran on it.
+    (restored,) = [e for e in events if e["event"] == "node_restored" and e["node"] == down[0]]
+    (returned,) = [e for e in events if e["event"] == "node_returned" and e["node"] == down[0]]
+    assert returned["reason"] == "back_up" and returned["time"] >= restored["time"]
+    assert [e for e in placed if e["node"] == down[0] and e["time"] > returned["time"]], placed
+    # Recovered: an excluding relaunch (cold start), then the standby.
+    paths = [f["recovery_path"] for f in drill["faults"]]
+    assert paths == ["cold_start", "standby"], paths
+    relaunch = (run_dir / "slurm" / f"g{faults[0]['target']}.a1.sbatch").read_text()
+    assert f"--exclude={down[0]}" in relaunch, relaunch
+    assert all(f["recovered"] and f["weights_consistent"] is not False for f in drill["faults"])
+    assert drill["weights_consistent"] and drill["steps_lost"] == 0 and drill["steps_never_go_back"]
+    # Slurm's own detection beside ours, in the drill's analysis.
+    for f in drill["faults"]:
+        sched = f["scheduler"]
+        assert sched["failed_node"] in down and sched["excluded_s"] < sched["not_responding_s"], sched
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert [(x["node"], x["reason"]) for x in summary["nodes"]["exclusions"]] == [(n, "ranks_lost") for n in down]
+    assert summary["nodes"]["exclusions"][0]["return_reason"] == "back_up"

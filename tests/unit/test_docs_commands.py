@@ -188,10 +188,27 @@ def test_docs_have_commands():
     assert any(c.startswith("bash scripts/install.sh") for c in readme), readme
 
 
+def simulated_clusters(where: str) -> set[str]:
+    """The slurm.conf of every cluster of simulated nodes the page starts
+    (``python -m monarch_ft.testing.slurm_cluster --nodes N DIR``): a command run on one may use node
+    faults, which the job's check allows only where the cluster's record (written beside its
+    slurm.conf when it starts) exists; nothing is started here, so the check takes it as there."""
+    out = set()
+    for cmd, _ in commands_in((REPO / where).read_text()):
+        argv = [a for a in shlex.split(cmd, comments=True) if a != "&"]
+        if argv[1:3] == ["-m", "monarch_ft.testing.slurm_cluster"] and "--nodes" in argv:
+            out.add(f"{argv[-1]}/etc/slurm.conf")
+    return out
+
+
 @pytest.mark.parametrize("where,cmd,inline", COMMANDS, ids=[f"{w}:{c[:60]}" for w, c, _ in COMMANDS])
 def test_command_runs_as_written(where, cmd, inline):
+    from monarch_ft.launcher import slurm
+
+    clusters, real = simulated_clusters(where), slurm.read_record
     try:
-        check(cmd, inline)
+        with mock.patch.object(slurm, "read_record", lambda conf: ["a simulated node"] if conf in clusters else real(conf)):
+            check(cmd, inline)
     except Exception as e:  # a config error, a composition error: say which command
         raise AssertionError(f"{where}: {cmd}\n  {type(e).__name__}: {e}") from None
 

@@ -14,8 +14,10 @@ import pytest
 
 from monarch_ft.controller.loop import Supervisor
 from monarch_ft.controller.state import IllegalTransition
+from monarch_ft.launcher.base import LauncherTraits
+from monarch_ft.launcher.slurm import node_health
 from monarch_ft.records.events import GiveUpReason, GroupStatus, JobStatus
-from monarch_ft.records.exits import RankExit
+from monarch_ft.records.exits import LOST_EXIT, RankExit
 from monarch_ft.testing.fakes import FakeClock, FakeLauncher, Script, fake_job_config
 
 ERROR_A = {"error": "ValueError: bad value", "error_type": "ValueError", "frame": "monarch_ft/rank/trainer.py:10 in build", "environmental": False}
@@ -265,3 +267,70 @@ def test_a_group_status_changes_only_by_an_allowed_transition(tmp_path, world):
         g.status = GroupStatus.WAITING
     with pytest.raises(IllegalTransition):
         g.move(GroupStatus.RUNNING)  # done is final
+
+
+# ---------------------------------------------------------------- a cluster's nodes
+class NodesLauncher(FakeLauncher):
+    """The fakes on a cluster of nodes ``n0``, ``n1``, ...: each group's launch goes to the first
+    node (by name) with nothing running on it that the controller did not exclude, as a
+    scheduler would place it; ``node_states`` is the scheduler's view (it counts a node up all
+    along here: a node whose ranks vanished is suspected by the controller alone)."""
+
+    traits = LauncherTraits(adoptable=True, forkable=False, default_standby_groups=1)
+
+    def __init__(self, *args, nodes: int = 3, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.states = {f"n{i}": "idle" for i in range(nodes)}
+        self.excluded: set[str] = set()
+        self.placed: list[dict] = []
+
+    def launch_group(self, ranks):
+        busy = {r.launch.host for r in self.ranks if r.code is None}
+        node = next(n for n in sorted(self.states) if n not in busy | self.excluded)
+        for launch in ranks:
+            launch.host = node
+        self.placed.append({"group": ranks[0].group, "standby": ranks[0].standby, "attempt": ranks[0].attempt, "job_id": str(len(self.placed)), "node": node})
+        return super().launch_group(ranks)
+
+    def node_fails(self, node: str) -> None:
+        """The node goes as a machine does: every rank on it gone without a word (LOST_EXIT)."""
+        for r in self.ranks:
+            if r.code is None and r.launch.host == node:
+                r.code = LOST_EXIT
+
+    def take_placements(self) -> list[dict]:
+        out, self._taken = self.placed[getattr(self, "_taken", 0) :], len(self.placed)
+        return out
+
+    def node_states(self) -> dict[str, str]:
+        return dict(self.states)
+
+    def node_health(self, state: str):
+        return node_health(state)
+
+    def exclude_nodes(self, nodes: set[str]) -> None:
+        self.excluded = set(nodes)
+
+
+def test_a_node_down_its_group_relaunched_elsewhere_the_node_excluded_then_back_after_probation(tmp_path, world):
+    # No standby: the relaunch's own placement is what is watched (a promotion takes a node
+    # already placed; tests/jobs/test_launcher_slurm.py covers it on real Slurm).
+    job = Job(tmp_path, world, training__steps=60, ft__standby_groups=0, ft__node_probation_s=2.0)
+    job.launcher = launcher = NodesLauncher(job.clock, job.run_dir, step_s=0.1)
+    launcher.script(1, 1, Script(exit_at_step=40))  # a process fault of the relaunch, after the node returned
+    assert job.run(hooks=[AtStep(10, lambda _: launcher.node_fails("n1"))]) == 0
+    placed = [(p["group"], p["attempt"], p["node"]) for p in launcher.placed]
+    # g1 was on n1: relaunched on n2 (n1 first free by name, but excluded); after its return
+    # (never counted down by the scheduler: after ft.node_probation_s), the next relaunch uses it.
+    assert placed == [(0, 0, "n0"), (1, 0, "n1"), (1, 1, "n2"), (1, 2, "n1")], placed
+    (excluded,) = job.events("node_excluded")
+    assert (excluded["node"], excluded["reason"], excluded["group"], excluded["attempt"], excluded["excluded"]) == ("n1", "ranks_lost", 1, 0, ["n1"])
+    (returned,) = job.events("node_returned")
+    assert returned["node"] == "n1" and returned["reason"] == "never_down" and returned["excluded_s"] >= 2.0
+    assert len(job.events("group_placed")) == 4 and launcher.excluded == set()
+    # The process fault excluded nothing; the relaunch's exclusion came from the planner's action.
+    restarts = job.events("restart_scheduled", group=1)
+    assert [r["action"] for r in restarts] == ["relaunch", "relaunch"]
+    summary = job.sup.summary()["nodes"]
+    assert [(x["node"], x["reason"], x["return_reason"]) for x in summary["exclusions"]] == [("n1", "ranks_lost", "never_down")]
+    assert summary["excluded_now"] == [] and summary["placements"] == 4

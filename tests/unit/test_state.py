@@ -25,8 +25,9 @@ from monarch_ft.controller.state import (
     RankState,
     can_transition,
 )
+from monarch_ft.controller.placement import Exclusion, NodePool
 from monarch_ft.launcher.base import RankLaunch
-from monarch_ft.records.events import GiveUpReason, GroupStatus, JobStatus
+from monarch_ft.records.events import ExclusionReason, GiveUpReason, GroupStatus, JobStatus
 
 
 def populated() -> JobState:
@@ -98,6 +99,13 @@ def populated() -> JobState:
         recovered=Recovered(20, {"/r/checkpoint/group_0": "/r/checkpoint/group_0/step-20"}, [{"step": 30}], [{"step": 20, "error": "ENOSPC"}]),
         standby=StandbyPoolState(launched=3, promoted=1, lost=1, failed_builds=1, ready_s=[4.5], clock=UnreadyClock(1, 12.0, 2, 80.0)),
         forks=ForkPoolState(starts={"localhost": 2}, failed_starts={"localhost": 1}),
+        nodes=NodePool(
+            probation_s=60.0,
+            excluded={"n1": Exclusion("n1", ExclusionReason.RANKS_LOST, 80.0, 1, 2, seen_down=True)},
+            history=[{"node": "n1", "reason": "ranks_lost", "group": 1, "attempt": 2, "at": 80.0, "returned_at": None, "return_reason": None}],
+            states={"n0": "idle", "n1": "down*"},
+            placements=4,
+        ),
         launcher_handles={"jobs": [["17", 0, 1, 5.0, False]]},
         stop_seen=True,
         ended_by="lease_expired",
@@ -119,6 +127,7 @@ def test_a_fully_populated_state_round_trips_through_json():
     assert back.transport_owner[None] == (0, 0) and back.ledger.newest == {7: 41, 8: 12}
     assert isinstance(back.standby.clock, UnreadyClock) and isinstance(back.lighthouse.outage, LighthouseOutage)
     assert isinstance(back.recovered, Recovered) and back.groups[0].ranks[0].launch == state.groups[0].ranks[0].launch
+    assert isinstance(back.nodes.excluded["n1"], Exclusion) and back.nodes.excluded["n1"].reason is ExclusionReason.RANKS_LOST
 
 
 def test_what_a_snapshot_leaves_out_is_declared_and_comes_back_as_its_default():
