@@ -111,6 +111,27 @@ class EventKind(StrEnum):
     CONTROLLER_LEASE_ENDED = "controller_lease_ended"  # a rank ends the job: no controller for controller.lease_s, or stop
     COLLECTIVE_FAULT_INJECTED = "collective_fault_injected"
     SLOW_SAVE_INJECTED = "slow_save_injected"
+    # Silent data corruption (monarch_ft.controller.integrity; docs/design/integrity.md).
+    # Written by the controller:
+    INTEGRITY_INTERVAL = "integrity_interval"
+    """ft.integrity_every=auto decided: fingerprint every N steps (every, cost_per_step, why)."""
+    SDC_DETECTED = "sdc_detected"
+    """Replicas of one committed step disagree (step: the step record it showed in; state_step: the
+    state's step; tensors: those that differ): a minority group blamed and failed (group, ranks,
+    majority, action fail_group), or with no majority the job rolled back to a checkpoint at or
+    before trusted_step (groups, action rollback)."""
+    GROUP_SUSPECT = "group_suspect"
+    """A group voted against ft.suspect_vetoes commits in a row while its state agreed: failed."""
+    CHECKPOINT_SCRUBBED = "checkpoint_scrubbed"
+    """checkpoint.scrub_every_s: the kept steps were read back against their manifests (steps, seconds, problems)."""
+    # Written by the ranks:
+    GRAD_OUTLIER = "grad_outlier"
+    """A rank's own gradient norm was non-finite or an outlier before the cross-group average:
+    its group voted against the commit (TorchFT's report_error) and the step was discarded."""
+    BITFLIP_INJECTED = "bitflip_injected"
+    """A drill's bit flip done by the rank (step, tensor, index, bit, before, after)."""
+    TRANSFER_FAULT_ARMED = "transfer_fault_armed"
+    """A test's request to damage the bytes this rank sends when it heals a peer (monarch_ft.records.faults)."""
     # Chaos drills.
     FAULT_INJECTED = "fault_injected"
     FAULT_RECOVERED = "fault_recovered"
