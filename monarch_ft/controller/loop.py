@@ -33,10 +33,11 @@ from monarch_ft.common.devices import gpu_device_nodes
 from monarch_ft.common.net import free_port
 from monarch_ft.common.process import on_python_path
 from monarch_ft.common.stacks import capture_stacks
-from monarch_ft.config.ft import hang_timeout_setting
+from monarch_ft.config.ft import hang_timeout_setting, integrity_setting
 from monarch_ft.config.job import JobConfig
 from monarch_ft.controller.budget import crash_loop, crash_loop_line, recent_restarts, restart_backoff, startup_failure
-from monarch_ft.controller.checkpoints import CheckpointHealth, folder_write_problem, quarantine_step, recover_checkpoint, save_failure_fix
+from monarch_ft.controller.checkpoints import CheckpointHealth, CheckpointScrub, folder_write_problem, quarantine_step, recover_checkpoint, save_failure_fix
+from monarch_ft.controller.integrity import Corrupt, Diverged, IntegrityJudge, Suspect, Verdict
 from monarch_ft.controller.control import JobControl
 from monarch_ft.controller.fork_pool import ForkError, WarmForks
 from monarch_ft.controller.gates import start_gate_opens
@@ -66,7 +67,8 @@ from monarch_ft.records.events import EventKind, EventLog, GiveUpReason, GroupSt
 from monarch_ft.records.exits import RankExit, describe_exit
 from monarch_ft.records.launch import worker_argv
 from monarch_ft.records.layout import RunLayout, atomic_write, atomic_write_json, read_jsonl
-from monarch_ft.records.manifest import step_dir
+from monarch_ft.records.integrity import INTEGRITY_ROLLBACK
+from monarch_ft.records.manifest import complete_steps, step_dir
 from monarch_ft.records.reports import ReportTail
 
 log = logging.getLogger("monarch_ft.controller.loop")
@@ -163,6 +165,18 @@ class Supervisor:
         self._redone_seen: set[tuple[int, int]] = set()
         # Recent committed state hashes: step -> {(group, rank): hash} (see consistent_at).
         self.step_hashes: dict[int, dict[tuple[int, int], str]] = {}
+        # Silent data corruption (controller.integrity): the replicas' fingerprints compared,
+        # blame by vote; the verdicts of this tick; the kept checkpoints read back in the background.
+        self.integrity = IntegrityJudge(
+            cfg.ft.ranks_per_group,
+            auto=integrity_setting(cfg.ft.integrity_every) is None,
+            budget=cfg.ft.integrity_budget,
+            suspect_vetoes=cfg.ft.suspect_vetoes,
+            manifests_comparable=cfg.ft.mode == "hsdp",
+        )
+        self._integrity_verdicts: list[Verdict] = []
+        self._peers_published: Optional[dict] = None
+        self.scrub = CheckpointScrub(cfg.checkpoint.scrub_every_s, lambda: [self.checkpoint_dir(g.index) for g in self.groups], self.integrity.vouch)
         self._stall: Optional[dict] = None
         # ft.hang_timeout_s: a fixed number, or None for auto (learned from the step times).
         self._hang_timeout_fixed = hang_timeout_setting(cfg.ft.hang_timeout_s)
@@ -443,6 +457,8 @@ class Supervisor:
                         g.losses.append(rec["loss"])
                     if rec["rank"] == 0 and rec.get("committed"):
                         self.last_commit[g.index] = rec
+                    # Fingerprints and gradient votes; verdicts are acted on once per tick (_integrity_tick).
+                    self._integrity_verdicts += self.integrity.observe(g.index, rec)
                     if g.status == GroupStatus.STARTING:
                         g.status = GroupStatus.RUNNING
                         self.events.emit(EventKind.GROUP_STEPPING, group=g.index, attempt=g.attempt, step=rec["step"])
@@ -467,6 +483,7 @@ class Supervisor:
                     if name == "model_ready":
                         rs.model_ready = True
                         self._transport_owner[rec.get("transport_metadata")] = (rec["group"], rec["rank"])
+                        self.integrity.tensor_names(rec["rank"], rec.pop("fingerprint_names", None))
                     if name in ("weights_recovered", "recovery_started", "recovery_failed"):
                         # Name the peer by group: the Manager only knows its address.
                         rec["src_group"], rec["src_rank"] = self._transport_owner.get(rec.get("src"), (None, None))
@@ -517,6 +534,112 @@ class Supervisor:
             if all((grp, r) in seen for grp in groups for r in ranks):
                 return step, all(len({seen[(grp, r)] for grp in groups}) == 1 for r in ranks)
         return None
+
+    # ---------------------------------------------------------------- silent data corruption (controller.integrity)
+    def _integrity_tick(self, now: float) -> None:
+        """Act on the integrity verdicts of this tick, through the ordinary recovery paths; write
+        auto's interval and the transport peers for the ranks; quarantine what the scrub found."""
+        verdicts, self._integrity_verdicts = self._integrity_verdicts, []
+        for v in verdicts:
+            if isinstance(v, Corrupt):
+                self._integrity_corrupt(v, now)
+            elif isinstance(v, Diverged):
+                self._integrity_diverged(v, now)
+            elif isinstance(v, Suspect):
+                g = self.groups[v.group]
+                if g.attempt == v.attempt and g.active:
+                    self.events.emit(EventKind.GROUP_SUSPECT, group=v.group, attempt=v.attempt, step=v.step, vetoes=v.vetoes)
+                    self.integrity.condemn({v.group: v.attempt})
+                    self._fail_group(g, now, reason="suspect", step=v.step, vetoes=v.vetoes)
+        decided = self.integrity.interval()
+        if decided is not None:
+            every, why, cost = decided
+            atomic_write(self.layout.integrity_every, str(every))
+            self.events.emit(EventKind.INTEGRITY_INTERVAL, every=every, cost_per_step=round(cost, 5), why=why)
+        for found in self.scrub.results():
+            self.events.emit(EventKind.CHECKPOINT_SCRUBBED, **{k: v for k, v in found.items() if k != "damaged"})
+            for d in found["damaged"]:
+                group = next((g.index for g in self.groups if self.checkpoint_dir(g.index) == d["folder"]), None)
+                if group is not None and os.path.isdir(step_dir(d["folder"], d["step"])):
+                    self._quarantine_copy(group, d["step"], d["problem"], "the checkpoint scrub")
+        self._publish_transport_peers()
+
+    def _integrity_corrupt(self, v: Corrupt, now: float) -> None:
+        """A minority of replicas disagreed with the majority: each is failed (it heals from a
+        majority peer through the normal recovery path), its checkpoints since it last agreed
+        set aside."""
+        for group, attempt in sorted(v.blamed.items()):
+            g = self.groups[group]
+            if g.attempt != attempt or not g.active:
+                continue
+            why = f"saved after group {group} last agreed with its peers (step {v.trusted[group]})"
+            # Before the failure too: a full restart (ft.recovery=full_restart) chooses its step in it.
+            self._quarantine_newer(group, v.trusted[group], why)
+            self.events.emit(
+                EventKind.SDC_DETECTED,
+                group=group,
+                attempt=attempt,
+                step=v.record_step,
+                state_step=v.step,
+                after_veto=v.vetoed,
+                ranks=list(v.ranks[group]),
+                tensors=list(v.tensors[group]),
+                majority=list(v.majority),
+                trusted_step=v.trusted[group],
+                action="fail_group",
+            )
+            self._fail_group(g, now, reason="corrupt", step=v.record_step, tensors=list(v.tensors[group]))
+            self._quarantine_newer(group, v.trusted[group], why)  # a save that finished meanwhile
+
+    def _integrity_diverged(self, v: Diverged, now: float) -> None:
+        """No majority: nobody holds a state known good but the one they last agreed on; roll
+        the job back to the newest checkpoint at or before it and set aside every newer one."""
+        if any(self.groups[g].attempt != a for g, a in v.attempts.items()):
+            return  # already relaunched since (an earlier verdict)
+        self.events.emit(
+            EventKind.SDC_DETECTED,
+            groups=list(v.groups),
+            step=v.record_step,
+            state_step=v.step,
+            after_veto=v.vetoed,
+            tensors=list(v.tensors),
+            trusted_step=v.trusted_step,
+            action="rollback",
+        )
+        self.integrity.rolled_back(v.trusted_step, dict(v.attempts))
+        self._full_restart(None, now, reason=INTEGRITY_ROLLBACK, at_most=v.trusted_step)
+        for g in self.groups:
+            self._quarantine_newer(g.index, v.trusted_step, f"saved after the replicas last agreed (step {v.trusted_step})")
+
+    def _quarantine_newer(self, group: int, step: int, why: str) -> None:
+        """Set aside the group's complete checkpoints newer than ``step``: they may hold corrupt state."""
+        folder = self.checkpoint_dir(group)
+        for s in sorted(complete_steps(folder)):
+            if s > step:
+                self._quarantine_copy(group, s, why, "the integrity check")
+
+    def _quarantine_copy(self, group: int, step: int, problem: str, by: str) -> None:
+        moved, failed = None, None
+        try:
+            moved = quarantine_step(step_dir(self.checkpoint_dir(group), step), problem, by=by)
+        except OSError as e:
+            failed = str(e)
+        self._record_quarantine(group, step, moved, problem, failed)
+
+    def _publish_transport_peers(self) -> None:
+        """Where each stepping group's ranks serve their state (RunLayout.transport_peers), when it changed."""
+        newest: dict[tuple[int, int], str] = {}
+        for metadata, owner in self._transport_owner.items():
+            if metadata:
+                newest[owner] = metadata
+        peers = {
+            str(g.index): {str(r): newest[(g.index, r)] for r in range(self.cfg.ft.ranks_per_group) if (g.index, r) in newest}
+            for g in self.groups
+            if g.status == GroupStatus.RUNNING
+        }
+        if peers != self._peers_published:
+            atomic_write_json(self.layout.transport_peers, peers)
+            self._peers_published = peers
 
     @property
     def job_step(self) -> int:
@@ -808,14 +931,15 @@ class Supervisor:
         g.status, g.next_launch, g.load_step, g.load_path, g.start_gate = GroupStatus.WAITING, now + backoff, load_step, load_path, start_gate
         self.events.emit(EventKind.RESTART_SCHEDULED, group=g.index, restart=g.restarts, backoff_s=round(backoff, 3), **({} if charge else {"counted": False}))
 
-    def _full_restart(self, failed: Optional[GroupState], now: float, reason: str = "full_restart", charge: bool = True) -> None:
+    def _full_restart(self, failed: Optional[GroupState], now: float, reason: str = "full_restart", charge: bool = True, at_most: Optional[int] = None) -> None:
         """The whole job stops and resumes from one disk checkpoint.
 
         The baseline policy (``ft.recovery=full_restart``) on every fault, and the escalation
         of a job-wide stall. Every group loads the same step (the newest complete one any
         group wrote; a group without it gets a copy, as from shared storage) and waits at a
         fresh start gate, so the job comes back as one quorum instead of groups healing from
-        each other.
+        each other. ``at_most``: no checkpoint newer than this step (the replicas' state after
+        it is not trusted: controller.integrity.Diverged).
         """
         for g in self.groups:
             if g is not failed and g.active:
@@ -825,7 +949,7 @@ class Supervisor:
                 self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt, reason=reason)
         restarting = [g for g in self.groups if g.status != GroupStatus.GIVEN_UP and (g is failed or g.status != GroupStatus.DONE)]
         try:
-            step = self._resume_point(reason).step
+            step = self._resume_point(reason, at_most=at_most).step
         except JobStateLost as e:
             self._lose_job(str(e))
             return
@@ -839,14 +963,14 @@ class Supervisor:
         """Groups other than ``g`` that are stepping in the job (they hold its state)."""
         return [o.index for o in self.groups if o is not g and o.status == GroupStatus.RUNNING]
 
-    def _resume_point(self, reason: str, live_peers: tuple[int, ...] = (), group: Optional[int] = None):
+    def _resume_point(self, reason: str, live_peers: tuple[int, ...] = (), group: Optional[int] = None, at_most: Optional[int] = None):
         """Decide where the job's state comes from now; for a disk checkpoint, the newest
         intact one (verified, damaged copies quarantined, copied into every group's folder:
         _recover_checkpoint), and record the rollback. Returns the StateDecision; raises
-        JobStateLost, naming every step tried when none was intact."""
+        JobStateLost, naming every step tried when none was intact. ``at_most``: see _full_restart."""
         ckpt = None
         if self.cfg.checkpoint.enable and needs_disk(live_peers, self.job_step):
-            ckpt = self._recover_checkpoint(at_most=self.job_step)
+            ckpt = self._recover_checkpoint(at_most=self.job_step if at_most is None else min(at_most, self.job_step))
         decision = decide_state_source(live_peers, self.job_step, ckpt, tried=self._tried())
         if decision.source is StateSource.DISK:
             if decision.steps_lost:
@@ -882,7 +1006,7 @@ class Supervisor:
         points that group at the intact copy instead. Runs on the recovery path only: it
         reads every byte of the copies it checks."""
         folders = {self.checkpoint_dir(g.index): g.index for g in self.groups}
-        rec = recover_checkpoint(list(folders), at_most=at_most, exclude=set(self._unloadable), verified=self._verified)
+        rec = recover_checkpoint(list(folders), at_most=at_most, exclude=set(self._unloadable), verified=self._verified, vouch=self.integrity.vouch)
         for q in rec.quarantined:
             self._record_quarantine(folders[q["folder"]], q["step"], q["path"], q["problem"], q.get("error"))
         for c in rec.copy_failures:
@@ -1114,6 +1238,7 @@ class Supervisor:
                     if hang is not None:
                         hangs[g.index] = hang
             self._judge_hangs(hangs, now)
+            self._integrity_tick(now)
             self._write_floor()
             self._lighthouse_recovered()
             self._open_launch_gates()
@@ -1279,6 +1404,7 @@ class Supervisor:
         # Standbys belong to this controller (they die with it, see _launch_standby): a
         # controller that attaches later builds its own.
         self.standby.stop()
+        self.scrub.stop()
         if self.status == JobStatus.DETACHED:
             # The job keeps training: leave every rank and the Lighthouse alone. The fork
             # servers are this controller's (their forked ranks live on, adopted by init).
