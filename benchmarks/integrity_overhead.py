@@ -76,6 +76,7 @@ def _pct(values: list[float], q: float) -> float:
 
 def run_case(name: str, steps: int, out_dir: str) -> dict:
     run = os.path.join(out_dir, name)
+    os.makedirs(out_dir, exist_ok=True)
     argv = [sys.executable, os.path.join(REPO, "recipes", "pretrain.py"), *JOB, *CASES[name], f"training.steps={steps}", f"hydra.run.dir={run}"]
     started = time.time()
     with open(run + ".console.log", "wb") as log:

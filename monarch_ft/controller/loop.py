@@ -557,7 +557,8 @@ class Supervisor:
             atomic_write(self.layout.integrity_every, str(every))
             self.events.emit(EventKind.INTEGRITY_INTERVAL, every=every, cost_per_step=round(cost, 5), why=why)
         for found in self.scrub.results():
-            self.events.emit(EventKind.CHECKPOINT_SCRUBBED, **{k: v for k, v in found.items() if k != "damaged"})
+            if found["damaged"]:
+                self.events.emit(EventKind.CHECKPOINT_SCRUBBED, steps=found["steps"], seconds=found["seconds"], damaged=len(found["damaged"]))
             for d in found["damaged"]:
                 group = next((g.index for g in self.groups if self.checkpoint_dir(g.index) == d["folder"]), None)
                 if group is not None and os.path.isdir(step_dir(d["folder"], d["step"])):

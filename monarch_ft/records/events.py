@@ -123,7 +123,8 @@ class EventKind(StrEnum):
     GROUP_SUSPECT = "group_suspect"
     """A group voted against ft.suspect_vetoes commits in a row while its state agreed: failed."""
     CHECKPOINT_SCRUBBED = "checkpoint_scrubbed"
-    """checkpoint.scrub_every_s: the kept steps were read back against their manifests (steps, seconds, problems)."""
+    """checkpoint.scrub_every_s: a pass over the kept steps found damaged copies (steps read, seconds, damaged);
+    each is quarantined (checkpoint_quarantined, by the checkpoint scrub)."""
     # Written by the ranks:
     GRAD_OUTLIER = "grad_outlier"
     """A rank's own gradient norm was non-finite or an outlier before the cross-group average:
