@@ -9,6 +9,7 @@ from hydra.core.config_store import ConfigStore
 
 from chaos.kinds import FaultOptions, fault_kind, parse_fault
 from monarch_ft.config.job import JobConfig
+from monarch_ft.config.unused import refuse_unused
 from monarch_ft.records.errors import ConfigError
 
 
@@ -20,29 +21,50 @@ def FaultConfig(**fields: Any) -> FaultOptions:
 
 @dataclass
 class ChaosConfig:
-    # Each a mapping: its kind (chaos/kinds: process_kill, hang, ...), when (at_step or at_s),
-    # where (target, rank), and its kind's own options (hang's mode, partition's duration_s...);
-    # a key its kind does not have is refused. Parsed by chaos.kinds.parse_fault.
+    """A drill's faults (``recipes/drill.py``; the MTTR bench builds them from ``bench`` instead)."""
+
     faults: List[Any] = field(default_factory=list)
-    # none: only ``faults``; poisson: ``count`` faults at rate_per_min, kinds from ``kinds``.
+    """The faults, each a mapping: its kind (chaos/kinds: process_kill, hang, ...), when (``at_step``
+    or ``at_s``), where (``target``, ``rank``), and its kind's own options (hang's ``mode``,
+    partition's ``duration_s``...); a key its kind does not have is refused. Parsed by
+    chaos.kinds.parse_fault; the keys are listed under ``chaos.faults`` entries below."""
+
     schedule: str = "none"
+    """``none``: only ``faults``; ``poisson``: also ``count`` faults at ``rate_per_min``, kinds drawn from ``kinds``."""
+
     rate_per_min: float = 2.0
+    """``schedule=poisson``: faults per minute, on average. Refused with ``schedule=none``."""
+
     count: int = 0
+    """``schedule=poisson``: how many faults it draws. Refused with ``schedule=none``."""
+
     kinds: List[str] = field(default_factory=lambda: [FaultOptions.kind])
+    """``schedule=poisson``: the kinds drawn from, uniformly. Refused with ``schedule=none``."""
+
     seed: int = 0
-    # Never hit the last healthy group unless this is set.
+    """Seeds the Poisson schedule and the draw of targets among healthy groups: same seed, same drill."""
+
     allow_last_healthy: bool = False
-    # Run the same faults again under ft.recovery=full_restart and compare.
+    """Let a fault hit the last healthy group (the job then stops training until it is back); by
+    default such a fault waits, and a drill needs ``ft.replica_groups`` >= 2."""
+
     baseline: bool = False
-    # A fault whose recovery has not finished after this long counts as not recovered.
+    """Run the same faults again under ``ft.recovery=full_restart`` (in ``<run>/baseline``) and compare.
+    Refused when the drill itself runs under ``full_restart``."""
+
     recovery_timeout_s: float = 120.0
-    # After the last fault has recovered, train this many more steps, then finish.
+    """Seconds after which a fault whose recovery has not finished counts as not recovered."""
+
     tail_steps: int = 10
+    """Steps trained after the last fault has recovered, before the drill finishes."""
 
 
 @dataclass
 class DrillConfig(JobConfig):
+    """A fault drill: a training job (every section of :class:`JobConfig`) and its faults."""
+
     chaos: ChaosConfig = field(default_factory=ChaosConfig)
+    """The drill's faults and how they are scheduled."""
 
 
 def register_drill_configs() -> None:
@@ -64,6 +86,12 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultOptions]) -> None:
         raise ConfigError(f"chaos.count={ch.count}: must be >= 0")
     if ch.schedule == "none" and ch.count:
         raise ConfigError("chaos.count is set but chaos.schedule=none: add chaos.schedule=poisson")
+    if ch.schedule == "none":
+        refuse_unused(
+            ch, "chaos", ("rate_per_min", "kinds"), "with chaos.schedule=none (only chaos.faults are injected)", "drop it, or add chaos.schedule=poisson"
+        )
+    if ft.recovery == "full_restart":
+        refuse_unused(ch, "chaos", ("baseline",), "with ft.recovery=full_restart (the drill is the full-restart baseline)", "drop it, or use ft.recovery=live")
     if not faults:
         raise ConfigError("the drill has no faults: give chaos.faults=[{kind: process_kill, at_step: 10}] or chaos.schedule=poisson chaos.count=N")
     if ft.replica_groups < 2 and not ch.allow_last_healthy:

@@ -149,11 +149,18 @@ def drill_ok(drill: dict) -> bool:
     )
 
 
+def baseline_config(cfg: DrillConfig) -> DrillConfig:
+    """The drill's config for its ``chaos.baseline`` run: the same faults under ``ft.recovery=full_restart``,
+    without the live run's standby setting (a full restart uses none, and refuses one)."""
+    base_cfg = copy.deepcopy(cfg)
+    base_cfg.ft.recovery = "full_restart"
+    base_cfg.ft.standby_groups = None
+    return base_cfg
+
+
 def run_with_baseline(cfg: DrillConfig, run_dir: str) -> tuple[dict, dict | None]:
     drill = run_drill(cfg, run_dir)
     baseline = None
     if cfg.chaos.baseline:
-        base_cfg = copy.deepcopy(cfg)
-        base_cfg.ft.recovery = "full_restart"
-        baseline = run_drill(base_cfg, os.path.join(run_dir, "baseline"))
+        baseline = run_drill(baseline_config(cfg), os.path.join(run_dir, "baseline"))
     return drill, baseline

@@ -26,7 +26,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Iterable, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -53,23 +53,66 @@ MODES = {
 
 @dataclass
 class BenchConfig:
-    # Recovery modes to sweep, in this order (keys of MODES).
+    """The MTTR bench's sweep (``recipes/mttr_bench.py`` only): each (mode, kind) is one drill.
+
+    The bench sets ``ft.recovery``, ``ft.standby_groups`` and ``ft.warm_fork`` per mode, and
+    ``chaos.faults`` from ``kinds``: those keys, and the Poisson schedule's and ``chaos.baseline``
+    (``full_restart`` is one of the modes), are refused on its command line.
+    """
+
     modes: List[str] = field(default_factory=lambda: ["live_standby", "live", "full_restart"])
-    # Fault kinds, a mode after a colon: hang is a SIGSTOP hang, hang:gil a rank sleeping with the GIL held.
+    """Recovery modes to sweep, in this order: ``live_standby`` (a warm standby group), ``live_fork``
+    (relaunches forked from a warm fork server), ``live`` (cold: fresh interpreters), ``full_restart``
+    (every group from disk: the baseline)."""
+
     kinds: List[str] = field(default_factory=lambda: ["process_kill", "node", "hang", "hang:gil", "collective:hang"])
-    # Faults per (mode, kind) drill.
+    """Fault kinds, a mode after a colon: ``hang`` is a SIGSTOP hang, ``hang:gil`` a rank sleeping with the GIL held."""
+
     repeats: int = 2
-    # The first fault at this committed step, the next ones every_steps later (each after
-    # the previous one recovered).
+    """Faults per (mode, kind) drill."""
+
     first_step: int = 10
+    """The committed step the first fault of each drill fires at."""
+
     every_steps: int = 15
-    # collective:hang: how long the rank stalls before the allreduce (above ft.timeout_s).
+    """Steps between two faults of a drill (each fires only after the previous one recovered)."""
+
     collective_hang_s: float = 8.0
+    """Seconds a kind with a duration lasts: how long ``collective:hang``'s rank stalls before the
+    allreduce (above ``ft.timeout_s``), and how long a network fault (partition, slow_link) holds."""
 
 
 @dataclass
 class MTTRBenchConfig(DrillConfig):
+    """The MTTR bench: a drill's job (every section of :class:`DrillConfig`) and the sweep."""
+
     bench: BenchConfig = field(default_factory=BenchConfig)
+    """The sweep: modes x kinds, with repeats."""
+
+
+# What the bench sets itself, per mode (MODES) or from bench.kinds: given on its command line,
+# each would be overwritten without a word.
+SET_BY_MODES = ("ft.recovery", "ft.standby_groups", "ft.warm_fork")
+SET_FROM_KINDS = ("chaos.faults", "chaos.schedule", "chaos.rate_per_min", "chaos.count", "chaos.kinds", "chaos.baseline")
+
+
+def bench_config_problem(job: MTTRBenchConfig, overrides: Iterable[str] = ()) -> Optional[str]:
+    """One line naming the fix for a key the bench would ignore (it sets it itself), else None.
+
+    Args:
+        job: the bench's config.
+        overrides: the command line's overrides (a key given there is refused even at its default value).
+    """
+    given = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    defaults = MTTRBenchConfig()
+    for key in (*SET_BY_MODES, *SET_FROM_KINDS):
+        section, name = key.split(".")
+        value = getattr(getattr(job, section), name)
+        if key in given or value != getattr(getattr(defaults, section), name):
+            if key in SET_BY_MODES:
+                return f"{key} has no effect in the MTTR bench (each of bench.modes sets it: {', '.join(MODES)}): drop it and choose bench.modes"
+            return f"{key} has no effect in the MTTR bench (its faults come from bench.kinds, bench.repeats, bench.first_step and bench.every_steps): drop it"
+    return None
 
 
 ConfigStore.instance().store(name="mttr_bench_schema", node=MTTRBenchConfig)
@@ -86,8 +129,10 @@ def parse_kind(text: str) -> tuple[str, Optional[str]]:
     return kind, mode or None
 
 
-def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], list[str]]:
+def plan(job: MTTRBenchConfig, overrides: Iterable[str] = ()) -> tuple[list[tuple[str, str, MTTRBenchConfig]], list[str]]:
     """The sweep's drills (mode name, kind text, the drill's config) and the modes skipped, with why.
+
+    ``overrides``: the command line's (see :func:`bench_config_problem`).
 
     Raises:
         ConfigError: an unknown mode or kind, or a drill its config refuses (before anything runs).
@@ -96,6 +141,9 @@ def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], 
     from monarch_ft.controller.preflight import preflight
 
     b = job.bench
+    problem = bench_config_problem(job, overrides)
+    if problem:
+        raise ConfigError(problem)
     if b.repeats < 1:
         raise ConfigError(f"bench.repeats={b.repeats}: must be >= 1")
     drills, skipped = [], []
@@ -119,7 +167,13 @@ def plan(job: MTTRBenchConfig) -> tuple[list[tuple[str, str, MTTRBenchConfig]], 
             if "duration_s" in option_names(fault_kinds()[kind].options):
                 own["duration_s"] = b.collective_hang_s
             faults = [FaultConfig(kind=kind, at_step=b.first_step + i * b.every_steps, **own) for i in range(b.repeats)]
-            cfg.chaos = ChaosConfig(faults=faults, seed=job.chaos.seed, recovery_timeout_s=job.chaos.recovery_timeout_s, tail_steps=job.chaos.tail_steps)
+            cfg.chaos = ChaosConfig(
+                faults=faults,
+                seed=job.chaos.seed,
+                allow_last_healthy=job.chaos.allow_last_healthy,
+                recovery_timeout_s=job.chaos.recovery_timeout_s,
+                tail_steps=job.chaos.tail_steps,
+            )
             preflight(cfg)
             validate_chaos(cfg, faults)
             drills.append((mode, text, cfg))
@@ -140,7 +194,7 @@ def main(cfg: DictConfig) -> None:
     out = hc.runtime.output_dir
     multirun = hc.mode.name == "MULTIRUN"
     try:
-        drills, skipped = plan(job)
+        drills, skipped = plan(job, hc.overrides.task)
     except ConfigError as e:
         print(f"monarch_ft: error: {e}", file=sys.stderr)
         sys.exit(2)  # the same for every job of a multirun: stop the sweep

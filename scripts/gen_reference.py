@@ -9,10 +9,12 @@ the checked-in pages differ from what this script writes now.
 
 Where the words come from: every config key is a field of a dataclass and every event a
 member of ``EventKind``. A member's doc is the string literal right after it (the style of
-TorchTitan's ``job_config.py``) or, failing that, the comment lines right above it plus a
-comment at the end of its own line. The classes are found by import and their source read
-with ``inspect.getsource`` + ``ast``, so moving a module changes at most the import
-candidates below, never the rule.
+TorchTitan's ``job_config.py``; every config field and every event kind has one, which the
+test checks) or, failing that, a comment at the end of its own line (the short status enums).
+Comment lines above a member are never its doc: in an enum they head the group of members
+that follows (``# Chaos drills.``), and the page shows them as such. The classes are found by
+import and their source read with ``inspect.getsource`` + ``ast``, so moving a module changes
+at most the import candidates below, never the rule.
 """
 
 from __future__ import annotations
@@ -103,19 +105,46 @@ def _sentence(text: str) -> str:
 
 def member_docs(cls: type) -> dict[str, str]:
     """Each member (field, enum member) of ``cls`` and its bases -> its doc, by the rule in the module doc."""
-    docs: dict[str, str] = {}
+    return {name: doc for name, (doc, _) in _members(cls).items()}
+
+
+def member_headings(cls: type) -> dict[str, str]:
+    """Each member of ``cls`` that a comment block right above it heads -> that heading."""
+    return {name: heading for name, (_, heading) in _members(cls).items() if heading}
+
+
+def docstring_missing(cls: type) -> list[str]:
+    """The fields (or members) of ``cls`` and its bases without a string literal right after them."""
+    found: dict[str, bool] = {}
+    for klass in _own_classes(cls):
+        found.update({name: has for name, (_, _, has) in _docs_in_class_source(textwrap.dedent(inspect.getsource(klass))).items()})
+    names = [f.name for f in dataclasses.fields(cls)] if dataclasses.is_dataclass(cls) else [m.name for m in cls]  # type: ignore[attr-defined]
+    return [name for name in names if not found.get(name)]
+
+
+def _own_classes(cls: type) -> list[type]:
+    """``cls`` and its bases whose source is the project's (not object, not the enum machinery), base first."""
+    out = []
     for klass in reversed(cls.__mro__):
         if klass is object or klass.__module__ in ("builtins", "enum"):
             continue
         try:
-            source = textwrap.dedent(inspect.getsource(klass))
+            inspect.getsource(klass)
         except (OSError, TypeError):
             continue
-        docs.update(_docs_in_class_source(source))
-    return docs
+        out.append(klass)
+    return out
 
 
-def _docs_in_class_source(source: str) -> dict[str, str]:
+def _members(cls: type) -> dict[str, tuple[str, str]]:
+    out: dict[str, tuple[str, str]] = {}
+    for klass in _own_classes(cls):
+        out.update({name: (doc, heading) for name, (doc, heading, _) in _docs_in_class_source(textwrap.dedent(inspect.getsource(klass))).items()})
+    return out
+
+
+def _docs_in_class_source(source: str) -> dict[str, tuple[str, str, bool]]:
+    """Each member of the class in ``source`` -> (its doc, the heading above it, whether the doc is a docstring)."""
     tree = ast.parse(source)
     cls = next(node for node in tree.body if isinstance(node, ast.ClassDef))
     lines = source.splitlines()
@@ -123,7 +152,7 @@ def _docs_in_class_source(source: str) -> dict[str, str]:
     for tok in tokenize.generate_tokens(io.StringIO(source).readline):
         if tok.type == tokenize.COMMENT and lines[tok.start[0] - 1][: tok.start[1]].strip():
             trailing[tok.start[0]] = tok.string.lstrip("#").strip()
-    docs: dict[str, str] = {}
+    docs: dict[str, tuple[str, str, bool]] = {}
     body = cls.body
     for i, stmt in enumerate(body):
         if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
@@ -132,17 +161,18 @@ def _docs_in_class_source(source: str) -> dict[str, str]:
             name = stmt.targets[0].id
         else:
             continue
-        after = body[i + 1] if i + 1 < len(body) else None
-        if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
-            docs[name] = _one_paragraph(inspect.cleandoc(after.value.value))
-            continue
         above: list[str] = []
         n = stmt.lineno - 2  # the line above, 0-based
         while n >= 0 and lines[n].strip().startswith("#"):
             above.insert(0, lines[n].strip().lstrip("#").strip())
             n -= 1
+        heading = _one_paragraph(" ".join(above)).rstrip(".:")
+        after = body[i + 1] if i + 1 < len(body) else None
+        if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str):
+            docs[name] = (_one_paragraph(inspect.cleandoc(after.value.value)), heading, True)
+            continue
         end = [trailing[n] for n in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1) if n in trailing]
-        docs[name] = _one_paragraph(" ".join(_sentence(part) for part in (" ".join(above), *end) if part))
+        docs[name] = (_one_paragraph(" ".join(_sentence(part) for part in end if part)), heading, False)
     return docs
 
 
@@ -273,8 +303,14 @@ def render_config() -> str:
 
 
 def enum_lines(enum_cls: type, name: Callable[[Any], str] = lambda m: str(m.value)) -> list[str]:
-    docs = member_docs(enum_cls)
-    return [f"- `{name(m)}`" + (f": {docs[m.name]}" if docs.get(m.name) else "") for m in enum_cls]
+    """One bullet per member; a comment heading a group of members becomes a line of its own above them."""
+    docs, headings = member_docs(enum_cls), member_headings(enum_cls)
+    out: list[str] = []
+    for m in enum_cls:
+        if m.name in headings:
+            out += ([""] if out else []) + [f"**{headings[m.name]}**", ""]
+        out.append(f"- `{name(m)}`" + (f": {docs[m.name]}" if docs.get(m.name) else ""))
+    return out
 
 
 def render_events() -> str:

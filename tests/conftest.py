@@ -4,14 +4,19 @@ tests/unit is: the fast tier is ``tests/unit`` (``-m "not slow"``)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import psutil
 import pytest
 
+from monarch_ft.records.events import STRICT_EVENTS_ENV
 from monarch_ft.testing.jobs import job_processes, lighthouse_pids
 
 TESTS = Path(__file__).resolve().parent
+# An event kind that is not an EventKind member raises where it is written, in this process and
+# in every process a job test starts (they inherit it): tests/unit/test_event_kinds.py.
+os.environ[STRICT_EVENTS_ENV] = "1"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -45,16 +45,24 @@ class FaultOptions:
     """
 
     kind: str = "process_kill"
-    # When: at the first committed step >= at_step, or at_s seconds after training began.
+    """The fault's kind: a module of chaos/kinds (each below, with its own options)."""
+
     at_step: Optional[int] = None
+    """Fire at the first committed step >= this (give exactly one of ``at_step`` and ``at_s``)."""
+
     at_s: Optional[float] = None
-    # Which replica group (None: drawn among healthy groups) and which rank in it.
+    """Fire this many seconds after training began (give exactly one of ``at_step`` and ``at_s``)."""
+
     target: Optional[int] = None
+    """The replica group hit; null: drawn among the healthy groups (seeded by ``chaos.seed``)."""
+
     rank: int = 0
-    # With warm standby groups (ft.standby_groups > 0): fire only once every standby is
-    # ready, so the fault measures the standby path; false fires on schedule (e.g. a second
-    # fault while the standby is still being rebuilt takes the cold path).
+    """The rank hit in the target group."""
+
     wait_standby: bool = True
+    """With warm standby groups (``ft.standby_groups`` > 0): fire only once every standby is ready,
+    so the fault measures the standby path; false fires on schedule (e.g. a second fault while the
+    standby is still being rebuilt takes the cold path). Without standbys it does nothing."""
 
     def check(self, where: str) -> None:
         """Refuse a value of this entry that no job could run.
@@ -75,6 +83,7 @@ class ModeOptions(FaultOptions):
     # The option that holds the mode (a kind may call it otherwise: bitflip's ``bit``).
     MODE_FIELD: ClassVar[str] = "mode"
     mode: Optional[str] = None
+    """One of the kind's modes (listed with the kind); null: the first, its default."""
 
     def __post_init__(self) -> None:
         if self.mode is None:
@@ -196,10 +205,11 @@ class SignalFault(FaultKind):
 
 @dataclass
 class NetworkOptions(FaultOptions):
-    # What the fault does to the link, for messages.
     LINK_STAYS: ClassVar[str] = "cut"
-    # How long the link stays cut / slow, in seconds.
+    """What the fault does to the link, for messages."""
+
     duration_s: float = 15.0
+    """Seconds the link stays cut (or slow) before the fault undoes itself."""
 
     def check(self, where: str) -> None:
         if self.duration_s <= 0:

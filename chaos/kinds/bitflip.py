@@ -33,12 +33,14 @@ from monarch_ft.records.recovered import RecoveryRule, Scope
 class BitflipOptions(FaultOptions):
     MODES: ClassVar[tuple[str, ...]] = BIT_CLASSES
     MODE_FIELD: ClassVar[str] = "bit"
-    # Which bit of the element: mantissa, exponent, sign, random, or a bit number (0: the lowest).
     bit: str = "mantissa"
-    # Which tensors of the rank's state may be hit (fnmatch over model.<name>, optim.<name>.<moment>).
+    """Which bit of the element: ``mantissa``, ``exponent``, ``sign``, ``random`` (one drawn by
+    ``seed``), or a bit number (0: the lowest)."""
     tensor: str = "model.*"
-    # Draws the tensor among those matching and the element in it.
+    """Which tensors of the rank's state may be hit: an fnmatch pattern over ``model.<name>`` and
+    ``optim.<name>.<moment>`` (e.g. ``model.layers.0.*``, ``optim.*.exp_avg``)."""
     seed: int = 0
+    """Draws the tensor among those matching, and the element in it."""
 
     def check(self, where: str) -> None:
         problem = check_bit(self.bit)

@@ -29,10 +29,10 @@ REWRITE_BYTES = 4096
 @dataclass
 class CkptCorruptOptions(ModeOptions):
     MODES: ClassVar[tuple[str, ...]] = ("truncate", "rewrite")
-    # Damage every group's newest checkpoint, not only the target's.
     all_groups: bool = False
-    # Which shard file, and (rewrite) which bytes.
+    """Damage every group's newest checkpoint, not only the target group's."""
     seed: int = 0
+    """Draws which shard file is damaged and (``rewrite``) which bytes."""
 
 
 def damage_step(path: str, mode: str, rng: random.Random) -> dict[str, Any]:

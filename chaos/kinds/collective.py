@@ -22,8 +22,9 @@ from monarch_ft.records.recovered import RecoveryRule
 @dataclass
 class CollectiveOptions(ModeOptions):
     MODES: ClassVar[tuple[str, ...]] = ("abort", "hang")
-    # mode hang: how long the rank stalls before joining the allreduce (above ft.timeout_s).
     duration_s: float = 15.0
+    """Mode ``hang``: seconds the rank stalls before joining the allreduce (above ``ft.timeout_s``,
+    so the others' collective times out). Unused in mode ``abort``."""
 
 
 class Collective(FaultKind):

@@ -21,11 +21,12 @@ from monarch_ft.records.recovered import CONTROLLER_REPLACED
 
 @dataclass
 class ControllerOptions(FaultOptions):
-    # Seconds the job runs unsupervised before the watchdog attaches a new controller.
     delay_s: float = 5.0
-    # Also SIGKILL rank ``rank`` of the target group while no controller is attached (the
-    # watchdog does it halfway through delay_s); the new controller restarts it.
+    """Seconds the job runs unsupervised before the watchdog attaches a new controller (below ``controller.lease_s``)."""
+
     kill_rank_unsupervised: bool = False
+    """Also SIGKILL rank ``rank`` of the target group while no controller is attached (the watchdog
+    does it halfway through ``delay_s``); the new controller restarts it."""
 
     def check(self, where: str) -> None:
         if self.delay_s < 0:

@@ -13,10 +13,11 @@ from monarch_ft.records.errors import ConfigError
 @dataclass
 class SlowLinkOptions(NetworkOptions):
     LINK_STAYS: ClassVar[str] = "slow"
-    # Added latency in milliseconds (tc netem).
     delay_ms: float = 0.0
-    # A rate limit ("1mbit"; netem or tbf).
+    """Milliseconds of latency added to the link (tc netem)."""
+
     rate: Optional[str] = None
+    """A rate limit on the link, e.g. ``1mbit`` (tc netem or tbf); null: none."""
 
     def check(self, where: str) -> None:
         super().check(where)

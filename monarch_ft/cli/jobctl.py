@@ -232,15 +232,13 @@ def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
         controller_pid=pid,
         heartbeat_age_s=round(now - beat, 1) if beat and not state.get("finished") else None,
         lighthouse=f"{lh.get('address', '?')} ({'up' if lh_alive else 'down'})",
-        job_step=int(state.get("job_step", 0)),
+        job_step=int((state.get("ledger") or {}).get("job_step", 0)),
     )
-    losses = state.get("losses", {})
     for g in state.get("groups", []):
         ranks = g.get("ranks", [])
         alive = sum(1 for r in ranks if r.get("pid") and ProcessIdentity(r["pid"], r["start"]).alive())
         step, loss = _newest_step(layout, g["index"], g["attempt"], len(ranks))
-        last = losses.get(str(g["index"])) or [None]
-        loss = loss if loss is not None else last[-1]
+        loss = loss if loss is not None else g.get("last_loss")
         view.groups.append(
             GroupView(
                 g["index"], g["status"], g["attempt"], max(step, g["last_step"]), loss, g["restarts"], alive, len(ranks), g.get("gave_up"), g.get("last_error")

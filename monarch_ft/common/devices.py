@@ -83,6 +83,8 @@ def device_problem(device: str, cross_backend: str, hostid_per_group: bool, repl
     if device == "cpu" or (device == "auto" and not gpu_device_nodes()):
         if cross_backend == "nccl":
             return "ft.cross_group_backend=nccl needs CUDA: the ranks train on CPU here (training.device); use gloo or auto"
+        if hostid_per_group:
+            return "ft.nccl_hostid_per_group=true has no effect: the ranks train on CPU here (training.device), with no NCCL: drop it"
         return None
     count = cuda_device_count()
     if count == 0:

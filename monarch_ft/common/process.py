@@ -9,6 +9,8 @@ import signal
 from dataclasses import dataclass
 from typing import Optional
 
+import psutil
+
 from monarch_ft import REPO_ROOT
 
 _PR_SET_PDEATHSIG = 1
@@ -88,3 +90,22 @@ class ProcessIdentity:
 def is_same_process(recorded_start: Optional[str], current_start: Optional[str]) -> bool:
     """The recorded process still runs: its pid exists and started when it did then."""
     return recorded_start is not None and current_start == recorded_start
+
+
+def process_sample(pid: Optional[int]) -> tuple[Optional[str], Optional[float]]:
+    """A process's psutil state and its CPU seconds (every thread's user + system), read at once;
+    (None, None) without a pid (a rank the launcher does not run here), ("gone", None) once gone."""
+    if pid is None:
+        return None, None
+    try:
+        p = psutil.Process(pid)
+        with p.oneshot():
+            times = p.cpu_times()
+            return p.status(), times.user + times.system
+    except psutil.Error:
+        return "gone", None
+
+
+def process_status(pid: Optional[int]) -> Optional[str]:
+    """psutil's view of a process: 'running', 'sleeping', 'stopped' (SIGSTOP), 'zombie', ..."""
+    return process_sample(pid)[0]

@@ -15,18 +15,19 @@ class ControllerConfig:
     killed, or detached (SIGUSR2), leaves the job training, and a new one takes it over.
     """
 
-    # Take over the job already running in hydra.run.dir (its ranks, Lighthouse, report
-    # offsets and counters, from controller.json) instead of starting a new one. The saved
-    # job config wins over the command line's, except for this section.
     attach: bool = False
-    # Ranks that have not seen a controller's heartbeat for this long end the job by
-    # themselves: finished groups stop holding it open, the others finish at a common
-    # step, save a checkpoint there and exit 0 (and the Lighthouse follows). 600 s: long
-    # enough for a laptop lid or a controller restart, short enough that an abandoned job
-    # does not hold its machines for long.
+    """Take over the job already running in ``hydra.run.dir`` (its ranks, Lighthouse, report
+    offsets and counters, from controller.json) instead of starting a new one. The saved job
+    config wins over the command line's, except for this section."""
+
     lease_s: float = 600.0
-    # How often the controller refreshes its heartbeat (control/controller) for the lease.
+    """Seconds ranks go without a controller's heartbeat before they end the job by themselves:
+    finished groups stop holding it open, the others finish at a common step, save a checkpoint
+    there and exit 0 (and the Lighthouse follows). 600 s: long enough for a laptop lid or a
+    controller restart, short enough that an abandoned job does not hold its machines for long."""
+
     heartbeat_s: float = 1.0
+    """Seconds between two refreshes of the controller's heartbeat (``control/controller``), which the lease reads."""
 
     def check(self) -> None:
         """What the types cannot say about this section (one line naming the fix)."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from monarch_ft.common.devices import CROSS_GROUP_BACKENDS
+from monarch_ft.config.unused import refuse_unused
 from monarch_ft.records.errors import ConfigError, require
 
 TRANSPORTS = ("sharded", "http")
@@ -16,116 +17,182 @@ SYNC_MODES = ("hsdp", "localsgd", "diloco")
 
 @dataclass
 class FTConfig:
+    """The fault tolerance: replica groups and TorchFT's Lighthouse and Manager, the controller's
+    hang model and restart budget, warm standbys and forks, and how the groups synchronise."""
+
     replica_groups: int = 2
+    """TorchFT replica groups: each holds a whole copy of the model and trains on its own data; a
+    failed group is relaunched while the others keep training."""
+
     ranks_per_group: int = 2
-    # Lighthouse: started by the supervisor unless ``lighthouse_addr`` names a running one.
+    """Ranks (processes) in each group, which shard the model among them (FSDP)."""
+
     lighthouse_addr: Optional[str] = None
+    """A running Lighthouse to use (``host:port`` or ``http://host:port``); null: the controller
+    starts one. With an address set, the keys that configure the Lighthouse the controller starts
+    (``lighthouse_host``, ``lighthouse_port``, ``heartbeat_timeout_ms``, ``join_timeout_ms``,
+    ``quorum_tick_ms``) are refused: that one has its own."""
+
     lighthouse_host: str = "127.0.0.1"
+    """Where the Lighthouse the controller starts listens. The default, 127.0.0.1, stands for the
+    launcher's control host: the address its ranks reach this machine by (127.0.0.1 for local ranks)."""
+
     lighthouse_port: int = 0
+    """Its port; 0: a free one."""
+
     min_replica_size: int = 1
-    # Lighthouse timing. The survivors of a fault stall for about heartbeat_timeout_ms.
+    """Groups a quorum needs before it may commit a step (the Lighthouse's ``--min_replicas`` and
+    the Manager's ``min_replica_size``). 1: a single surviving group keeps training."""
+
     heartbeat_timeout_ms: int = 1000
+    """Milliseconds without a heartbeat after which the Lighthouse takes a group for dead: about
+    how long the survivors of a fault stall before a quorum without it. TorchFT's default is 5000."""
+
     join_timeout_ms: int = 1000
+    """Milliseconds the Lighthouse waits for heartbeating stragglers to join before issuing a quorum."""
+
     quorum_tick_ms: int = 50
-    # Manager timing (collectives, should_commit, checkpoint transfers).
+    """Milliseconds between two checks of the Lighthouse for a quorum while it waits for stragglers."""
+
     timeout_s: float = 10.0
+    """The Manager's timeout, in seconds, for collectives, ``should_commit`` and checkpoint transfers:
+    how long a survivor waits in an allreduce whose peer died."""
+
     quorum_timeout_s: float = 30.0
+    """Seconds the Manager waits for a quorum (retried across Lighthouse restarts within it)."""
+
     connect_timeout_s: float = 10.0
-    # Checkpoint transport used to heal a restarted group from a live peer: sharded (ours,
-    # monarch_ft.transport) | http (TorchFT's HTTPTransport).
+    """Seconds the Manager waits to connect to the Lighthouse and its peers."""
+
     transport: str = "sharded"
-    # The process group across groups (torchft): auto (NCCL on CUDA, gloo on CPU) | nccl | gloo
-    # (gloo also carries CUDA tensors, through host memory).
+    """How a restarted group heals from a live peer: ``sharded`` (ours, monarch_ft.transport: each
+    rank sends its own shard) or ``http`` (TorchFT's HTTPTransport)."""
+
     cross_group_backend: str = "auto"
-    # Each group its own NCCL_HOSTID, so a cross-group NCCL communicator accepts two groups'
-    # ranks on one GPU (NCCL then uses its socket transport between them). Needed when
-    # groups share a GPU (more ranks than GPUs on the host); see monarch_ft/common/devices.py.
+    """The process group across groups (TorchFT's): ``auto`` (NCCL on CUDA, gloo on CPU),
+    ``nccl`` or ``gloo`` (gloo also carries CUDA tensors, through host memory)."""
+
     nccl_hostid_per_group: bool = False
-    # Where the sharded transport (not http) binds and what it advertises to the peers
-    # that heal from this rank: an interface name (e.g. ib0: its address) or an address
-    # of the rank's host. null: the interface of the RDMA port discovery found, else the
-    # route to the Lighthouse (the local address the kernel uses to reach it). Each
-    # rank logs its choice and why (event transport_interface).
+    """Give each group its own ``NCCL_HOSTID``, so a cross-group NCCL communicator accepts two
+    groups' ranks on one GPU (NCCL then uses its socket transport between them). Needed when
+    groups share a GPU (more ranks than GPUs on the host); see monarch_ft/common/devices.py.
+    Refused where it would do nothing: ``training.device=cpu`` or ``cross_group_backend=gloo``."""
+
     transport_interface: Optional[str] = None
-    # Supervisor watch (monarch_ft/controller/hangs.py). A rank that reports nothing (its liveness
-    # thread beats 4 times a second) or computes one step for longer than this is hung.
-    # auto: learned as the job runs: max(hang_min_s, hang_step_factor x the p99 of the last
-    # 200 steps' compute seconds (step time less quorum and cross-group sync), every rank's);
-    # until 4 steps were seen, max(hang_min_s, 15 s). A number (seconds) fixes it. Waits in
-    # TorchFT get TorchFT's own bound, saves checkpoint.save_timeout_s (see HangLimits).
+    """Where the sharded transport binds and what it advertises to the peers that heal from this
+    rank: an interface name (e.g. ib0: its address) or an address of the rank's host. null: the
+    interface of the RDMA port discovery found, else the route to the Lighthouse (the local address
+    the kernel uses to reach it). Each rank logs its choice and why (event ``transport_interface``).
+    Refused with ``transport=http``, which binds TorchFT's own way."""
+
     hang_timeout_s: str = "auto"
-    # The floor of the learned hang timeout: a dozen missed liveness beats. On a loaded 2-core
-    # machine a rank's step took 1.6 s where its p99 had been 0.2 s while a group restarted
-    # next to it: 1.5 s was too tight.
+    """Seconds after which a rank that reports nothing (its liveness thread beats 4 times a second),
+    or computes one step for longer, is hung (monarch_ft/controller/hangs.py). ``auto``: learned as
+    the job runs, max(``hang_min_s``, ``hang_step_factor`` x the p99 of the last 200 steps' compute
+    seconds (step time less quorum and cross-group sync), every rank's); until 4 steps were seen,
+    max(``hang_min_s``, 15 s). A number fixes it. Waits in TorchFT get TorchFT's own bound, saves
+    ``checkpoint.save_timeout_s`` (see HangLimits)."""
+
     hang_min_s: float = 3.0
-    # k of the learned hang timeout (k x p99 of the recent compute seconds per step): a step
-    # may take 10 times its recent worst before it counts as stuck.
+    """The floor, in seconds, of the learned hang timeout: a dozen missed liveness beats. On a
+    loaded 2-core machine a rank's step took 1.6 s where its p99 had been 0.2 s while a group
+    restarted next to it: 1.5 s was too tight."""
+
     hang_step_factor: float = 10.0
-    # A rank stopped (SIGSTOP), a zombie, or in uninterruptible sleep (disk-sleep, outside
-    # startup and saves) this long without a break is hung at once.
+    """k of the learned hang timeout (k x the p99 of the recent compute seconds per step): a step may
+    take 10 times its recent worst before it counts as stuck."""
+
     os_stall_s: float = 0.5
-    # A stepping rank whose process is asleep this long (its main thread sleeping at every
-    # sample, next to no CPU: controller.hangs.track_cpu) is hung, without waiting for the hang
-    # timeout, when it is also silent while ranks elsewhere beat (a thread holds the GIL
-    # while it waits: hang mode gil), or when it is in compute with its whole group asleep and
-    # waiting for it (a collective it never joined; on a GPU at least 4 x the learned compute p99).
-    # A busy rank on a loaded machine may miss beats for a second, but it uses CPU.
+    """Seconds a rank may stay stopped (SIGSTOP), a zombie, or in uninterruptible sleep (disk-sleep,
+    outside startup and saves) without a break before it is hung, at once."""
+
     asleep_s: float = 1.0
-    # A freshly launched group must report its first step within this long.
+    """Seconds a stepping rank's process may be asleep (its main thread sleeping at every sample,
+    next to no CPU: controller.hangs.track_cpu) before it is hung, without waiting for the hang
+    timeout, when it is also silent while ranks elsewhere beat (a thread holds the GIL while it
+    waits: hang mode gil), or when it is in compute with its whole group asleep and waiting for it
+    (a collective it never joined; on a GPU at least 4 x the learned compute p99). A busy rank on a
+    loaded machine may miss beats for a second, but it uses CPU."""
+
     startup_timeout_s: float = 120.0
-    # Every stepping group silent at once is one job-wide stall, not N faults: the
-    # supervisor captures stacks and waits this long before resuming the whole job from
-    # its newest checkpoint (it never kills every group holding the job's state one by one).
+    """Seconds a freshly launched group has to report its first step before it counts as failed."""
+
     stall_timeout_s: float = 60.0
-    # The restart budget, a rate: a group relaunched max_restarts times within the last
-    # restart_window_s seconds is given up at its next failure (controller.budget.recent_restarts).
+    """Seconds the controller waits when every stepping group is silent at once (one job-wide
+    stall, not N faults): it captures stacks, then resumes the whole job from its newest
+    checkpoint (it never kills every group holding the job's state one by one)."""
+
     max_restarts: int = 3
-    # One hour. Over a job's whole life instead, a multi-day run would give up on a group at
-    # its fourth ordinary fault, even days apart (a large job sees a fault every few hours:
-    # 419 interruptions in 54 days on Llama 3's 16k GPUs; any one group far fewer). A group
-    # that keeps failing fails again within minutes of each relaunch (a relaunch takes tens of
-    # seconds here, the backoff at most restart_backoff_max_s), so it spends max_restarts
-    # inside the hour and is given up at its fourth failure; one failing the same way at
-    # start-up is given up at its second (a crash loop, controller.budget.crash_loop), whatever the
-    # budget. A group failing fewer than max_restarts times an hour is kept: down a minute or
-    # two each time, it still trains most of the hour.
+    """The restart budget, a rate: a group relaunched this many times within the last
+    ``restart_window_s`` seconds is given up at its next failure (controller.budget.recent_restarts)."""
+
     restart_window_s: float = 3600.0
-    # live: restart only the failed group, which heals from a peer (TorchFT).
-    # full_restart: stop every group and resume all from the last disk checkpoint
-    # (what plain torchrun/TorchElastic does): the baseline drills compare against.
+    """Seconds of the restart budget's window. One hour: over a job's whole life instead, a
+    multi-day run would give up on a group at its fourth ordinary fault, even days apart (a large
+    job sees a fault every few hours: 419 interruptions in 54 days on Llama 3's 16k GPUs; any one
+    group far fewer). A group that keeps failing fails again within minutes of each relaunch (a
+    relaunch takes tens of seconds here, the backoff at most ``restart_backoff_max_s``), so it
+    spends ``max_restarts`` inside the hour and is given up at its fourth failure; one failing the
+    same way at start-up is given up at its second (a crash loop, controller.budget.crash_loop),
+    whatever the budget. A group failing fewer than ``max_restarts`` times an hour is kept: down a
+    minute or two each time, it still trains most of the hour."""
+
     recovery: str = "live"
-    # Warm standby groups (monarch_ft/controller/standby_pool.py): groups of ranks_per_group ranks, built
-    # (model sharded, optimizer state, data, transport) and waiting without joining the
-    # quorum, one of which takes a failed group's place instead of a cold restart. None:
-    # the launcher's default (LauncherTraits.default_standby_groups): 1 with launcher=local
-    # and local_hosts, 0 with slurm/monarch (where a standby holds a real allocation, its
-    # own Slurm job or proc mesh, so K > 0 is the user's choice).
-    # ft.recovery=full_restart uses none.
+    """``live``: restart only the failed group, which heals from a peer (TorchFT). ``full_restart``:
+    stop every group and resume all from the last disk checkpoint (what plain torchrun/TorchElastic
+    does): the baseline drills compare against; it uses no warm standby and no warm fork."""
+
     standby_groups: Optional[int] = None
-    # A relaunch with no standby ready forks its ranks from a fork server that imported
-    # torch/TorchTitan/TorchFT at launch (monarch_ft/controller/fork_pool.py: recovery path warm_fork)
-    # instead of fresh interpreters (cold_start). launcher=local/local_hosts only (others
-    # start cold and say so); ft.recovery=full_restart never uses it. false: always cold.
+    """Warm standby groups (monarch_ft/controller/standby_pool.py): groups of ``ranks_per_group``
+    ranks, built (model sharded, optimizer state, data, transport) and waiting without joining the
+    quorum, one of which takes a failed group's place instead of a cold restart. null: the
+    launcher's default (LauncherTraits.default_standby_groups): 1 with launcher=local and
+    local_hosts, 0 with slurm/monarch (where a standby holds a real allocation, its own Slurm job
+    or proc mesh, so K > 0 is the user's choice). 0 turns them off; more than 0 is refused with
+    ``recovery=full_restart``, which uses none."""
+
     warm_fork: bool = True
+    """A relaunch with no standby ready forks its ranks from a fork server that imported
+    torch/TorchTitan/TorchFT at launch (monarch_ft/controller/fork_pool.py: recovery path
+    ``warm_fork``) instead of fresh interpreters (``cold_start``). launcher=local/local_hosts only
+    (others start cold and say so); ``recovery=full_restart`` never uses it. false: always cold."""
+
     restart_backoff_s: float = 0.5
+    """Seconds before a failed group's first relaunch, doubled at each further relaunch within
+    ``restart_window_s``: a group that fails at once on every launch neither spins nor waits long
+    after a one-off fault."""
+
     restart_backoff_max_s: float = 8.0
-    # How groups synchronise (monarch_ft/rank/components/sync.py):
-    # hsdp: every step, the local grad shards averaged across groups (one flat allreduce);
-    # localsgd: each group steps alone, the parameters averaged every ``sync_every`` steps
-    # (torchft.local_sgd.LocalSGD); diloco: each group steps alone, every ``sync_every`` steps
-    # the pseudo-gradients (last global copy - local weights) are averaged and applied by an
-    # outer optimizer (torchft.local_sgd.DiLoCo; streaming DiLoCo with ``fragments`` > 1).
+    """The most seconds the doubling backoff waits before a relaunch."""
+
     mode: str = "hsdp"
-    # Inner steps between two syncs (localsgd, diloco): H. training.steps must be a multiple.
+    """How groups synchronise (monarch_ft/rank/components/sync.py). ``hsdp``: every step, the local
+    grad shards averaged across groups (one flat allreduce). ``localsgd``: each group steps alone,
+    the parameters averaged every ``sync_every`` steps (torchft.local_sgd.LocalSGD). ``diloco``:
+    each group steps alone; every ``sync_every`` steps the pseudo-gradients (last global copy -
+    local weights) are averaged and applied by an outer optimizer (torchft.local_sgd.DiLoCo;
+    streaming DiLoCo with ``fragments`` > 1)."""
+
     sync_every: int = 20
-    # DiLoCo's outer optimizer: SGD with Nesterov momentum, as in the DiLoCo paper.
+    """Inner steps between two syncs (localsgd, diloco): H. ``training.steps`` must be a multiple.
+    Unused with ``mode=hsdp`` (which syncs every step) but not refused there, so that one sweep
+    across modes (``-m ft.mode=hsdp,diloco ft.sync_every=10``) can set it for all."""
+
     outer_lr: float = 0.7
+    """DiLoCo's outer optimizer's learning rate (SGD with Nesterov momentum, as in the DiLoCo paper).
+    Unused with another mode, but not refused there (a sweep across modes sets it for all)."""
+
     outer_momentum: float = 0.9
+    """DiLoCo's outer optimizer's momentum, in [0, 1) (the DiLoCo paper's). Unused with another mode."""
+
     outer_nesterov: bool = True
-    # Streaming DiLoCo: the model split into this many fragments, one synced every
-    # sync_every / fragments steps (1: plain DiLoCo). sync_every must be a multiple.
+    """Nesterov momentum for DiLoCo's outer optimizer (with ``outer_momentum`` > 0). Unused with another mode."""
+
     fragments: int = 1
-    # Silent data corruption (docs/design/integrity.md).
+    """Streaming DiLoCo: the model split into this many fragments, one synced every
+    ``sync_every`` / ``fragments`` steps (1: plain DiLoCo). ``sync_every`` must be a multiple.
+    Refused with a mode other than ``diloco``."""
+
     integrity_every: str = "auto"
     """Steps between fingerprints of each rank's model and optimizer state, which the controller
     compares across the groups of one quorum: a minority that disagrees with the majority is
@@ -134,18 +201,23 @@ class FTConfig:
     has timed 20 of them, then the smallest power of two at which they cost at most
     ft.integrity_budget of a step (an event says which and why). Powers of two, so groups that
     learned the choice a step apart still share every step one of them fingerprints."""
+
     integrity_budget: float = 0.01
     """The share of a step's time that ft.integrity_every=auto may spend on fingerprints."""
+
     grad_check: bool = True
     """ft.mode=hsdp: each rank checks its own gradient norm before the cross-group average; a
     non-finite norm, or one above ft.grad_outlier_factor x the median of its recent commits,
     votes against the commit (TorchFT's report_error) and every group discards the step, so one
     corrupt replica's gradient never reaches the others' weights."""
+
     grad_outlier_factor: float = 10.0
     """How many times the median of the recent gradient norms a norm may be before it is an outlier."""
+
     grad_history: int = 50
     """Committed steps whose gradient norms the outlier check remembers (it judges by norm only
     once it has 10 of them; a non-finite norm always)."""
+
     suspect_vetoes: int = 3
     """A group that votes against this many commits in a row while its state agrees with its
     peers' (its compute, not its memory, is bad) is failed as suspect and relaunched."""
@@ -169,18 +241,46 @@ class FTConfig:
         )
         require(self.recovery in RECOVERY_MODES, f"ft.recovery={self.recovery!r}: choose one of {', '.join(RECOVERY_MODES)}")
         require(self.mode in SYNC_MODES, f"ft.mode={self.mode!r}: choose one of {', '.join(SYNC_MODES)}")
+        require(
+            self.fragments == 1 or self.mode == "diloco",
+            f"ft.fragments={self.fragments}: fragments (streaming DiLoCo) need ft.mode=diloco",
+        )
+        # sync_every and outer_* are not refused in the modes that ignore them: a sweep across
+        # modes (-m ft.mode=hsdp,diloco ft.sync_every=10) sets them for every mode at once.
         if self.mode != "hsdp":
             require(self.sync_every >= 1, f"ft.sync_every={self.sync_every}: must be >= 1")
-            require(
-                self.fragments == 1 or self.mode == "diloco",
-                f"ft.fragments={self.fragments}: fragments (streaming DiLoCo) need ft.mode=diloco",
-            )
             require(
                 self.fragments >= 1 and self.sync_every % self.fragments == 0,
                 f"ft.fragments={self.fragments}: must be >= 1 and divide ft.sync_every={self.sync_every}",
             )
             require(self.outer_lr > 0, f"ft.outer_lr={self.outer_lr}: must be > 0")
             require(0 <= self.outer_momentum < 1, f"ft.outer_momentum={self.outer_momentum}: must be in [0, 1)")
+        if self.recovery == "full_restart":
+            require(
+                not self.standby_groups,
+                f"ft.standby_groups={self.standby_groups} has no effect with ft.recovery=full_restart (it relaunches every group from disk, "
+                "with no standby): drop it, or use ft.recovery=live",
+            )
+        if self.lighthouse_addr:
+            refuse_unused(
+                self,
+                "ft",
+                ("lighthouse_host", "lighthouse_port", "heartbeat_timeout_ms", "join_timeout_ms", "quorum_tick_ms"),
+                f"with ft.lighthouse_addr={self.lighthouse_addr} (they configure the Lighthouse the controller starts; that one has its own)",
+                "drop it, or unset ft.lighthouse_addr",
+            )
+        if self.transport != "sharded":
+            refuse_unused(
+                self,
+                "ft",
+                ("transport_interface",),
+                f"with ft.transport={self.transport} (only the sharded transport binds where it says)",
+                "drop it, or use ft.transport=sharded",
+            )
+        if self.cross_group_backend == "gloo":
+            refuse_unused(
+                self, "ft", ("nccl_hostid_per_group",), "with ft.cross_group_backend=gloo (no NCCL communicator across groups)", "drop it, or use nccl or auto"
+            )
         error = standby_config_error(self.standby_groups)
         if error:
             raise ConfigError(error)

@@ -10,21 +10,41 @@ from monarch_ft.records.errors import require
 
 @dataclass
 class TrainingConfig:
+    """The training loop every rank runs: steps, batch, AdamW's rate, threads, device."""
+
     steps: int = 30
+    """Committed steps the job trains; every group ends at this step."""
+
     batch_size: int = 2
+    """Sequences per rank per step."""
+
     seq_len: int = 128
+    """Tokens per sequence (also the model's ``max_seq_len``)."""
+
     lr: float = 8e-4
+    """AdamW's peak learning rate (betas 0.9, 0.95), reached after ``warmup_steps`` and then
+    decayed linearly to 0 at ``steps`` (TorchTitan's LR scheduler)."""
+
     warmup_steps: int = 2
+    """Steps of linear learning-rate warmup."""
+
     weight_decay: float = 0.1
+    """AdamW's weight decay."""
+
     seed: int = 0
-    # torch threads per rank; ranks share the machine's cores.
+    """Seeds the initial weights and the data order. Every group uses the same seed, so all start
+    from identical weights without an initial sync; a checkpoint written with another seed is refused."""
+
     threads_per_rank: int = 1
-    # Report a state hash every N committed steps (0: only at the end); drills use it
-    # to check that a rejoined group holds exactly the healthy groups' weights.
+    """torch threads per rank (``torch.set_num_threads``); the ranks share the machine's cores."""
+
     state_hash_every: int = 0
-    # auto: CUDA when torch sees a GPU, else CPU; cpu; cuda (refused where torch sees none).
-    # See monarch_ft/common/devices.py for the GPU each rank takes.
+    """Report a hash of the model and optimizer state every N committed steps (0: only at the
+    end); drills use it to check that a rejoined group holds exactly the healthy groups' weights."""
+
     device: str = "auto"
+    """Where ranks train: ``auto`` (CUDA when torch sees a GPU, else CPU), ``cpu``, or ``cuda``
+    (refused where torch sees none). See monarch_ft/common/devices.py for the GPU each rank takes."""
 
     def check(self) -> None:
         """What the types cannot say about this section (each failure one line naming the fix)."""

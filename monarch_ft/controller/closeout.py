@@ -22,13 +22,14 @@ import time
 def close_out(run_dir: str, reason: str) -> int:
     from monarch_ft.config.job import JobConfig
     from monarch_ft.controller.loop import Supervisor
-    from monarch_ft.controller.takeover import Controller
+    from monarch_ft.controller.takeover import Takeover
     from monarch_ft.records.errors import ConfigError
 
     cfg = JobConfig()
     cfg.controller.attach = True
     try:
-        sup = Supervisor(Controller.attach_config(cfg, run_dir), run_dir, echo=False)
+        sup = Supervisor(Takeover.attach_config(cfg, run_dir), run_dir, echo=False)
+        sup.open()
     except ConfigError as e:  # a controller attached meanwhile, or the job already has its end
         print(f"monarch_ft: close-out of {run_dir} not needed: {e}", file=sys.stderr, flush=True)
         return 0

@@ -41,11 +41,11 @@ class JobControl:
     @property
     def last_commit(self) -> dict[int, dict]:
         """Each group's newest committed step record (rank 0)."""
-        return self._sup.last_commit
+        return self._sup.state.last_commit
 
     @property
     def first_step_time(self) -> Optional[float]:
-        return self._sup.first_step_time
+        return self._sup.state.first_step_time
 
     def standby_pending(self) -> bool:
         """Fewer warm standby groups ready than configured (one is being built or rebuilt)."""
@@ -54,7 +54,7 @@ class JobControl:
         return len(pool.ready()) < pool.wanted or self._sup.warm_forks.pending()
 
     def attempt(self, group: int) -> int:
-        return self._sup.groups[group].attempt
+        return self._sup.state.groups[group].attempt
 
     def healthy_groups(self) -> list[int]:
         """Groups stepping in the newest quorum, not finished: the ones a fault may hit."""
@@ -63,7 +63,9 @@ class JobControl:
             newest = max(self.last_commit.values(), key=lambda r: r["time"])
             members = set(newest.get("participating_groups") or [])
         return [
-            g.index for g in self._sup.groups if g.status == GroupStatus.RUNNING and not g.train_done and g.index in members and g.index in self.last_commit
+            g.index
+            for g in self._sup.state.groups
+            if g.status == GroupStatus.RUNNING and not g.train_done and g.index in members and g.index in self.last_commit
         ]
 
     def consistent_at(self, groups: set[int], min_step: int) -> Optional[tuple[int, bool]]:
@@ -78,18 +80,18 @@ class JobControl:
         return set(getattr(self._sup.launcher, "capabilities", set()))
 
     # ------------------------------------------------------------ acting
-    def emit(self, event: str, **fields: Any) -> dict:
+    def emit(self, event: EventKind, **fields: Any) -> dict:
         return self._sup.events.emit(event, **fields)
 
     def finish_at(self, step: int) -> None:
         self._sup.finish_at(step)
 
     def rank_pid(self, group: int, rank: int) -> Optional[int]:
-        return self._sup.groups[group].ranks[rank].proc.pid
+        return self._sup.state.groups[group].ranks[rank].proc.pid
 
     def signal_rank(self, group: int, rank: int, sig: int) -> dict:
         """Send ``sig`` to one rank of ``group``; returns what was done, for the event log."""
-        rs = self._sup.groups[group].ranks[rank]
+        rs = self._sup.state.groups[group].ranks[rank]
         pid = rs.proc.pid
         rs.proc.send_signal(sig)
         return {"pid": pid, "signal": signal.Signals(sig).name}
@@ -115,7 +117,7 @@ class JobControl:
         """The group's whole host goes: every rank SIGKILLed, its local files deleted
         (scratch space and the group's checkpoint folder)."""
         pids = []
-        for rs in self._sup.groups[group].ranks:
+        for rs in self._sup.state.groups[group].ranks:
             pids.append(rs.proc.pid)
             rs.proc.send_signal(signal.SIGKILL)
         deleted = []

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from monarch_ft.common.process import is_running, start_ticks
@@ -281,6 +282,18 @@ class ForkedProcess(RankProcess):
 
 
 # ---------------------------------------------------------------- one per host, for the controller
+@dataclass
+class ForkPoolState:
+    """What the job knows of its fork servers beyond the live ones (each dies with the
+    controller that started it; one that attaches starts its own): per host, how many were
+    started (their log files are numbered by it) and how many died in a row before they
+    were ready (at MAX_FAILED_STARTS the host gets none). Part of the job's state
+    (:class:`monarch_ft.controller.state.JobState`)."""
+
+    starts: dict[str, int] = field(default_factory=dict)
+    failed_starts: dict[str, int] = field(default_factory=dict)
+
+
 class WarmForks:
     """The supervisor's fork servers: one per host its groups run on, started at launch,
     restarted when one dies, asked for a relaunched group's ranks (``ft.warm_fork``).
@@ -289,10 +302,12 @@ class WarmForks:
         enabled: ``ft.warm_fork`` and not the ``full_restart`` baseline.
         launcher: places the servers (``Launcher.fork_host``).
         log_path: a server's log file, by host key and start number (RunLayout.fork_server_log).
-        env: the ranks' environment (Supervisor._rank_env).
+        env: the ranks' environment (monarch_ft.controller.launch.rank_env).
         cwd: the servers' working directory (the run directory).
         emit: the event log's emit.
         preload: modules every server imports besides :data:`PRELOAD` (the job's model package).
+        state: the job's :class:`ForkPoolState` (a new one when not given).
+        server: what starts one server (:class:`ForkServer`; the tests' fake launcher gives its own).
     """
 
     def __init__(
@@ -304,6 +319,8 @@ class WarmForks:
         cwd: str,
         emit: Callable[..., Any],
         preload: Iterable[str] = (),
+        state: Optional[ForkPoolState] = None,
+        server: Callable[..., Any] = ForkServer,
     ) -> None:
         self.enabled = enabled
         self.launcher = launcher
@@ -312,10 +329,10 @@ class WarmForks:
         self._cwd = cwd
         self._emit = emit
         self._preload = (*PRELOAD, *preload)
+        self._server = server
         self.servers: dict[str, ForkServer] = {}
         self._announced: set[int] = set()  # pids whose ready/lost was emitted
-        self._starts: dict[str, int] = {}
-        self._failed_starts: dict[str, int] = {}
+        self.state = state if state is not None else ForkPoolState()
 
     def problem(self) -> Optional[str]:
         """Why this launcher's relaunches cannot be forked (None: they can)."""
@@ -334,35 +351,33 @@ class WarmForks:
         for key, server in list(self.servers.items()):
             if server.state is ServerState.READY and server.pid not in self._announced:
                 self._announced.add(server.pid)
-                self._failed_starts[key] = 0
+                self.state.failed_starts[key] = 0
                 self._emit(EventKind.FORK_SERVER_READY, host=key, pid=server.pid, **{k: v for k, v in server.ready_info.items() if k != "pid"})
             if not server.alive():
                 was_ready = server.pid in self._announced
                 code = server.proc.poll()
                 self._emit(EventKind.FORK_SERVER_LOST, host=key, pid=server.pid, exit_code=code, was_ready=was_ready, log=server.log_path)
                 if not was_ready:
-                    self._failed_starts[key] = self._failed_starts.get(key, 0) + 1
+                    self.state.failed_starts[key] = self.state.failed_starts.get(key, 0) + 1
                 server.close()
                 del self.servers[key]
         for g in groups:
             host = self._host(g)
-            if host is None or host.key in self.servers or self._failed_starts.get(host.key, 0) >= MAX_FAILED_STARTS:
+            if host is None or host.key in self.servers or self.state.failed_starts.get(host.key, 0) >= MAX_FAILED_STARTS:
                 continue
-            n = self._starts.get(host.key, 0)
-            self._starts[host.key] = n + 1
-            self.servers[host.key] = ForkServer(host, self._env(), self._log_path(host.key, n), self._cwd, self._preload)
+            n = self.state.starts.get(host.key, 0)
+            self.state.starts[host.key] = n + 1
+            self.servers[host.key] = self._server(host, self._env(), self._log_path(host.key, n), self._cwd, self._preload)
 
     def pending(self) -> bool:
         """A server of this job is still importing (a drill waits for it, as for a standby)."""
         return any(s.state is ServerState.STARTING for s in self.servers.values())
 
-    def path_for(self, group: int, recovery: str, warm_fork: bool) -> tuple[RecoveryPath, Optional[str]]:
-        """The path of ``group``'s relaunch now (see :func:`relaunch_path`)."""
-        problem = self.problem() if warm_fork and recovery != "full_restart" else None
+    def server_state(self, group: int) -> Optional[ServerState]:
+        """The state of the fork server on ``group``'s host now (None: there is none)."""
         host = self._host(group)
         server = self.servers.get(host.key) if host is not None else None
-        state = server.state if server is not None and server.alive() else None
-        return relaunch_path(recovery, warm_fork, problem, state)
+        return server.state if server is not None and server.alive() else None
 
     def launch_group(self, launches: list[RankLaunch]) -> list[RankProcess]:
         """Fork every rank of one group from its host's server (all or none).

@@ -12,7 +12,6 @@ stepping group hung at once is one job-wide stall (:func:`is_job_stall`), not N 
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -394,28 +393,33 @@ AUTO_WINDOW = 200
 AUTO_MIN_SAMPLES = 4
 
 
+@dataclass
 class StepTimeLearner:
     """Recent compute seconds per step, for :func:`auto_hang_timeout`.
 
     A rank attempt's first step is left out (it carries lazy initialisation and the first
     quorum), and so are sync seconds: a survivor's step that waited ~1 s for the Lighthouse
-    to drop a failed group says nothing about how long computing takes.
+    to drop a failed group says nothing about how long computing takes. Part of the job's
+    state (a controller taking the job over keeps the learned timeout).
     """
 
-    def __init__(self, window: int = AUTO_WINDOW) -> None:
-        self.samples: deque = deque(maxlen=window)
-        self._seen: set = set()
+    window: int = AUTO_WINDOW
+    # The newest ``window`` compute times, oldest first.
+    samples: list[float] = field(default_factory=list)
+    # (group, rank, attempt) whose first step was seen (and left out).
+    seen: set[tuple[Optional[int], Optional[int], Optional[int]]] = field(default_factory=set)
 
     def observe(self, rec: dict) -> None:
         """Take one step record (``step_time_s``, ``quorum_s``, ``xgroup_s``, group/rank/attempt)."""
         key = (rec.get("group"), rec.get("rank"), rec.get("attempt"))
-        if key not in self._seen:
-            self._seen.add(key)
+        if key not in self.seen:
+            self.seen.add(key)
             return
         total = rec.get("step_time_s")
         if total is None:
             return
         self.samples.append(max(0.0, float(total) - float(rec.get("quorum_s") or 0.0) - float(rec.get("xgroup_s") or 0.0)))
+        del self.samples[: -self.window]
 
     def p99(self) -> Optional[float]:
         return percentile(list(self.samples), 99) if self.samples else None

@@ -27,7 +27,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from monarch_ft.records.integrity import differing_tensors
 
@@ -63,7 +63,11 @@ def choose_interval(ratios: Sequence[float], budget: float) -> tuple[int, str]:
     return every, why
 
 
-class RoundKey(NamedTuple):
+@dataclass(frozen=True, order=True)
+class RoundKey:
+    """A round: one fingerprinted state in one quorum (a frozen dataclass, not a tuple, so a
+    snapshot of the judge's state restores it as a key)."""
+
     step: int  # the committed steps the state holds (records.integrity's ``step``)
     vetoed: bool  # taken after a vetoed step
     quorum: int  # the quorum the step ran in
@@ -135,6 +139,31 @@ class Suspect:
 Verdict = Union[Agreed, Corrupt, Diverged, Suspect]
 
 
+@dataclass
+class IntegrityState:
+    """What the judge knows, kept in the job's state (controller.state.JobState.integrity), so a
+    controller that takes the job over goes on with the rounds, the steps agreed on (which vouch
+    for checkpoints), the condemned attempts and the veto streaks of the one before it."""
+
+    # Rounds waiting for their last reports.
+    rounds: dict[RoundKey, Round] = field(default_factory=dict)
+    # group -> the newest step it agreed with its peers at; step -> rank -> the digest agreed on.
+    last_agreed: dict[int, int] = field(default_factory=dict)
+    agreed: dict[int, dict[int, str]] = field(default_factory=dict)
+    # rank -> tensor names, in fingerprint order (its model_ready event).
+    names: dict[int, list[str]] = field(default_factory=dict)
+    # (group, attempt) blamed: their reports no longer count.
+    condemned: set[tuple[int, int]] = field(default_factory=set)
+    # group -> its newest attempt reporting; (group, attempt) -> its vetoes in a row.
+    attempts: dict[int, int] = field(default_factory=dict)
+    streak: dict[tuple[int, int], int] = field(default_factory=dict)
+    # The step the job started (or was rolled back) at: known good.
+    start_step: int = 0
+    # ft.integrity_every=auto: the fingerprint's cost per step timed so far, and whether it decided.
+    ratios: list[float] = field(default_factory=list)
+    decided: bool = False
+
+
 class IntegrityJudge:
     """Gathers fingerprints into rounds and decides each; pure (records in, verdicts out).
 
@@ -145,7 +174,8 @@ class IntegrityJudge:
         suspect_vetoes: ``ft.suspect_vetoes``.
         manifests_comparable: the fingerprinted state is what a checkpoint holds (ft.mode=hsdp:
             model and optimizer), so checkpoints can be vouched for by the rounds.
-        start_step: the step the job started (or resumed) at: known good.
+        start_step: the step the job started (or resumed) at: known good (when ``state`` is new).
+        state: what it knows (the job's, restored by a takeover); default: a new one.
     """
 
     def __init__(
@@ -156,21 +186,39 @@ class IntegrityJudge:
         suspect_vetoes: int = 3,
         manifests_comparable: bool = True,
         start_step: int = 0,
+        state: Optional[IntegrityState] = None,
     ) -> None:
         self.ranks = ranks_per_group
         self.auto, self.budget, self.suspect_vetoes = auto, budget, suspect_vetoes
         self.manifests_comparable = manifests_comparable
-        self.start_step = start_step
-        self.rounds: dict[RoundKey, Round] = {}
-        self.last_agreed: dict[int, int] = {}
-        self.agreed: dict[int, dict[int, str]] = {}  # step -> rank -> digest
-        self.names: dict[int, list[str]] = {}  # rank -> tensor names, in fingerprint order
-        self.condemned: set[tuple[int, int]] = set()  # (group, attempt) blamed: their reports no longer count
-        self.attempts: dict[int, int] = {}  # group -> its newest attempt reporting
-        self.streak: dict[tuple[int, int], int] = {}  # (group, attempt) -> vetoes in a row
-        self._ratios: list[float] = []
+        self.state = state if state is not None else IntegrityState(start_step=start_step)
+        # auto's decision, made in observe() and taken once by interval() in the same tick.
         self._interval: Optional[tuple[int, str, float]] = None
-        self._decided = not auto
+
+    # The state's parts, by their short names (the rules below read them).
+    @property
+    def rounds(self) -> dict[RoundKey, Round]:
+        return self.state.rounds
+
+    @property
+    def agreed(self) -> dict[int, dict[int, str]]:
+        return self.state.agreed
+
+    @property
+    def names(self) -> dict[int, list[str]]:
+        return self.state.names
+
+    @property
+    def condemned(self) -> set[tuple[int, int]]:
+        return self.state.condemned
+
+    @property
+    def attempts(self) -> dict[int, int]:
+        return self.state.attempts
+
+    @property
+    def streak(self) -> dict[tuple[int, int], int]:
+        return self.state.streak
 
     # ------------------------------------------------------------ input
     def tensor_names(self, rank: int, names: Optional[list[str]]) -> None:
@@ -214,15 +262,16 @@ class IntegrityJudge:
         return None
 
     def _time(self, record: dict[str, Any]) -> None:
-        if self._decided or not record.get("fingerprint") or record.get("fingerprint_s") is None:
+        st = self.state
+        if not self.auto or st.decided or not record.get("fingerprint") or record.get("fingerprint_s") is None:
             return
         step_s = record.get("step_time_s") or 0.0
         if record["step"] >= AUTO_WARMUP_STEPS and step_s > 0:
-            self._ratios.append(float(record["fingerprint_s"]) / step_s)
-        if len(self._ratios) >= AUTO_SAMPLES:
-            every, why = choose_interval(self._ratios, self.budget)
-            self._interval = (every, why, statistics.median(self._ratios))
-            self._decided = True
+            st.ratios.append(float(record["fingerprint_s"]) / step_s)
+        if len(st.ratios) >= AUTO_SAMPLES:
+            every, why = choose_interval(st.ratios, self.budget)
+            self._interval = (every, why, statistics.median(st.ratios))
+            st.decided = True
 
     def interval(self) -> Optional[tuple[int, str, float]]:
         """auto's decision, once, when it is made: (every, why, median cost per step); then None."""
@@ -257,7 +306,7 @@ class IntegrityJudge:
         return out
 
     def _trusted(self, group: int) -> int:
-        return self.last_agreed.get(group, self.start_step)
+        return self.state.last_agreed.get(group, self.state.start_step)
 
     def _decide(self, rnd: Round) -> Optional[Verdict]:
         groups = sorted({g for g, _ in rnd.prints if g in self._expected(rnd)})
@@ -317,7 +366,7 @@ class IntegrityJudge:
 
     def _agree(self, step: int, groups: list[int], rnd: Round) -> None:
         for g in groups:
-            self.last_agreed[g] = max(self.last_agreed.get(g, self.start_step), step)
+            self.state.last_agreed[g] = max(self.state.last_agreed.get(g, self.state.start_step), step)
         self.agreed[step] = {r: rnd.prints[(groups[0], r)].digest for r in range(self.ranks)}
         for old in sorted(self.agreed)[:-KEEP_AGREED]:
             del self.agreed[old]
@@ -326,7 +375,7 @@ class IntegrityJudge:
         """Stop counting reports of these (group, attempt)s: failed, their replacement reports anew."""
         for g, a in blamed.items():
             self.condemned.add((g, a))
-            self.last_agreed.pop(g, None)
+            self.state.last_agreed.pop(g, None)
             for rnd in self.rounds.values():
                 for key in [k for k, p in rnd.prints.items() if p.group == g and p.attempt == a]:
                     del rnd.prints[key]
@@ -336,8 +385,8 @@ class IntegrityJudge:
         self.condemn(attempts)
         self.rounds.clear()
         self.streak.clear()
-        self.start_step = step
-        self.last_agreed = {}
+        self.state.start_step = step
+        self.state.last_agreed.clear()
         for old in [s for s in self.agreed if s > step]:
             del self.agreed[old]
 

@@ -8,9 +8,11 @@ late, and :func:`redone_commit` a step trained twice, from records read in any o
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Optional
 
 
+@dataclass
 class CommitLedger:
     """The job's committed step, and commits that went back, from records read in any order.
 
@@ -24,31 +26,23 @@ class CommitLedger:
     quorum q went back iff some quorum before q committed a step above s.
     """
 
-    def __init__(self) -> None:
-        self.job_step = 0  # the Manager's step after the newest commit (steps committed)
-        self._newest: dict[int, int] = {}  # quorum id -> newest step committed in it
+    # The Manager's step after the newest commit (steps committed).
+    job_step: int = 0
+    # Quorum id -> the newest step committed in it.
+    newest: dict[int, int] = field(default_factory=dict)
 
     def record(self, step: int, quorum_id: int) -> Optional[int]:
         """Take a commit of ``step`` in quorum ``quorum_id``; returns the higher step an
         earlier quorum committed (a regression), or None."""
         self.job_step = max(self.job_step, step + 1)
-        self._newest[quorum_id] = max(step, self._newest.get(quorum_id, step))
-        earlier = max((s for q, s in self._newest.items() if q < quorum_id), default=-1)
+        self.newest[quorum_id] = max(step, self.newest.get(quorum_id, step))
+        earlier = max((s for q, s in self.newest.items() if q < quorum_id), default=-1)
         return earlier if earlier > step else None
-
-    def newest_by_quorum(self) -> dict[int, int]:
-        """Quorum id -> the newest step committed in it (what a new controller takes over)."""
-        return dict(self._newest)
-
-    def restore(self, job_step: int, newest_by_quorum: dict[int, int]) -> None:
-        """Take back a previous controller's ledger (:meth:`newest_by_quorum`, the job's step)."""
-        self.job_step = job_step
-        self._newest = dict(newest_by_quorum)
 
     def rollback(self, step: int) -> None:
         """The job explicitly went back to a checkpoint at ``step`` (its state was lost)."""
         self.job_step = step
-        self._newest.clear()
+        self.newest.clear()
 
 
 def redone_commit(seen: dict[int, tuple[int, str]], quorum_id: int, group: int, state_hash: str) -> Optional[dict]:

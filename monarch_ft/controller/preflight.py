@@ -15,6 +15,7 @@ import os
 from monarch_ft.common.devices import device_problem
 from monarch_ft.common.model_catalog import model_problem
 from monarch_ft.config.job import JobConfig, validate
+from monarch_ft.config.unused import refuse_unused
 from monarch_ft.launcher import available_launchers, launcher_options, launcher_traits
 from monarch_ft.launcher.hosts import Host
 from monarch_ft.records.errors import ConfigError, require
@@ -34,7 +35,9 @@ def preflight(cfg: JobConfig) -> None:
     problem = model_problem(cfg.model.name, cfg.model.flavor)
     require(problem is None, problem or "")
     ft, tr = cfg.ft, cfg.training
-    if launcher_traits(cfg.launcher).ranks_on_this_machine:
+    if not launcher_traits(cfg.launcher).ranks_on_this_machine:
+        refuse_unused(cfg.launcher, "launcher", ("max_ranks_per_core",), f"with launcher={cfg.launcher.name} (its ranks run on other machines)", "drop it")
+    else:
         problem = device_problem(tr.device, ft.cross_group_backend, ft.nccl_hostid_per_group, ft.replica_groups, ft.ranks_per_group)
         require(problem is None, problem or "")
         total = ft.replica_groups * ft.ranks_per_group

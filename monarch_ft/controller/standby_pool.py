@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from monarch_ft.records.decisions import Promotion
+from monarch_ft.records.decisions import Promotion, StateDecision
 from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
 
 # Niceness of a standby while it builds and waits: below the training ranks (0), so a
@@ -97,37 +97,39 @@ def recovery_path(recovery: str, standby_ready: bool) -> RecoveryPath:
     return RecoveryPath.COLD_START
 
 
+@dataclass
 class UnreadyClock:
     """Seconds the job ran without a ready standby (counted from when it first wanted one).
+
+    Part of the job's state: a controller taking the job over goes on counting.
 
     Args:
         wanted: standby groups configured (0: the clock never runs).
     """
 
-    def __init__(self, wanted: int) -> None:
-        self.wanted = wanted
-        self.total = 0.0
-        self.spells = 0  # times the job went from covered to uncovered
-        self._since: Optional[float] = None
+    wanted: int = 0
+    total: float = 0.0
+    spells: int = 0  # times the job went from covered to uncovered
+    since: Optional[float] = None  # when the current spell began (None: covered)
 
     def update(self, now: float, ready: int, counting: bool) -> None:
         """``ready``: standbys ready now; ``counting``: the job is training (wants cover)."""
         uncovered = counting and self.wanted > 0 and ready == 0
-        if uncovered and self._since is None:
-            self._since = now
+        if uncovered and self.since is None:
+            self.since = now
             self.spells += 1
-        elif not uncovered and self._since is not None:
-            self.total += now - self._since
-            self._since = None
+        elif not uncovered and self.since is not None:
+            self.total += now - self.since
+            self.since = None
 
     def seconds(self, now: float) -> float:
-        return self.total + (now - self._since if self._since is not None else 0.0)
+        return self.total + (now - self.since if self.since is not None else 0.0)
 
 
 # ---------------------------------------------------------------- promotion
 
 
-def build_promotion(layout: Any, standby: int, group: int, attempt: int, ranks: int, decision: dict, now: float) -> Promotion:
+def build_promotion(layout: Any, standby: int, group: int, attempt: int, ranks: int, decision: StateDecision, now: float) -> Promotion:
     return Promotion(
         standby=standby,
         group=group,
@@ -163,6 +165,21 @@ class Standby:
     ready_ranks: set = field(default_factory=set)
 
 
+@dataclass
+class StandbyPoolState:
+    """What the job knows of its standbys beyond the live ones, which die with their
+    controller (a controller that attaches builds its own): the counts ``summary.json``
+    reports, builds lost in a row, and the clock of time without a ready one. Part of the
+    job's state (:class:`monarch_ft.controller.state.JobState`), so the counts cover the job."""
+
+    launched: int = 0
+    promoted: int = 0
+    lost: int = 0
+    failed_builds: int = 0  # lost while building, in a row (see MAX_FAILED_BUILDS)
+    ready_s: list[float] = field(default_factory=list)  # launch -> ready, per standby
+    clock: UnreadyClock = field(default_factory=UnreadyClock)
+
+
 class StandbyPool:
     """The supervisor's standby groups: launch, readiness, loss, promotion, and the clock of
     time without a ready one. The supervisor applies what this decides; it launches
@@ -175,19 +192,39 @@ class StandbyPool:
         launch: ``launch(number, slot, now) -> list of RankState``.
         first_number: the first standby number to use (RunLayout.next_standby_number: a
             controller that attached numbers its standbys after its predecessors').
+        state: the job's :class:`StandbyPoolState` (a new one when not given).
     """
 
-    def __init__(self, wanted: int, first_slot: int, emit: Callable[..., Any], launch: Callable[[int, int, float], list], first_number: int = 0) -> None:
+    def __init__(
+        self,
+        wanted: int,
+        first_slot: int,
+        emit: Callable[..., Any],
+        launch: Callable[[int, int, float], list],
+        first_number: int = 0,
+        state: Optional[StandbyPoolState] = None,
+    ) -> None:
         self.wanted = wanted
         self.first_number = first_number
         self.first_slot = first_slot
         self._emit = emit
         self._launch = launch
         self.standbys: list[Standby] = []
-        self.clock = UnreadyClock(wanted)
-        self.launched = self.promoted = self.lost = 0
-        self.failed_builds = 0  # lost while building, in a row (see MAX_FAILED_BUILDS)
-        self.ready_s: list[float] = []  # launch -> ready, per standby
+        self.state = state if state is not None else StandbyPoolState()
+        self.state.clock.wanted = wanted
+        self._launched_here = 0  # by this controller: numbers and slots follow from it
+
+    @property
+    def launched(self) -> int:
+        return self.state.launched
+
+    @property
+    def promoted(self) -> int:
+        return self.state.promoted
+
+    @property
+    def lost(self) -> int:
+        return self.state.lost
 
     def ready(self) -> list[Standby]:
         return [s for s in self.standbys if s.status == StandbyStatus.READY]
@@ -207,49 +244,67 @@ class StandbyPool:
                 continue
             if sb.status == StandbyStatus.BUILDING and len(sb.ready_ranks) == len(sb.ranks):
                 sb.status, sb.ready_at = StandbyStatus.READY, now
-                self.failed_builds = 0
-                self.ready_s.append(now - sb.launched_at)
+                self.state.failed_builds = 0
+                self.state.ready_s.append(now - sb.launched_at)
                 self._emit(EventKind.STANDBY_READY, standby=sb.number, slot=sb.slot, build_s=round(now - sb.launched_at, 3))
-        for _ in range(standbys_to_launch(self.wanted, len(self.standbys), training_started, job_finishing, self.failed_builds)):
-            number = self.first_number + self.launched
-            self.launched += 1
+        for _ in range(standbys_to_launch(self.wanted, len(self.standbys), training_started, job_finishing, self.state.failed_builds)):
+            number = self.first_number + self._launched_here
+            self._launched_here += 1
+            self.state.launched += 1
             sb = Standby(number, self.first_slot + number - self.first_number, [], now)
             sb.ranks = self._launch(number, sb.slot, now)
             self.standbys.append(sb)
             self._emit(EventKind.STANDBY_LAUNCHED, standby=number, slot=sb.slot, niceness=STANDBY_NICENESS, pids=[rs.proc.pid for rs in sb.ranks])
-        self.clock.update(now, len(self.ready()), training_started and not job_finishing)
+        self.state.clock.update(now, len(self.ready()), training_started and not job_finishing)
 
     def _lose(self, sb: Standby, reason: str) -> None:
         for rs in sb.ranks:
             if rs.exited is None or rs.proc.poll() is None:
                 rs.proc.kill()
                 rs.exited = rs.proc.wait(10.0)
-        self.failed_builds = 0 if sb.ready_at is not None else self.failed_builds + 1
+        self.state.failed_builds = 0 if sb.ready_at is not None else self.state.failed_builds + 1
         sb.status = StandbyStatus.LOST
         self.standbys.remove(sb)
-        self.lost += 1
+        self.state.lost += 1
         self._emit(
             EventKind.STANDBY_LOST,
             standby=sb.number,
             reason=reason,
             was_ready=sb.ready_at is not None,
-            rebuild=self.failed_builds < MAX_FAILED_BUILDS,
+            rebuild=self.state.failed_builds < MAX_FAILED_BUILDS,
         )
 
+    def ready_numbers(self) -> list[int]:
+        """The ready standbys' numbers, the longest ready first (the one a promotion takes)."""
+        return [s.number for s in sorted(self.ready(), key=lambda s: s.ready_at or 0.0)]
+
+    def claim(self, number: int, now: float, os_state: Callable[[Optional[int]], Optional[str]]) -> Optional[Standby]:
+        """Standby ``number``, removed from the pool (its ranks now belong to a group), if it
+        is ready, alive and runnable; a dead or stopped one found here is lost, never promoted."""
+        sb = next((s for s in self.ready() if s.number == number), None)
+        if sb is None:
+            return None
+        codes = [rs.proc.poll() if rs.exited is None else rs.exited for rs in sb.ranks]
+        reason = standby_loss(codes, [os_state(rs.proc.pid) for rs in sb.ranks])
+        if reason is not None:
+            self._lose(sb, reason)
+            return None
+        sb.status = StandbyStatus.PROMOTED
+        self.standbys.remove(sb)
+        self.state.promoted += 1
+        self.state.clock.update(now, len(self.ready()), True)
+        return sb
+
+    def put_back(self, sb: Standby) -> None:
+        """A claimed standby not promoted after all (the job stopped first): stopped with the pool."""
+        self.standbys.append(sb)
+
     def take(self, now: float, os_state: Callable[[Optional[int]], Optional[str]]) -> Optional[Standby]:
-        """The oldest ready standby that is alive and runnable, removed from the pool (its
-        ranks now belong to a group); a dead or stopped one found here is lost, never promoted."""
-        for sb in sorted(self.ready(), key=lambda s: s.ready_at or 0.0):
-            codes = [rs.proc.poll() if rs.exited is None else rs.exited for rs in sb.ranks]
-            reason = standby_loss(codes, [os_state(rs.proc.pid) for rs in sb.ranks])
-            if reason is not None:
-                self._lose(sb, reason)
-                continue
-            sb.status = StandbyStatus.PROMOTED
-            self.standbys.remove(sb)
-            self.promoted += 1
-            self.clock.update(now, len(self.ready()), True)
-            return sb
+        """The oldest ready standby that is alive and runnable (see :meth:`claim`), or None."""
+        for number in self.ready_numbers():
+            sb = self.claim(number, now, os_state)
+            if sb is not None:
+                return sb
         return None
 
     def stop(self) -> None:
@@ -274,8 +329,8 @@ class StandbyPool:
             "launched": self.launched,
             "promoted": self.promoted,
             "lost": self.lost,
-            "build_s": [round(s, 2) for s in self.ready_s],
+            "build_s": [round(s, 2) for s in self.state.ready_s],
             # How long the job trained with no ready standby (first build, rebuilds after a promotion or a loss).
-            "seconds_without_ready_standby": round(self.clock.seconds(now), 3),
-            "spells_without_ready_standby": self.clock.spells,
+            "seconds_without_ready_standby": round(self.state.clock.seconds(now), 3),
+            "spells_without_ready_standby": self.state.clock.spells,
         }

@@ -4,14 +4,15 @@ One controller driving the whole job is the Monarch idea, and its weak spot: if 
 process dies (a laptop sleeps, an OOM, a SIGKILL), the job must not die with it. So:
 
 - The ranks and the Lighthouse are not tied to the supervisor's life (no
-  ``PR_SET_PDEATHSIG``). The supervisor writes ``controller.json`` (what a takeover
-  needs: the job's config, every live rank's pid *and* process start time, report-file
-  offsets consumed, restart counts, the job's committed step, ...) atomically on every
+  ``PR_SET_PDEATHSIG``). The supervisor writes ``controller.json`` (the whole job state,
+  :class:`~monarch_ft.controller.state.JobState`: the job's config, every live rank's pid
+  *and* process start time, report-file offsets consumed, restart counts, the job's
+  committed step, ...) atomically on every
   tick where something changed, so a SIGKILL at any instant leaves a state a new
   controller can take over. Records a killed controller relayed after its last save are
   read again by the next one and dropped (:class:`ResumedTail`): each is relayed once.
-- ``controller.attach=true`` takes the job over (:meth:`Controller.restore`, applied by
-  ``Supervisor._take_over``): every
+- ``controller.attach=true`` takes the job over (:meth:`Takeover.load` and
+  :meth:`Takeover.adopt`, applied by ``Supervisor``): every
   recorded rank is checked to be the *same process* (pid and start time: a reused pid is
   a different process), live groups are re-adopted as they are, a group with a rank gone
   is failed (the normal restart path), reports are read on from the saved offsets, and
@@ -38,24 +39,22 @@ import os
 import signal
 import sys
 import threading
-import time
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
+from monarch_ft.common.clock import SYSTEM_CLOCK, Clock
 from monarch_ft.common.process import ProcessIdentity
-from monarch_ft.controller.state import RankState
-from monarch_ft.launcher.base import RankLaunch, RankProcess
+from monarch_ft.config.controller import ControllerConfig
+from monarch_ft.controller.snapshot import from_record, to_record
+from monarch_ft.controller.state import STATE_VERSION, GroupState, JobState
+from monarch_ft.launcher.base import Launcher, RankProcess
 from monarch_ft.records.errors import ConfigError
-from monarch_ft.records.events import EventKind, GroupStatus, StrEnum
-from monarch_ft.records.layout import RunLayout, atomic_write, read_json, read_jsonl
+from monarch_ft.records.events import EventKind, EventLog, GroupStatus, StrEnum
+from monarch_ft.records.layout import RunLayout, atomic_write, read_json
 from monarch_ft.records.lease import finish_at, heartbeat_time
 from monarch_ft.records.reports import ReportTail
 
-if TYPE_CHECKING:
-    from monarch_ft.controller.loop import Supervisor
-
 # The documented detach signal: the controller exits, the job keeps training.
 DETACH_SIGNAL = signal.SIGUSR2
-STATE_VERSION = 1
 # Exit code of a controller that detached on request (the job is still running).
 DETACHED_EXIT = 0
 # An adopted rank (not this controller's child) has no exit status to read: one that
@@ -142,93 +141,64 @@ def controller_attached(layout: RunLayout) -> Optional[int]:
 
 
 # ---------------------------------------------------------------- the takeover state
-def _rank_record(rs, identity: Optional[ProcessIdentity]) -> dict:
-    launch = rs.proc.launch
-    return {
-        "launch": {k: v for k, v in dataclasses.asdict(launch).items() if k not in ("env", "extra")},
-        "pid": identity.pid if identity else None,
-        "start": identity.start if identity else None,
-        "report_offset": rs.tail.position,
-        "exited": rs.exited,
-        **{k: getattr(rs, k) for k in _RANK_FIELDS},
-    }
+class Takeover:
+    """The controller's side of attach, detach, the lock, the heartbeat and ``controller.json``.
 
-
-# Per-rank state a takeover restores (besides the launch, identity, report offset and exit).
-_RANK_FIELDS = ("last_step", "train_done", "state_hash", "first_step_seen", "model_ready", "phase", "phase_since", "phase_seen", "error")
-# Per-group state a takeover restores: the restart budget's window (restart_times) and the
-# crash-loop comparison (startup_failure) included, so a new controller neither grants a
-# group a fresh budget nor forgets the start-up failure its next one is compared with.
-_GROUP_FIELDS = (
-    "status",
-    "attempt",
-    "restarts",
-    "next_launch",
-    "last_step",
-    "train_done",
-    "launched_at",
-    "load_step",
-    "load_path",
-    "loading",
-    "start_gate",
-    "gate_decided",
-    "restart_times",
-    "startup_failure",
-    "last_error",
-    "gave_up",
-)
-
-
-class Controller:
-    """The supervisor's side of attach, detach, the lock, the heartbeat and the state file.
-
-    The supervisor calls it at a few points: :meth:`open` (before touching the run
-    directory), :meth:`restore` and :meth:`lost` (instead of starting a job, or to close out
-    a job that ended without one), :meth:`tick` (every watch tick), and :meth:`close` (at the
-    end, detached or not). The job-wide part of the state file is the supervisor's own
-    (``Supervisor.takeover_record``); the groups' and ranks' fields are listed here.
+    It works on the job's :class:`~monarch_ft.controller.state.JobState`, whole: :meth:`save`
+    writes its snapshot (:mod:`monarch_ft.controller.snapshot`), :meth:`load` reads it back,
+    :meth:`adopt` rebuilds the live handles (each rank's process and report tail) and says
+    what to do with each recorded group. The loop calls it at a few points: :meth:`open`
+    (before touching the run directory), :meth:`load`/:meth:`adopt`/:meth:`lost` (instead of
+    starting a job, or to close out a job that ended without one), :meth:`tick` and
+    :meth:`save` (every watch tick), and :meth:`close` (at the end, detached or not).
 
     Args:
-        sup: the supervisor it serves.
+        cfg: the ``controller`` section.
+        layout: the run directory's paths.
+        clock: the controller's clock (its heartbeat's time).
     """
 
-    def __init__(self, sup: "Supervisor") -> None:
-        self.sup = sup
-        self.cfg = sup.cfg.controller
-        self.layout: RunLayout = sup.layout
+    def __init__(self, cfg: ControllerConfig, layout: RunLayout, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.cfg = cfg
+        self.layout = layout
+        self.clock = clock
         self.lock = RunLock(self.layout.controller_lock)
         self.attaching = bool(self.cfg.attach)
         self.detach_requested = False
-        self.detached = False
         self._identities: dict[int, Optional[ProcessIdentity]] = {}
         self._last_beat = 0.0
         self._last_saved = ""
-        self._stop_seen = False
         self._beat_stop = threading.Event()
         self._beat_thread: Optional[threading.Thread] = None
-        # Why the job ended with no controller (close_out), or None.
-        self.ended_by: Optional[str] = None
 
     # ------------------------------------------------------------ lifecycle
     def open(self) -> None:
-        """Take the run directory's lock; refuse attaching to a run with no takeover state."""
+        """Take the run directory's lock; refuse attaching to a run with no takeover state
+        (or one another version of its state format wrote, or a job that has finished)."""
         self.lock.acquire()
         if self.attaching:
             state = read_json(self.layout.controller_state)
+            problem = None
             if not state:
+                problem = f"controller.attach=true but {self.layout.run_dir} has no controller.json: no job was started there"
+            elif state.get("finished"):
+                problem = f"the job in {self.layout.run_dir} has already finished ({state.get('status')}): nothing to attach to"
+            elif state.get("version") != STATE_VERSION:
+                problem = (
+                    f"{self.layout.controller_state} was written by another version of monarch_ft (state version {state.get('version')}, "
+                    f"this one reads {STATE_VERSION}): take the job over with the version that started it"
+                )
+            if problem:
                 self.lock.release()
-                raise ConfigError(f"controller.attach=true but {self.layout.run_dir} has no controller.json: no job was started there")
-            if state.get("finished"):
-                self.lock.release()
-                raise ConfigError(f"the job in {self.layout.run_dir} has already finished ({state.get('status')}): nothing to attach to")
+                raise ConfigError(problem)
 
     def request_detach(self) -> None:
         """Safe from a signal handler."""
         self.detach_requested = True
 
-    def can_detach(self) -> bool:
+    def can_detach(self, launcher: Launcher) -> bool:
         """Where no new controller could take the job over, a detach is refused (one line)."""
-        problem = self.sup.launcher.adoption_problem()
+        problem = launcher.adoption_problem()
         if problem:
             print(f"monarch_ft: error: cannot detach: {problem}", file=sys.stderr, flush=True)
             self.detach_requested = False
@@ -261,38 +231,38 @@ class Controller:
         at times (starting the Lighthouse, preparing data, stopping a group), and the lease
         is about the controller being gone, not busy. It stops with the process (SIGKILL,
         SIGSTOP) or at :meth:`close`."""
-        self.heartbeat(time.time(), force=True)
+        self.heartbeat(self.clock.time(), force=True)
 
         def beat() -> None:
             while not self._beat_stop.wait(self.cfg.heartbeat_s):
                 try:
-                    self.heartbeat(time.time(), force=True)
+                    self.heartbeat(self.clock.time(), force=True)
                 except OSError:
                     pass
 
         self._beat_thread = threading.Thread(target=beat, name="controller-heartbeat", daemon=True)
         self._beat_thread.start()
 
-    def tick(self, now: float) -> None:
-        if not self._stop_seen and os.path.exists(self.layout.stop_request):
+    def tick(self, state: JobState, events: EventLog) -> None:
+        """Every watch tick: answer a ``stop`` request once (the loop then saves the state)."""
+        if not state.stop_seen and os.path.exists(self.layout.stop_request):
             # python -m monarch_ft stop: every group finishes at one step just ahead, saves its
             # checkpoint there and exits 0 (what the ranks do by themselves with no controller).
-            self._stop_seen = True
-            step = finish_at(self.layout.stop_at_step, self.sup.job_step)
-            self.sup.events.emit(EventKind.FINISH_REQUESTED, step=step, reason="stop_command")
-        self.save()
+            state.stop_seen = True
+            step = finish_at(self.layout.stop_at_step, state.job_step)
+            events.emit(EventKind.FINISH_REQUESTED, step=step, reason="stop_command")
 
-    def close(self, finished: bool) -> None:
+    def close(self, state: JobState, events: EventLog, finished: bool) -> None:
         """At the end: a finished job marks its state so, a detached one leaves it for the next controller."""
         self._beat_stop.set()
         if finished:
-            self.save(finished=True)
+            self.save(state, finished=True)
         else:
-            self.save()
-            self.sup.events.emit(EventKind.CONTROLLER_DETACHED, pid=os.getpid())
+            self.save(state)
+            events.emit(EventKind.CONTROLLER_DETACHED, pid=os.getpid())
         self.lock.release()
 
-    # ------------------------------------------------------------ state
+    # ------------------------------------------------------------ the state file
     def identity(self, proc: RankProcess) -> Optional[ProcessIdentity]:
         """The rank's identity, read once (at its first save, right after launch)."""
         key = id(proc)
@@ -302,102 +272,82 @@ class Controller:
             self._identities[key] = ident if isinstance(ident, ProcessIdentity) else ProcessIdentity.of(proc.pid)
         return self._identities[key]
 
-    def snapshot(self, finished: bool = False) -> dict[str, Any]:
-        sup = self.sup
-        return {
-            "version": STATE_VERSION,
-            "finished": finished,
-            "controller_pid": os.getpid(),
-            # The job-wide state, as the supervisor records it (Supervisor.takeover_record).
-            **sup.takeover_record(),
-            "losses": {str(g.index): g.losses[:1] + g.losses[-1:] for g in sup.groups},
-            "groups": [
-                {
-                    "index": g.index,
-                    **{k: getattr(g, k) for k in _GROUP_FIELDS},
-                    "ranks": [_rank_record(rs, self.identity(rs.proc) if rs.exited is None else None) for rs in g.ranks],
-                }
-                for g in sup.groups
-            ],
-        }
+    def snapshot(self, state: JobState, finished: bool = False) -> dict[str, Any]:
+        """``controller.json``'s content: the whole job state (the live handles' identities
+        mirrored into it first), with the file's version and the writing controller."""
+        for g in state.groups:
+            for rs in g.ranks:
+                if rs.proc is not None:
+                    rs.mirror(self.identity(rs.proc) if rs.exited is None else None)
+        return {"version": STATE_VERSION, "finished": finished, "controller_pid": os.getpid(), **to_record(state)}
 
-    def save(self, finished: bool = False) -> None:
+    def save(self, state: JobState, finished: bool = False) -> None:
         """Write the state when it changed (one atomic write: a SIGKILL leaves the old or the new)."""
-        state = self.snapshot(finished)
-        text = json.dumps(state, default=str)
+        text = json.dumps(self.snapshot(state, finished), default=str)
         if text != self._last_saved:
             atomic_write(self.layout.controller_state, text)
             self._last_saved = text
 
+    def load(self) -> tuple[JobState, dict]:
+        """The job's state as the previous controller saved it (no live handle yet: :meth:`adopt`),
+        and the file's own fields (``controller_pid``)."""
+        record = read_json(self.layout.controller_state)
+        state = from_record(JobState, {k: v for k, v in record.items() if k not in _FILE_FIELDS})
+        return state, {k: record.get(k) for k in _FILE_FIELDS}
+
     # ------------------------------------------------------------ takeover
-    def restore(self, now: float) -> tuple[dict, dict[int, str], list]:
-        """Rebuild the supervisor's view from ``controller.json`` and the live processes (no
-        event, no action yet: the supervisor applies it, ``Supervisor._take_over``).
-        Returns the state, each group's :class:`AttachAction`, and the groups to fail with
-        their lost ranks."""
-        sup = self.sup
-        state = read_json(self.layout.controller_state)
-        sup.events.events = read_jsonl(self.layout.events)
-        relayed = relayed_records(sup.events.events, self.layout.metrics)
-        sup.restore_takeover_record(state, now)
+    def adopt(self, state: JobState, launcher: Launcher, relayed: set[tuple], now: float) -> tuple[dict[int, str], list[tuple[GroupState, list[int]]]]:
+        """Rebuild each recorded rank's live handles (its process, by the launcher's handle or
+        its pid and start time; its report, read on from the saved offset) and judge each
+        group (:func:`decide_attach`). No event, no action yet: the loop applies it.
+
+        Returns each group's :class:`AttachAction`, and the groups to fail with their lost ranks."""
+        launcher.restore_handles(state.launcher_handles or {})
         decisions: dict[int, str] = {}
         failed = []
-        for rec in state.get("groups", []):
-            g = sup.groups[rec["index"]]
-            for k in _GROUP_FIELDS:
-                if k in rec:  # a state file written before a field existed keeps its default
-                    setattr(g, k, rec[k])
-            g.status = GroupStatus(g.status)
-            g.losses = list(state.get("losses", {}).get(str(g.index), []))
-            g.ranks = []
+        for g in state.groups:
             alive, exited = [], []
-            for r in rec["ranks"]:
-                launch = RankLaunch(env={}, extra={}, **r["launch"])
-                ident = ProcessIdentity(r["pid"], r["start"]) if r["pid"] else None
+            for rs in g.ranks:
+                launch = rs.launch.launch()
+                ident = ProcessIdentity(rs.pid, rs.start) if rs.pid else None
                 report = self.layout.report(launch.group, launch.rank, launch.attempt)
                 # By the launcher's own handle (a Slurm job id), else by pid and start time.
-                proc = sup.launcher.adopt(launch, ident or ProcessIdentity(0, None), report)
-                tail = ResumedTail(report, relayed)
-                tail.seek(r["report_offset"])
-                rs = RankState(proc, tail, last_progress=now)
-                for k in (*_RANK_FIELDS, "exited"):
-                    if k in r:
-                        setattr(rs, k, r[k])
+                rs.proc = launcher.adopt(launch, ident or ProcessIdentity(0, None), report)
+                rs.tail = ResumedTail(report, relayed)
+                rs.tail.seek(rs.report_offset)
                 # Silence and phase clocks restart now: the time unwatched is not the rank's.
-                rs.phase_seen = now
-                g.ranks.append(rs)
+                rs.last_progress = rs.phase_seen = now
                 # A rank that ended while unsupervised: with 0 it finished (not a failure).
-                code = proc.poll() if r["exited"] is None else r["exited"]
+                code = rs.proc.poll() if rs.exited is None else rs.exited
                 alive.append(code is None)
                 exited.append(code)
             action = decide_attach(g.status, alive, exited)
             decisions[g.index] = action.value
             if action is AttachAction.FAIL:
-                failed.append((g, [rs.proc.launch.rank for rs, a, e in zip(g.ranks, alive, exited) if not a and e != 0]))
+                failed.append((g, [rs.rank for rs, a, e in zip(g.ranks, alive, exited) if not a and e != 0]))
             if g.status == GroupStatus.WAITING:
                 g.next_launch = now
-        return state, decisions, failed
+        return decisions, failed
 
-    def lost(self, state: dict, now: float) -> dict:
+    def lost(self, events: EventLog, previous_pid: Optional[int], job_step: int, now: float) -> dict:
         """Record ``controller_lost`` at the previous controller's last heartbeat."""
         last_beat = heartbeat_time(self.layout.controller_heartbeat) or now
-        return self.sup.events.emit(EventKind.CONTROLLER_LOST, time=last_beat, pid=state.get("controller_pid"), job_step=self.sup.job_step)
+        return events.emit(EventKind.CONTROLLER_LOST, time=last_beat, pid=previous_pid, job_step=job_step)
 
     # ------------------------------------------------------------ summary
-    def summary(self) -> dict[str, Any]:
+    def summary(self, events: list[dict], ended_by: Optional[str], now: float) -> dict[str, Any]:
         """summary.json's ``controller`` section: the job's controllers and each span it ran
         without one (from controller_lost to the next controller_attached, or to the job's
         end when its lease ended it), with the steps committed meanwhile."""
-        events = self.sup.events.events
         spans = []
         for i, e in enumerate(events):
             if e["event"] != EventKind.CONTROLLER_LOST:
                 continue
             back = next((x for x in events[i + 1 :] if x["event"] == EventKind.CONTROLLER_ATTACHED), None)
-            until = back["time"] if back else time.time()
-            ended_by = "controller_attached" if back else self.ended_by
+            until = back["time"] if back else now
+            ended = "controller_attached" if back else ended_by
             seconds = back["unsupervised_s"] if back and "unsupervised_s" in back else round(until - e["time"], 3)
-            spans.append({"from": e["time"], "until": until, "seconds": seconds, "ended_by": ended_by})
+            spans.append({"from": e["time"], "until": until, "seconds": seconds, "ended_by": ended})
         if spans:
             steps = committed_steps(self.layout.metrics, [(s["from"], s["until"]) for s in spans])
             for span, n in zip(spans, steps):
@@ -406,8 +356,12 @@ class Controller:
             "controllers": 1 + sum(1 for e in events if e["event"] == EventKind.CONTROLLER_ATTACHED),
             "unsupervised_s": round(sum(s["seconds"] for s in spans), 3),
             "unsupervised": spans,
-            "ended_by_lease": self.ended_by == "lease_expired",
+            "ended_by_lease": ended_by == "lease_expired",
         }
+
+
+# controller.json's own fields, beside the job state's.
+_FILE_FIELDS = ("version", "finished", "controller_pid")
 
 
 # ---------------------------------------------------------------- relayed once

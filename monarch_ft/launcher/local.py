@@ -31,9 +31,9 @@ _CLONE_NEWUTS = 0x04000000
 class Options(LauncherOptions):
     """``launcher=local`` (and ``launcher=local_hosts``, which only sets ``simulated_hosts``)."""
 
-    # Each replica group on its own simulated host: a network namespace with its own address
-    # on a bridge (monarch_ft.launcher.hosts; needs root). Network faults need it.
     simulated_hosts: bool = False
+    """Each replica group on its own simulated host: a network namespace with its own address on a
+    bridge (monarch_ft.launcher.hosts; needs root). Network faults (partition, slow_link) need it."""
 
 
 def _on_host(hostname: str, die_with_controller: bool) -> Callable[[], None]:

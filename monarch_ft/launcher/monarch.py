@@ -56,6 +56,7 @@ from typing import Any, List, Optional
 
 import psutil
 
+from monarch_ft.config.unused import refuse_unused
 from monarch_ft.launcher.base import Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.launch import RANK_ACTOR, RANK_ENTRY, WORKER_MODULE
@@ -72,26 +73,44 @@ class SlurmJobOptions:
     """``launcher.options.slurm``: monarch.job.SlurmJob's settings for ``allocator=slurm``
     (None: SlurmJob's own default)."""
 
-    # Hosts in each group's allocation.
     nodes_per_group: int = 1
+    """Hosts in each group's allocation."""
+
     partition: Optional[str] = None
-    # sbatch --time, e.g. "01:00:00".
+    """Slurm partition (``sbatch --partition``)."""
+
     time_limit: Optional[str] = None
-    # Extra sbatch arguments.
+    """``sbatch --time``, e.g. ``"01:00:00"``."""
+
     slurm_args: List[str] = field(default_factory=list)
-    # None: monarch_ft_g<group>.
+    """Extra sbatch arguments."""
+
     job_name: Optional[str] = None
+    """The allocation's job name; null: ``monarch_ft_g<group>``."""
+
     account: Optional[str] = None
+    """``sbatch --account``."""
+
     qos: Optional[str] = None
-    # Seconds SlurmJob waits for the allocation to start.
+    """``sbatch --qos``."""
+
     job_start_timeout: Optional[int] = None
-    # Port of the Monarch process on each allocated host.
+    """Seconds SlurmJob waits for the allocation to start (SlurmJob's default: forever)."""
+
     monarch_port: Optional[int] = None
+    """Port of the Monarch process on each allocated host (SlurmJob's default: 22222)."""
+
     exclusive: Optional[bool] = None
+    """``sbatch --exclusive``: the allocation's hosts are not shared with other jobs (SlurmJob's default: true)."""
+
     gpus_per_node: Optional[int] = None
+    """GPUs allotted on each host (``sbatch --gpus-per-node``)."""
+
     cpus_per_task: Optional[int] = None
-    # sbatch --mem, e.g. "16G".
+    """Cores allotted to each task (``sbatch --cpus-per-task``)."""
+
     mem: Optional[str] = None
+    """``sbatch --mem``, e.g. ``"16G"``."""
 
     def job_kwargs(self, group: int) -> dict[str, Any]:
         """Keyword arguments of SlurmJob for ``group`` (what is unset is left to SlurmJob)."""
@@ -104,21 +123,29 @@ class SlurmJobOptions:
 class Options(LauncherOptions):
     """``launcher=monarch``: every replica group a Monarch proc mesh, every rank an actor."""
 
-    # local: procs on this host (this_host()); slurm: each group on the hosts of its own SlurmJob.
     allocator: str = "local"
-    # Monarch's actor-mesh supervision poll (HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY), e.g. 2s, 500ms.
+    """Where the procs run: ``local``, on this host (``this_host()``); ``slurm``, each group on the
+    hosts of its own SlurmJob."""
+
     supervision_poll: str = "2s"
-    # Spawning a group's procs and actors, up to the actors answering info().
+    """Monarch's actor-mesh supervision poll (``HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY``), a
+    duration such as ``2s`` or ``500ms``: how soon a dead proc is seen."""
+
     spawn_timeout_s: float = 120.0
-    # ProcMesh.stop() when a group is killed or finished.
+    """Seconds spawning a group's procs and actors may take, up to the actors answering ``info()``."""
+
     stop_timeout_s: float = 15.0
-    # After a rank's process is gone, how long to wait for its exit status before assuming 1.
+    """Seconds ``ProcMesh.stop()`` may take when a group is killed or finished."""
+
     exit_grace_s: float = 3.0
-    # A rank whose train() returned ends its proc with os._exit(0) this long after replying
-    # (as monarch_ft.rank.worker does); 0 leaves it to ProcMesh.stop().
+    """Seconds to wait for a gone rank's exit status before assuming 1."""
+
     exit_after_return_s: float = 1.0
-    # Settings of monarch.job.SlurmJob for allocator=slurm.
+    """Seconds after replying that a rank whose ``train()`` returned ends its proc with
+    ``os._exit(0)`` (as monarch_ft.rank.worker does); 0 leaves it to ``ProcMesh.stop()``."""
+
     slurm: SlurmJobOptions = field(default_factory=SlurmJobOptions)
+    """Settings of ``monarch.job.SlurmJob`` for ``allocator=slurm``; refused with ``allocator=local``."""
 
     def check(self, launcher: str) -> None:
         if self.allocator not in ALLOCATORS:
@@ -131,6 +158,14 @@ class Options(LauncherOptions):
             raise ConfigError(f"launcher.options.supervision_poll={self.supervision_poll!r}: must be a duration like 2s or 500ms")
         if self.slurm.nodes_per_group < 1:
             raise ConfigError(f"launcher.options.slurm.nodes_per_group={self.slurm.nodes_per_group}: must be >= 1")
+        if self.allocator != "slurm":
+            refuse_unused(
+                self.slurm,
+                "launcher.options.slurm",
+                [f.name for f in dataclasses.fields(self.slurm)],
+                f"with launcher.options.allocator={self.allocator} (no Slurm job is made)",
+                "drop it, or set launcher.options.allocator=slurm",
+            )
 
 
 # The proc runs under sh: cd, send all output to the rank's log, run the Python proc in the

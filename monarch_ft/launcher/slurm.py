@@ -48,25 +48,32 @@ from monarch_ft.records.layout import RunLayout
 class Options(LauncherOptions):
     """``launcher=slurm``: every replica group one batch job of ``ft.ranks_per_group`` tasks."""
 
-    # Slurm partition for every group's job (None: the cluster's default partition).
     partition: Optional[str] = None
-    # slurm.conf of the cluster (None: $SLURM_CONF, else Slurm's built-in default).
+    """Slurm partition for every group's job; null: the cluster's default partition."""
+
     slurm_conf: Optional[str] = None
-    # Extra sbatch arguments, e.g. ["--time=01:00:00", "--account=ml"].
+    """slurm.conf of the cluster; null: ``$SLURM_CONF``, else Slurm's built-in default."""
+
     sbatch_args: List[str] = field(default_factory=list)
-    # squeue is run at most this often (seconds), for all jobs at once.
+    """Extra sbatch arguments, e.g. ``["--time=01:00:00", "--account=ml"]``."""
+
     poll_interval_s: float = 0.5
-    # Cores Slurm allots each rank (sbatch --cpus-per-task).
+    """Seconds between two runs of squeue (one for all jobs at once): how soon a job's end is seen."""
+
     cpus_per_task: int = 1
-    # launch_group waits this long for the job to start and every rank to report its pid
-    # (then returns anyway: a job still pending is watched by the supervisor's startup timeout).
+    """Cores Slurm allots each rank (``sbatch --cpus-per-task``)."""
+
     start_timeout_s: float = 30.0
-    # Prefix of every job's name (<job_name>-g<group>a<attempt>).
+    """Seconds a group's launch waits for its job to start and every rank to report its pid (then
+    it returns anyway: a job still pending is watched by the controller's ``ft.startup_timeout_s``)."""
+
     job_name: str = "monarch_ft"
-    # Pin group g to nodes[g % len(nodes)] (sbatch --nodelist); ranks then bind that node's
-    # address. None: any node of the partition, one node per group, ranks bind 127.0.0.1
-    # (right for a single-node cluster on this machine, e.g. monarch_ft.testing.slurm_cluster).
+    """Prefix of every job's name (``<job_name>-g<group>a<attempt>``)."""
+
     nodes: Optional[List[str]] = None
+    """Pin group g to ``nodes[g % len(nodes)]`` (``sbatch --nodelist``); ranks then bind that node's
+    address. null: any node of the partition, one node per group, ranks bind 127.0.0.1 (right for a
+    single-node cluster on this machine, e.g. monarch_ft.testing.slurm_cluster)."""
 
     def check(self, launcher: str) -> None:
         if self.poll_interval_s <= 0:

@@ -118,7 +118,7 @@ def wait_for_promotion(path: str, poll_s: float = PROMOTION_POLL_S, orphaned: Op
     while True:
         data = read_json(path)
         if data:
-            return Promotion(**data)
+            return Promotion.from_record(data)
         reason = orphaned() if orphaned is not None else None
         if reason:
             return reason

@@ -47,7 +47,7 @@ from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.rank.components.model import build_model
 from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
-from monarch_ft.records.decisions import StateSource
+from monarch_ft.records.decisions import StateDecision, StateSource
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.exits import RankExit
 from monarch_ft.records.layout import RunLayout, read_int, read_json
@@ -80,7 +80,7 @@ class RankSpec:
     scratch_dir: str = ""
     # A file the rank waits for before its first step ("" for none): a shared start gate
     # (Supervisor._open_start_gate) or the group's own launch gate, whose JSON content says
-    # where its state comes from (Supervisor._open_launch_gates).
+    # where its state comes from (records.decisions.StateDecision; controller.recovery.Recovery.open_launch_gates).
     start_gate: str = ""
     # A warm standby (monarch_ft.rank.standby_wait): its number, and the promotion file it waits for
     # after building everything identity-free; "" / -1 for a rank of a replica group.
@@ -168,11 +168,11 @@ class Trainer:
         # A waiting standby has no group yet: its sinks (TensorBoard) come with its promotion.
         sinks = [] if spec.promotion_path else build_metric_sinks(self.cfg.metrics, self.layout, spec.group, spec.rank, spec.attempt)
         self.reporter = RankReporter(spec.report_path, spec.group, spec.rank, spec.attempt, sinks)
-        self.reporter.event("rank_started")
+        self.reporter.event(EventKind.RANK_STARTED)
         self.liveness = Liveness(self.reporter)
         # Stacks on demand (the supervisor's fallback when py-spy cannot read this process).
         faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)
-        self._decision: Optional[dict] = None
+        self._decision: Optional[StateDecision] = None
         with self.reporting_errors():
             self._build_local()
             if spec.promotion_path:
@@ -191,7 +191,7 @@ class Trainer:
             yield
         except Exception as e:
             try:
-                self.reporter.event("rank_error", **error_record(e))
+                self.reporter.event(EventKind.RANK_ERROR, **error_record(e))
             except Exception:
                 pass  # the report file itself failed (a full disk): the log still has the traceback
             raise
@@ -286,21 +286,21 @@ class Trainer:
         from monarch_ft.rank.standby_wait import ControllerWatch, orphan_after_s, promoted_spec, renice_threads, wait_for_promotion
 
         self.liveness.enter(Phase.STANDBY)
-        self.reporter.event("standby_ready", standby=self.spec.standby)
+        self.reporter.event(EventKind.STANDBY_READY, standby=self.spec.standby)
         waited = time.time()
         ctl = self.cfg.controller
         watch = ControllerWatch(self.layout.controller_heartbeat, orphan_after_s(ctl.heartbeat_s, ctl.lease_s))
         promotion = wait_for_promotion(self.spec.promotion_path, orphaned=watch.gone)
         if isinstance(promotion, str):
             # Its controller is gone: nothing will promote it; free what it holds (a Slurm job).
-            self.reporter.event("standby_orphaned", standby=self.spec.standby, reason=promotion)
+            self.reporter.event(EventKind.STANDBY_ORPHANED, standby=self.spec.standby, reason=promotion)
             os._exit(0)
         # A training rank from now on: it outlives its controller (it was launched to die with it).
         outlive_parent()
         self.liveness.enter(Phase.STARTUP)
         self.spec = promoted_spec(self.spec, promotion)
         proctitle.retitle(proctitle.rank_role(self.spec.group, self.spec.rank, self.spec.attempt))
-        self.reporter.event("standby_promoted_rank", group=promotion.group, attempt=promotion.attempt, waited_s=round(time.time() - waited, 3))
+        self.reporter.event(EventKind.STANDBY_PROMOTED_RANK, group=promotion.group, attempt=promotion.attempt, waited_s=round(time.time() - waited, 3))
         self.reporter.retarget(
             self.spec.report_path,
             self.spec.group,
@@ -309,7 +309,7 @@ class Trainer:
         )
         renice_error = renice_threads(0)
         self.reporter.event(
-            "rank_started", standby=promotion.standby, promotion_latency_s=round(time.time() - promotion.promoted_at, 3), renice_error=renice_error
+            EventKind.RANK_STARTED, standby=promotion.standby, promotion_latency_s=round(time.time() - promotion.promoted_at, 3), renice_error=renice_error
         )
         self._decision = promotion.decision
 
@@ -375,7 +375,7 @@ class Trainer:
         self.announced_done = False
         self.last_heartbeat = 0.0
         self.reporter.event(
-            "model_ready",
+            EventKind.MODEL_READY,
             step=self.manager.current_step(),
             params=sum(p.numel() for p in self.model.parameters()),
             transport_metadata=self.ft.checkpoint_metadata(),
@@ -447,7 +447,7 @@ class Trainer:
         self.loaded_step = self.manager.current_step() if loaded else None
         if loaded:
             self.sync.after_checkpoint_load()
-        self.reporter.event("checkpoint_loaded" if loaded else "checkpoint_missing", step=self.manager.current_step())
+        self.reporter.event(EventKind.CHECKPOINT_LOADED if loaded else EventKind.CHECKPOINT_MISSING, step=self.manager.current_step())
 
     def _loaded_state_problem(self, step: int, path: Optional[str]) -> Optional[str]:
         """Whether the state just loaded is the one its manifest's fingerprint vouches for (None:
@@ -504,7 +504,7 @@ class Trainer:
     def _refuse_commit(self, step: int, job_step: int) -> None:
         # Never commit below the job's step (see CommitFloor): vote against this commit, and
         # give up once it is clear that nobody in the quorum can heal this group.
-        self.reporter.event("commit_refused", step=step, job_step=job_step, refusals=self.floor.refusals)
+        self.reporter.event(EventKind.COMMIT_REFUSED, step=step, job_step=job_step, refusals=self.floor.refusals)
         if self.floor.refusals >= self.floor.MAX_REFUSALS:
             self.reporter.close()
             os._exit(int(RankExit.COMMIT_BELOW_FLOOR))
@@ -527,14 +527,15 @@ class Trainer:
             self.lease.exit_at_gate(self.reporter.event, self.manager.current_step())
             self.reporter.heartbeat(step=self.manager.current_step(), waiting="start")
             time.sleep(0.05)
-        self.apply_state_decision(read_json(spec.start_gate, {}) if spec.start_gate else {})
+        self.apply_state_decision(StateDecision.from_record(read_json(spec.start_gate, {})) if spec.start_gate else None)
 
-    def apply_state_decision(self, decision: dict) -> None:
-        """The supervisor's decision on where this group's state comes from (records.decisions.StateSource)."""
-        if decision.get("source") == StateSource.DISK.value and self.loaded_step != decision["step"]:
-            self.load_checkpoint(int(decision["step"]), decision.get("path"))
+    def apply_state_decision(self, decision: Optional[StateDecision]) -> None:
+        """The supervisor's decision on where this group's state comes from (records.decisions:
+        a launch gate's or a promotion's; None: a shared start gate, the state loaded before it)."""
+        if decision is not None and decision.source is StateSource.DISK and self.loaded_step != decision.step:
+            self.load_checkpoint(int(decision.step), decision.path)
         # localsgd/diloco: heal at the peers' next sync point before training anything.
-        self.sync.join_pending = self.sync.semi_sync and decision.get("source") == StateSource.PEER.value
+        self.sync.join_pending = self.sync.semi_sync and decision is not None and decision.source is StateSource.PEER
 
     def _forward_backward(self, batch) -> torch.Tensor:
         inputs, labels = batch
@@ -548,7 +549,7 @@ class Trainer:
         (another group is being restarted). False once the hold is lifted (the loop ends)."""
         self.liveness.enter(Phase.HOLD)
         if not self.announced_done:
-            self.reporter.event("train_done", step=step)
+            self.reporter.event(EventKind.TRAIN_DONE, step=step)
             self.announced_done = True
         if not os.path.exists(self.spec.hold_path) or self.lease.ended():
             return False
@@ -670,7 +671,7 @@ class Trainer:
             self.train_step(step, last)
         final = self.sync.consistent_state(self.state_dict())
         self.reporter.event(
-            "rank_finished",
+            EventKind.RANK_FINISHED,
             step=self.sync.steps_done(),
             steps_trained=min(self.sync.steps_done(), self.sync.align_stop(self.stop_at.steps())),
             state_hash=state_hash(final),

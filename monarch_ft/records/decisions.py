@@ -8,15 +8,17 @@ no live peer the job's state is on disk, so it loads the newest intact checkpoin
 ``monarch_ft.controller.checkpoints.recover_checkpoint``); with no checkpoint either, the
 job has lost its state and must stop, never silently train again from its initial weights.
 
-The controller decides (``monarch_ft.controller``) and writes the decision into a group's
-launch gate or a standby's promotion file; the rank reads it (``monarch_ft.rank``). Both
-import it from here, so the two sides cannot disagree on its shape.
+The controller decides (``monarch_ft.controller``) and writes the decision, one
+:class:`StateDecision` in one shape (:meth:`StateDecision.to_record`), into a group's launch
+gate or inside a standby's :class:`Promotion`; the rank reads that one type back
+(:meth:`StateDecision.from_record`). Both import it from here, so the two sides cannot
+disagree on its shape.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional, Sequence
 
 from monarch_ft.records.events import StrEnum
 
@@ -31,11 +33,32 @@ class StateSource(StrEnum):
 
 @dataclass(frozen=True)
 class StateDecision:
+    """Where a relaunched or promoted group's state comes from, as the rank receives it."""
+
     source: StateSource
     # DISK: the checkpoint step to load. PEER/INIT: None.
     step: Optional[int] = None
     # Committed steps the job gives up by going back to ``step`` (DISK only).
     steps_lost: int = 0
+    # DISK: the step directory this group loads (its own folder's copy, or an intact one
+    # elsewhere where a copy could not be made); None: its own folder's.
+    path: Optional[str] = None
+
+    def at(self, path: Optional[str]) -> "StateDecision":
+        """This decision, loading the copy at ``path`` (DISK)."""
+        return replace(self, path=path)
+
+    def to_record(self) -> dict[str, Any]:
+        """The one shape it has on disk: a launch gate's content, a promotion's ``decision``."""
+        return {"source": self.source.value, "step": self.step, "steps_lost": self.steps_lost, "path": self.path}
+
+    @classmethod
+    def from_record(cls, record: Optional[dict]) -> Optional["StateDecision"]:
+        """Read :meth:`to_record`'s shape back; None for no decision (an empty shared start
+        gate: the group loaded what its spec named before it got there)."""
+        if not record:
+            return None
+        return cls(StateSource(record["source"]), record.get("step"), int(record.get("steps_lost") or 0), record.get("path"))
 
 
 class JobStateLost(Exception):
@@ -96,8 +119,7 @@ class Promotion:
         attempt: the group's new attempt (its report files are named by it).
         ranks: per rank (str index): report_path, spec_path, scratch_dir.
         checkpoint_dir: the group's checkpoint folder.
-        decision: where its state comes from: {"source": StateSource, "step": int|None},
-            what a launch gate carries (Supervisor._open_launch_gates).
+        decision: where its state comes from, what a relaunched group's launch gate carries.
         promoted_at: the supervisor's wall-clock time of the promotion.
     """
 
@@ -107,5 +129,13 @@ class Promotion:
     attempt: int
     ranks: dict
     checkpoint_dir: str
-    decision: dict
+    decision: StateDecision = field(default_factory=lambda: StateDecision(StateSource.INIT))
     promoted_at: float = 0.0
+
+    def to_record(self) -> dict[str, Any]:
+        """The promotion file's content."""
+        return {**{k: v for k, v in vars(self).items() if k != "decision"}, "decision": self.decision.to_record()}
+
+    @classmethod
+    def from_record(cls, record: dict) -> "Promotion":
+        return cls(**{**record, "decision": StateDecision.from_record(record.get("decision")) or StateDecision(StateSource.INIT)})

@@ -19,14 +19,15 @@ class RankExit(IntEnum):
     """Exit codes a rank ends with on purpose (anything else non-zero is a crash)."""
 
     OK = 0
-    # It was about to commit a step below the job's committed step (rank.components.ft.CommitFloor).
+    """A clean end: it trained every step, or ended with the job (the controller's lease ran out; a standby nobody will promote)."""
     COMMIT_BELOW_FLOOR = 75
-    # A checkpoint save outlived checkpoint.save_timeout_s (rank.components.checkpoint.SaveWatchdog).
+    """It was about to commit a step below the job's committed step (rank.components.ft.CommitFloor)."""
     SAVE_TIMEOUT = 76
-    # Loading a disk checkpoint raised (rank.trainer.Trainer.load_checkpoint): the controller
-    # quarantines that copy and decides again (an older step, or a live peer). Not an
-    # exception escaping the rank: a checkpoint that cannot be read is not a crash loop.
+    """A checkpoint save outlived ``checkpoint.save_timeout_s`` (rank.components.checkpoint.SaveWatchdog)."""
     CHECKPOINT_LOAD_FAILED = 77
+    """Loading a disk checkpoint raised (rank.trainer.Trainer.load_checkpoint): the controller
+    quarantines that copy and decides again (an older step, or a live peer). Not an exception
+    escaping the rank: a checkpoint that cannot be read is not a crash loop."""
 
 
 def describe_exit(code: Optional[int]) -> dict:

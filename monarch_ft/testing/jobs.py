@@ -24,20 +24,18 @@ REPO = Path(REPO_ROOT)
 PRETRAIN = REPO / "recipes" / "pretrain.py"
 DRILL = REPO / "recipes" / "drill.py"
 
-# Small and quick: the tiny llama3, short sequences, tight timeouts.
+# Small and quick: the tiny llama3, short sequences, tight timeouts. The recovery defaults a
+# user gets (a warm standby group with launcher=local, warm fork servers) stay on: a test that
+# turns one off (NO_STANDBY, NO_WARM_FORK) says why where it does.
 FAST = [
     "model=tiny",
     "training.seq_len=64",
     "training.batch_size=2",
     "training.lr=5e-3",
     "ft.hang_timeout_s=20",
-    # No warm standby (it would build a model on the shared cores in every job test);
-    # the standby tests set ft.standby_groups themselves.
-    "ft.standby_groups=0",
-    # No warm fork server either (it imports torch at launch in every job test);
-    # tests/jobs/test_standby_jobs.py relaunches through it.
-    "ft.warm_fork=false",
 ]
+NO_STANDBY = "ft.standby_groups=0"
+NO_WARM_FORK = "ft.warm_fork=false"
 
 
 def start_job(run_dir: Path, *overrides: str, recipe: Path = PRETRAIN) -> subprocess.Popen:
@@ -65,13 +63,8 @@ def run_job(run_dir: Path, *overrides: str, timeout: float = 240, recipe: Path =
 
 
 def run_drill_job(run_dir: Path, *overrides: str, timeout: float = 300) -> dict:
-    """Run recipes/drill.py to a clean exit and return its drill.json (with no warm standby
-    unless the test sets ft.standby_groups: faults then wait for none to be built; and no warm
-    fork server unless it sets ft.warm_fork: its relaunches are the cold path)."""
-    if not any(o.startswith("ft.standby_groups=") for o in overrides):
-        overrides = ("ft.standby_groups=0", *overrides)
-    if not any(o.startswith("ft.warm_fork=") for o in overrides):
-        overrides = ("ft.warm_fork=false", *overrides)
+    """Run recipes/drill.py to a clean exit and return its drill.json (with the recovery defaults
+    unless the test turns them off: a fault then waits for the warm standby to be built)."""
     code = run_job(run_dir, *overrides, timeout=timeout, recipe=DRILL)
     assert code == 0, console(run_dir)[-4000:]
     return json.loads((run_dir / "drill.json").read_text())
@@ -205,7 +198,7 @@ def config_refusal(tmp_path: Path, overrides: str) -> str:
         cfg = compose(config_name="pretrain", overrides=overrides.split())
     run = tmp_path / "run"
     with pytest.raises(ConfigError) as e:
-        Supervisor(to_job_config(cfg), str(run))
+        Supervisor(to_job_config(cfg), str(run)).open()
     assert not (run / "events.jsonl").exists() and not (run / "logs").exists(), "nothing may be launched"
     assert "\n" not in str(e.value)
     return str(e.value)

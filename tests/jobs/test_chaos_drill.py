@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from monarch_ft.testing.jobs import read_jsonl, run_drill_job
+from monarch_ft.testing.jobs import NO_STANDBY, read_jsonl, run_drill_job
 
 EVERY_KIND = (
     "chaos.faults=[{kind: process_kill, at_step: 10, target: 1},"
@@ -20,9 +20,9 @@ EVERY_KIND = (
 
 @pytest.mark.slow
 def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
-    # Relaunches fork from the fork server (no standby: each fault finds its group's ranks
-    # relaunched, not promoted), which also keeps this long drill shorter.
-    drill = run_drill_job(run_dir, EVERY_KIND, "ft.replica_groups=2", "ft.ranks_per_group=2", "checkpoint.interval=5", "ft.warm_fork=true", timeout=480)
+    # No standby: relaunches fork from the fork server, so each fault finds its group's ranks
+    # relaunched, not promoted (what the phases below time), which also keeps this long drill shorter.
+    drill = run_drill_job(run_dir, EVERY_KIND, "ft.replica_groups=2", "ft.ranks_per_group=2", "checkpoint.interval=5", NO_STANDBY, timeout=480)
     faults = drill["faults"]
     assert [f["kind"] for f in faults] == ["process_kill", "collective", "hang", "hang", "node", "segfault", "sigterm", "collective"]
     for f in faults:

@@ -27,11 +27,15 @@ from chaos.kinds.ckpt_corrupt import damage_step
 from monarch_ft.controller.loop import request_finish
 from monarch_ft.records.layout import RunLayout
 from monarch_ft.records.manifest import complete_steps, file_checksum, step_dir, verify_step, write_manifest
-from monarch_ft.testing.jobs import FAST, REPO, console, finish_job, read_jsonl, start_job, wait_for
+from monarch_ft.testing.jobs import FAST, NO_STANDBY, REPO, console, finish_job, read_jsonl, start_job, wait_for
 
 pytestmark = pytest.mark.slow
 
 CKPT = ["checkpoint.interval=5"]
+# The tests that kill every rank to leave only the disk find the ranks by their launches
+# (rank_launched): a standby promoted after the first kill has none, and it would be a live
+# copy of the state the test means to lose.
+NO_PEER = [*CKPT, NO_STANDBY]
 
 
 def _rank_pids(events: list[dict], group: int) -> list[int]:
@@ -149,7 +153,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_step(run_dir):
     then one shard rewritten at the same size in one group, and in the other truncated under a
     manifest rewritten to match (it passes verification and fails to load)."""
     groups = 2
-    proc = start_job(run_dir, *FAST, f"ft.replica_groups={groups}", "ft.ranks_per_group=1", "training.steps=100000", *CKPT, "checkpoint.keep_latest_k=3")
+    proc = start_job(run_dir, *FAST, f"ft.replica_groups={groups}", "ft.ranks_per_group=1", "training.steps=100000", *NO_PEER, "checkpoint.keep_latest_k=3")
     folders = _folders(run_dir, groups)
     both_at = lambda step: lambda: all(complete_steps(f) and max(complete_steps(f)) >= step for f in folders)
     wait_for(both_at(10), 180, "both groups to save step 10")
@@ -258,7 +262,7 @@ def test_ckpt_corrupt_on_every_group_is_caught_by_the_manifest_and_the_fingerpri
 
 def test_every_kept_step_damaged_stops_with_one_line_and_no_crash_loop(run_dir):
     groups = 2
-    proc = start_job(run_dir, *FAST, f"ft.replica_groups={groups}", "ft.ranks_per_group=1", "training.steps=100000", *CKPT, "checkpoint.keep_latest_k=2")
+    proc = start_job(run_dir, *FAST, f"ft.replica_groups={groups}", "ft.ranks_per_group=1", "training.steps=100000", *NO_PEER, "checkpoint.keep_latest_k=2")
     folders = _folders(run_dir, groups)
     wait_for(lambda: all(len(complete_steps(f)) >= 2 for f in folders), 180, "both groups to keep two steps")
     events = read_jsonl(run_dir / "events.jsonl")

@@ -16,7 +16,7 @@ import pytest
 
 from monarch_ft.controller.loop import request_finish
 from monarch_ft.records.layout import RunLayout, atomic_write
-from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, start_job, wait_for
+from monarch_ft.testing.jobs import FAST, NO_STANDBY, NO_WARM_FORK, console, finish_job, read_jsonl, start_job, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,10 @@ def _assert_resumed_from_disk(run_dir, killed_at: float) -> dict:
 
 def test_every_group_killed_while_one_restarts_resumes_from_checkpoint(run_dir):
     """The soak's loss, made deterministic: group 1 dies; while it restarts, group 0 dies too."""
-    proc = start_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=100000", "checkpoint.interval=10")
+    # A cold relaunch: a ready standby (or a warm fork) could heal group 1 from group 0 before
+    # group 0 dies, and then a peer, not the disk, would hold the job's state.
+    cold = [NO_STANDBY, NO_WARM_FORK]
+    proc = start_job(run_dir, *FAST, *cold, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=100000", "checkpoint.interval=10")
     events_path, metrics_path = run_dir / "events.jsonl", run_dir / "metrics.jsonl"
     wait_for(lambda: len(_commits(read_jsonl(metrics_path), 1)) >= 25, 120, "group 1 to commit 25 steps")
     killed_at = time.time()

@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from monarch_ft.controller.loop import request_finish
-from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, read_tensorboard_run, run_job, start_job, wait_for
+from monarch_ft.testing.jobs import FAST, NO_STANDBY, console, finish_job, read_jsonl, read_tensorboard_run, run_job, start_job, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -71,6 +71,8 @@ def test_sigkilled_rank_group_restarts_and_heals_from_peer(run_dir):
     proc = start_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=100000", "metrics.tensorboard=true")
     metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
     wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 120, "group 1 to step")
+    # The default path: the warm standby (built while the job trains) takes the group's place.
+    wait_for(lambda: [e for e in read_jsonl(events_path) if e["event"] == "standby_ready"], 120, "the warm standby")
     victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
     killed_at = time.time()
     os.kill(victim["pid"], signal.SIGKILL)
@@ -146,7 +148,8 @@ def test_resume_from_disk_checkpoint(run_dir):
     # Trained on a pre-tokenised file of the user's (data.path, a .npy of int32 ids) rather than the stdlib corpus.
     tokens = run_dir.parent / "tokens.npy"
     np.save(tokens, np.random.default_rng(0).integers(0, 2048, 20_000).astype(np.int32))
-    common = [*FAST, "ft.replica_groups=1", "ft.ranks_per_group=2", "checkpoint.interval=3", f"data.path={tokens}"]
+    # Two short jobs that end before a standby could be built, let alone serve: none.
+    common = [*FAST, NO_STANDBY, "ft.replica_groups=1", "ft.ranks_per_group=2", "checkpoint.interval=3", f"data.path={tokens}"]
     assert run_job(run_dir, *common, "training.steps=6") == 0, console(run_dir)[-3000:]
     assert (run_dir / "checkpoint" / "group_0" / "step-6").is_dir()
     first = read_jsonl(run_dir / "metrics.jsonl")
@@ -163,7 +166,8 @@ def test_resume_from_disk_checkpoint(run_dir):
 
 @pytest.mark.parametrize("transport", ["http"])
 def test_torchft_transports_heal_a_killed_group(run_dir, transport):
-    proc = start_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=250", f"ft.transport={transport}")
+    # The relaunch path (a warm fork) with TorchFT's transport: the standby path is the test above.
+    proc = start_job(run_dir, *FAST, NO_STANDBY, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=250", f"ft.transport={transport}")
     wait_for(lambda: len(_steps(read_jsonl(run_dir / "metrics.jsonl"), 1)) >= 5, 120, "group 1 to step")
     victim = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "rank_launched" and e["group"] == 1][-1]
     os.kill(victim["pid"], signal.SIGKILL)

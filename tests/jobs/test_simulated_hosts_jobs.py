@@ -15,7 +15,7 @@ import time
 import psutil
 import pytest
 
-from monarch_ft.testing.jobs import FAST, console, finish_job, need_netns, netns_left_behind, read_jsonl, run_drill_job, start_job, wait_for
+from monarch_ft.testing.jobs import FAST, NO_STANDBY, console, finish_job, need_netns, netns_left_behind, read_jsonl, run_drill_job, start_job, wait_for
 
 PROBE = textwrap.dedent(
     """
@@ -192,6 +192,8 @@ def test_partition_drill_drops_the_group_and_it_heals_in_place(run_dir):
         "ft.hang_timeout_s=12",
         "chaos.recovery_timeout_s=20",
         "chaos.tail_steps=5",
+        # It heals in place: no relaunch for a standby to serve, and the fault would wait for one to be built.
+        NO_STANDBY,
         timeout=200,
     )
     (fault,) = drill["faults"]

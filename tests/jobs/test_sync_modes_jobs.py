@@ -54,8 +54,10 @@ def test_mode_trains_and_survives_process_kill_in_step_with_every_batch_once(run
     w = WINDOW[mode]
     proc = start_job(run_dir, *FAST, *MODES[mode], "training.steps=100000", "training.state_hash_every=1")
     metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
-    # Kill mid-window: after group 1's second sync and a few inner steps more.
+    # Kill mid-window: after group 1's second sync and a few inner steps more. The default
+    # path: the warm standby (built while the job trains) takes the group's place.
     wait_for(lambda: len(_commits(read_jsonl(metrics_path), 1)) >= (2 if w > 1 else 8), 150, "group 1 to sync")
+    wait_for(lambda: [e for e in read_jsonl(events_path) if e["event"] == "standby_ready"], 120, "the warm standby")
     if w > 1:
         wait_for(lambda: max(m["step"] for m in read_jsonl(metrics_path) if m["group"] == 1) % w >= w // 2, 60, "mid-window")
     victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]

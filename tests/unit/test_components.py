@@ -11,6 +11,7 @@ import torch
 
 from monarch_ft.rank.components.ft import GradSync, load_in_place
 from monarch_ft.rank.components.metrics import RankReporter
+from monarch_ft.records.events import EventKind
 from monarch_ft.records.layout import read_jsonl
 from monarch_ft.records.reports import ReportTail
 
@@ -36,7 +37,7 @@ def test_reporter_lines_are_whole_under_concurrent_threads(tmp_path):
 
     def burst(i):
         for n in range(200):
-            reporter.event("e", thread=i, n=n, pad="x" * 500)
+            reporter.event(EventKind.CHECKPOINT_SENT, thread=i, n=n, pad="x" * 500)
 
     threads = [threading.Thread(target=burst, args=(i,)) for i in range(4)]
     for t in threads:
@@ -44,7 +45,7 @@ def test_reporter_lines_are_whole_under_concurrent_threads(tmp_path):
     for t in threads:
         t.join()
     reporter.close()
-    reporter.event("after_close")  # a late report from a transport thread: dropped, no error
+    reporter.event(EventKind.RANK_FINISHED)  # a late report from a transport thread: dropped, no error
     records = read_jsonl(str(path))
     assert len(records) == 800 and all(r["group"] == 1 and r["attempt"] == 2 for r in records)
 

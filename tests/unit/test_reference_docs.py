@@ -45,6 +45,43 @@ def test_reference_names_every_config_key_and_event():
         assert f"- `{kind.value}`" in events, kind
 
 
+def _documented_classes() -> list[type]:
+    """Every class whose members the reference lists: the config sections (and the dataclasses
+    nested in them), the launchers' options, the chaos config and each fault kind's options, the
+    MTTR bench's sweep, and the event kinds."""
+    import dataclasses
+
+    gen = _generator()
+    out: list[type] = []
+
+    def add(cls: type) -> None:
+        if cls in out:
+            return
+        out.append(cls)
+        for f in dataclasses.fields(cls):
+            default = gen._default(f)
+            if dataclasses.is_dataclass(default):
+                add(type(default))
+
+    add(gen.find("JobConfig"))
+    for options in gen.find("options_types")().values():
+        add(options)
+    add(gen.find("ChaosConfig"))
+    for kind in gen.find("fault_kinds")().values():
+        add(kind.options)
+    add(gen.bench_config())
+    return out
+
+
+def test_every_config_key_and_event_kind_has_a_docstring():
+    """TorchTitan's job_config.py style: a string literal right after each field says what it is,
+    its unit, and why its default where there is a reason; a comment is not enough."""
+    gen = _generator()
+    missing = {cls.__qualname__: gen.docstring_missing(cls) for cls in [*_documented_classes(), gen.find("EventKind")]}
+    missing = {name: fields for name, fields in missing.items() if fields}
+    assert not missing, f"fields without a docstring (a string literal right after the field): {missing}"
+
+
 @dataclass
 class _Inner:
     depth: int = 1
@@ -55,14 +92,12 @@ class _Inner:
 class _Documented:
     """A section."""
 
-    # The comment right above.
-    # Two lines of it.
+    # A comment above is no field's doc.
     above: int = 1
     after: str = "x"
-    """The string right after wins over any comment.
+    """The string right after.
 
     On two lines."""
-    # Above, with its own line's comment too.
     both: bool = True  # trailing
     bare: float = 0.5
 
@@ -70,22 +105,26 @@ class _Documented:
 
 
 class _Kinds(str, enum.Enum):
-    # Heading-like comment.
-    FIRST = "first"  # the first
-    SECOND = "second"
-    """Second, documented after."""
+    # The first group.
+    FIRST = "first"
+    """The first."""
+    SECOND = "second"  # trailing
+    # The second group:
     THIRD = "third"
 
 
 def test_member_docs_follow_the_rule():
     gen = _generator()
     docs = gen.member_docs(_Documented)
-    assert docs["above"] == "The comment right above. Two lines of it."
-    assert docs["after"] == "The string right after wins over any comment. On two lines."
-    assert docs["both"] == "Above, with its own line's comment too. Trailing."
+    assert docs["above"] == ""
+    assert docs["after"] == "The string right after. On two lines."
+    assert docs["both"] == "Trailing."
     assert docs["bare"] == ""
-    assert gen.member_docs(_Kinds) == {"FIRST": "Heading-like comment. The first.", "SECOND": "Second, documented after.", "THIRD": ""}
+    assert gen.docstring_missing(_Documented) == ["above", "both", "bare", "inner"]
+    assert gen.member_docs(_Kinds) == {"FIRST": "The first.", "SECOND": "Trailing.", "THIRD": ""}
+    assert gen.member_headings(_Kinds) == {"FIRST": "The first group", "THIRD": "The second group"}
+    assert gen.enum_lines(_Kinds) == ["**The first group**", "", "- `first`: The first.", "- `second`: Trailing.", "", "**The second group**", "", "- `third`"]
     lines = gen.field_lines(_Documented, "s.")
-    assert lines[0] == "- **`s.above`** (`int`, default `1`): The comment right above. Two lines of it."
-    assert lines[3] == "- **`s.bare`** (`float`, default `0.5`)"
+    assert lines[0] == "- **`s.above`** (`int`, default `1`)"
+    assert lines[1] == "- **`s.after`** (`str`, default `x`): The string right after. On two lines."
     assert lines[4:] == ["- **`s.inner`**", "  - **`s.inner.depth`** (`int`, default `1`): How deep, as a docstring after the field."]

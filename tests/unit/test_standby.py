@@ -6,7 +6,7 @@ waiting, a second fault taking the cold path) are in tests/jobs/test_standby_job
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import os
 
 import pytest
@@ -24,7 +24,7 @@ from monarch_ft.controller.standby_pool import (
 )
 from monarch_ft.rank.standby_wait import promoted_spec
 from monarch_ft.rank.trainer import RankSpec
-from monarch_ft.records.decisions import Promotion
+from monarch_ft.records.decisions import Promotion, StateDecision, StateSource
 from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
 from monarch_ft.records.layout import RunLayout
 
@@ -133,9 +133,9 @@ def test_unready_clock_counts_uncovered_training_time_only():
 
 def test_promotion_carries_the_groups_identity_and_the_state_decision(tmp_path):
     layout = RunLayout(str(tmp_path))
-    p = build_promotion(layout, standby=3, group=1, attempt=2, ranks=2, decision={"source": "disk", "step": 40}, now=5.0)
-    p = Promotion(**dataclasses.asdict(p))  # what the rank reads back from the file
-    assert p.replica_id == "group_1" and p.decision == {"source": "disk", "step": 40}
+    p = build_promotion(layout, standby=3, group=1, attempt=2, ranks=2, decision=StateDecision(StateSource.DISK, 40), now=5.0)
+    p = Promotion.from_record(json.loads(json.dumps(p.to_record())))  # what the rank reads back from the file
+    assert p.replica_id == "group_1" and p.decision == StateDecision(StateSource.DISK, 40)
     assert p.ranks["1"]["report_path"] == layout.report(1, 1, 2)
     assert p.ranks["1"]["scratch_dir"] == layout.scratch(1, 1)
     spec = RankSpec(

@@ -101,7 +101,7 @@ class FaultAgent:
         if request is None:
             return
         mode = request["mode"]
-        self._report("collective_fault_injected", mode=mode, step=ft.current_step(), requested_at=request["requested_at"])
+        self._report(EventKind.COLLECTIVE_FAULT_INJECTED, mode=mode, step=ft.current_step(), requested_at=request["requested_at"])
         if mode == "abort":
             ft.abort_process_group()
         elif mode == "hang":
@@ -114,5 +114,5 @@ class FaultAgent:
         request = _take(self.save_path)
         if request is None:
             return
-        self._report("slow_save_injected", delay_s=request["delay_s"], requested_at=request["requested_at"])
+        self._report(EventKind.SLOW_SAVE_INJECTED, delay_s=request["delay_s"], requested_at=request["requested_at"])
         time.sleep(float(request["delay_s"]))

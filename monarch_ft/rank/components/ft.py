@@ -23,6 +23,7 @@ from torchft.checkpointing import CheckpointTransport
 from monarch_ft.config.ft import FTConfig
 from monarch_ft.rank.components.lighthouse_epoch import LighthouseEpoch, quorum_retries
 from monarch_ft.rank.components.torchft_compat import manager_state_dict, offset_quorum_ids
+from monarch_ft.records.events import EventKind
 from monarch_ft.records.layout import read_int
 
 logger: logging.Logger = logging.getLogger(__name__)
@@ -125,24 +126,24 @@ class RecordingTransport(CheckpointTransport):
     def send_checkpoint(self, dst_ranks: List[int], step: int, state_dict: Any, timeout: timedelta) -> None:
         start = time.time()
         self.inner.send_checkpoint(dst_ranks, step, state_dict, timeout)
-        self._report("checkpoint_sent", dst_ranks=list(dst_ranks), step=step, seconds=time.time() - start)
+        self._report(EventKind.CHECKPOINT_SENT, dst_ranks=list(dst_ranks), step=step, seconds=time.time() - start)
 
     def disallow_checkpoint(self) -> None:
         self.inner.disallow_checkpoint()
 
     def recv_checkpoint(self, src_rank: int, metadata: str, step: int, timeout: timedelta) -> Any:
         start = time.time()
-        self._report("recovery_started", src_replica_rank=src_rank, src=metadata, step=step)
+        self._report(EventKind.RECOVERY_STARTED, src_replica_rank=src_rank, src=metadata, step=step)
         try:
             state = self.inner.recv_checkpoint(src_rank, metadata, step, timeout)
         except Exception as e:
-            self._report("recovery_failed", src_replica_rank=src_rank, src=metadata, step=step, error=str(e)[:500])
+            self._report(EventKind.RECOVERY_FAILED, src_replica_rank=src_rank, src=metadata, step=step, error=str(e)[:500])
             raise
         # Which peers served it, and how many chunks were fetched again from another after a
         # failed checksum (the sharded transport; {} for others).
         received = self.inner.receive_report() if hasattr(self.inner, "receive_report") else {}
         self._report(
-            "weights_recovered",
+            EventKind.WEIGHTS_RECOVERED,
             src_replica_rank=src_rank,
             src=metadata,
             step=step,
@@ -202,7 +203,7 @@ def build_transport(
 
         choice = resolve(cfg.transport_interface, lighthouse_addr)
         logger.info("checkpoint transport on %s (%s) because: %s", choice.address, choice.interface, choice.why)
-        report("transport_interface", address=choice.address, interface=choice.interface, why=choice.why)
+        report(EventKind.TRANSPORT_INTERFACE, address=choice.address, interface=choice.interface, why=choice.why)
         return build_checkpoint_transport("sharded", timeout=timeout, host=choice.address, bind_host=choice.bind, fallback_metadata=fallback_peers)
     if cfg.transport == "http":
         return build_checkpoint_transport("http", timeout=timeout)

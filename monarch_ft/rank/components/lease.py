@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+from monarch_ft.records.events import EventKind
 from monarch_ft.records.lease import LeaseWatch, finish_at
 
 
@@ -33,7 +34,7 @@ class ControllerLease(LeaseWatch):
         """A relaunched group waiting at its gate, which no controller will open: it has no
         state of its own to save, so it just exits 0."""
         if self.ended():
-            report("controller_lease_ended", reason=self.ended(), step=step, at="gate")
+            report(EventKind.CONTROLLER_LEASE_ENDED, reason=self.ended(), step=step, at="gate")
             os._exit(0)
 
     def finish_if_ended(self, report: Callable[..., None], stop_at_path: str, step: int, done: bool) -> None:
@@ -41,4 +42,4 @@ class ControllerLease(LeaseWatch):
         (first writer wins) and saves its checkpoint there (the end of a job's steps)."""
         if self.ended() and not done and not self._noticed:
             self._noticed = True
-            report("controller_lease_ended", reason=self.ended(), step=step, finish_at=finish_at(stop_at_path, step))
+            report(EventKind.CONTROLLER_LEASE_ENDED, reason=self.ended(), step=step, finish_at=finish_at(stop_at_path, step))

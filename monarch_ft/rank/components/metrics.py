@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Any, Protocol, Sequence
 
+from monarch_ft.records.events import EventKind, event_name
+
 
 class MetricSink(Protocol):
     """Another consumer of a rank's records (e.g. TensorBoard files); the report file is always written.
@@ -74,8 +76,9 @@ class RankReporter:
     def step(self, **fields: Any) -> None:
         self._write({"type": "step", **fields})
 
-    def event(self, name: str, **fields: Any) -> None:
-        self._write({"type": "event", "event": name, **fields})
+    def event(self, kind: EventKind, **fields: Any) -> None:
+        """An event record of ``kind`` (an :class:`EventKind`: an unknown name is refused under tests, see ``event_name``)."""
+        self._write({"type": "event", "event": event_name(kind), **fields})
 
     def heartbeat(self, **fields: Any) -> None:
         """Main-thread progress while no steps are trained (e.g. holding for a restarting group)."""

@@ -1,0 +1,267 @@
+"""The real watch loop (monarch_ft.controller.loop.Supervisor: its planner, pools, takeover and
+files) driven through failure sequences on a fake clock and a fake launcher
+(monarch_ft.testing.fakes): each a job of seconds to minutes of its own time, in a fraction of
+a second. The assertions read the events and the job's state, as the job tests read them."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import pytest
+
+from monarch_ft.controller.loop import Supervisor
+from monarch_ft.controller.state import IllegalTransition
+from monarch_ft.records.events import GiveUpReason, GroupStatus, JobStatus
+from monarch_ft.records.exits import RankExit
+from monarch_ft.testing.fakes import FakeClock, FakeLauncher, Script, fake_job_config
+
+ERROR_A = {"error": "ValueError: bad value", "error_type": "ValueError", "frame": "monarch_ft/rank/trainer.py:10 in build", "environmental": False}
+ERROR_B = {"error": "KeyError: 'x'", "error_type": "KeyError", "frame": "monarch_ft/rank/trainer.py:20 in build", "environmental": False}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A token file, and a listening socket as the job's external Lighthouse (ft.lighthouse_addr)."""
+    folder = tmp_path_factory.mktemp("world")
+    tokens = folder / "tokens.npy"
+    np.save(tokens, (np.arange(4096) % 1000).astype(np.uint16))
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        yield str(tokens), f"127.0.0.1:{server.getsockname()[1]}"
+
+
+class Job:
+    """One job on the fakes: build, script, run, read back."""
+
+    def __init__(self, tmp_path: Path, world, step_s: float = 0.1, standby_build_s: float = 0.5, fork_import_s: float = 0.3, **overrides) -> None:
+        self.run_dir = str(tmp_path / "run")
+        self.cfg = fake_job_config(*world, **overrides)
+        self.clock = FakeClock()
+        self.launcher = FakeLauncher(self.clock, self.run_dir, step_s=step_s, standby_build_s=standby_build_s, fork_import_s=fork_import_s)
+        self.sup: Optional[Supervisor] = None
+
+    def run(self, hooks=(), **overrides) -> int:
+        cfg = self.cfg
+        for key, value in overrides.items():
+            section, name = key.split("__")
+            setattr(getattr(cfg, section), name, value)
+        self.sup = Supervisor(cfg, self.run_dir, launcher=self.launcher, hooks=list(hooks), echo=False, clock=self.clock, fork_server=self.launcher.fork_server)
+        return self.sup.run()
+
+    def events(self, kind: str, **match) -> list[dict]:
+        return [e for e in self.sup.events.events if e["event"] == kind and all(e.get(k) == v for k, v in match.items())]
+
+    def paths(self) -> list[tuple[int, str]]:
+        return [(e["group"], e["path"]) for e in self.events("recovery_path")]
+
+    @property
+    def state(self):
+        return self.sup.state
+
+
+class AtStep:
+    """A hook: ``act(job_control)`` once the job has committed ``step`` steps."""
+
+    def __init__(self, step: int, act) -> None:
+        self.step, self.act, self.done = step, act, False
+
+    def tick(self, job, now: float) -> None:
+        if not self.done and max((r["step"] for r in job.last_commit.values()), default=-1) >= self.step:
+            self.done = True
+            self.act(job)
+
+
+# ---------------------------------------------------------------- standby and warm fork
+def test_rank_killed_a_standby_takes_over_and_a_new_one_is_built(tmp_path, world):
+    job = Job(tmp_path, world, training__steps=40)
+    job.launcher.script(1, 0, Script(exit_at_step=20))
+    assert job.run() == 0
+    assert job.paths() == [(1, "standby")]
+    promoted = job.events("standby_promoted")
+    assert [(e["standby"], e["group"], e["attempt"]) for e in promoted] == [(0, 1, 1)]
+    scheduled = job.events("restart_scheduled", group=1)
+    assert [(e["action"], e["backoff_s"]) for e in scheduled] == [("promote", 0.0)]
+    # The replacement: launched after the promotion and built while the job trains.
+    assert [e["standby"] for e in job.events("standby_launched")] == [0, 1]
+    assert [e["standby"] for e in job.events("standby_ready")] == [0, 1]
+    assert job.events("state_source", group=1)[0]["source"] == "peer"
+    g1 = job.state.groups[1]
+    assert (g1.status, g1.attempt, g1.restarts) == (GroupStatus.DONE, 1, 1)
+    assert job.state.standby.promoted == 1 and job.state.standby.launched == 2
+    assert job.sup.summary()["standby"]["promoted"] == 1 and job.state.status == JobStatus.COMPLETED
+
+
+def test_a_second_fault_while_the_standby_is_rebuilt_goes_warm_fork(tmp_path, world):
+    job = Job(tmp_path, world, standby_build_s=2.0, training__steps=60)
+    job.launcher.script(0, 0, Script(exit_at_step=30))
+    job.launcher.script(1, 0, Script(exit_at_step=35))  # the replacement standby needs 20 steps' time
+    assert job.run() == 0
+    assert job.paths() == [(0, "standby"), (1, "warm_fork")]
+    assert job.events("fork_server_ready") and not job.events("recovery_path", path="cold_start")
+    assert [e["action"] for e in job.events("restart_scheduled")] == ["promote", "relaunch"]
+    assert job.events("state_source", group=1)[0]["source"] == "peer"
+
+
+def test_a_fault_right_after_a_promotion_is_recovered_again(tmp_path, world):
+    job = Job(tmp_path, world, standby_build_s=1.0, training__steps=50)
+    job.launcher.script(1, 0, Script(exit_at_step=20))
+    job.launcher.script(1, 1, Script(exit_at_step=0))  # the promoted standby dies at its first step
+    assert job.run() == 0
+    assert job.paths() == [(1, "standby"), (1, "warm_fork")]
+    failed = job.events("group_failed", group=1)
+    assert [e["attempt"] for e in failed] == [0, 1]
+    # Killed, not an error at start-up: no crash loop; both relaunches counted.
+    assert not job.events("crash_loop") and job.state.groups[1].restarts == 2 and job.state.groups[1].attempt == 2
+
+
+def test_the_fork_server_still_importing_starts_cold_and_a_failed_fork_is_decided_again(tmp_path, world):
+    job = Job(tmp_path, world, fork_import_s=3.0, ft__standby_groups=0, training__steps=60)
+    job.launcher.script(1, 0, Script(exit_at_step=5))  # the server imports for 3 s: not ready yet
+
+    def refuse(_job):
+        job.launcher.fork_error = "the fork server refused: out of memory"
+        job.launcher.kill(1)
+
+    assert job.run(hooks=[AtStep(40, refuse)]) == 0
+    first, second = job.events("recovery_path", group=1)
+    assert (first["path"], first["cold_because"]) == ("cold_start", "the fork server is still importing")
+    assert "planned" not in first
+    # Ready by then, but the fork fails at launch: the planner's second decision, recorded.
+    assert (second["path"], second["cold_because"], second["planned"]) == ("cold_start", "the fork server refused: out of memory", "warm_fork")
+    assert job.state.groups[1].status == GroupStatus.DONE
+
+
+# ---------------------------------------------------------------- the job's state
+def test_every_group_lost_rolls_back_to_the_newest_checkpoint(tmp_path, world):
+    job = Job(tmp_path, world, checkpoint__enable=True, checkpoint__interval=10, ft__standby_groups=0, training__steps=50)
+    for g in (0, 1):
+        job.launcher.script(g, 0, Script(exit_at_step=25))
+    assert job.run() == 0
+    actions = {e["group"]: e["action"] for e in job.events("restart_scheduled")}
+    # Group 0 failed first, group 1 still counted as live then; group 1 found no live peer.
+    assert actions == {0: "relaunch", 1: "disk_rollback"}
+    (rollback,) = job.events("job_rollback")
+    assert (rollback["from_step"], rollback["to_step"], rollback["steps_lost"]) == (25, 20, 5)
+    assert {e["source"] for e in job.events("state_source")} <= {"disk", "peer"} and job.events("state_source", source="disk")
+    summary = job.sup.summary()
+    assert summary["steps_lost"] == 5 and summary["job_step"] == 50
+    assert job.state.rollbacks == [{k: v for k, v in rollback.items() if k not in ("time", "event")}]
+
+
+def test_a_checkpoint_that_fails_to_load_is_quarantined_and_its_relaunch_not_charged(tmp_path, world):
+    job = Job(tmp_path, world, checkpoint__enable=True, checkpoint__interval=10, ft__standby_groups=0, training__steps=50)
+    for g in (0, 1):
+        job.launcher.script(g, 0, Script(exit_at_step=25))
+    job.launcher.script(0, 1, Script(load_fails=True))
+    job.launcher.script(1, 1, Script(load_fails=True))
+    assert job.run() == 0
+    quarantined = job.events("checkpoint_quarantined")
+    assert quarantined and all(q["step"] == 20 and q["problem"].startswith("failed to load") for q in quarantined)
+    exits = [e for e in job.events("group_failed") if e.get("exit_code") == RankExit.CHECKPOINT_LOAD_FAILED]
+    assert exits, job.events("group_failed")
+    uncounted = [e for e in job.events("restart_scheduled") if e.get("counted") is False]
+    assert len(uncounted) == len(exits)
+    assert 20 in job.state.unloadable
+    # The next older step, loaded instead; each group's one counted restart is its first failure.
+    assert job.events("job_rollback")[-1]["to_step"] == 10
+    assert [g.restarts for g in job.state.groups] == [1, 1]
+
+
+def test_a_job_wide_stall_is_escalated_to_a_full_restart(tmp_path, world):
+    job = Job(
+        tmp_path,
+        world,
+        checkpoint__enable=True,
+        checkpoint__interval=10,
+        ft__hang_timeout_s="2",
+        ft__timeout_s=1.0,
+        ft__stall_timeout_s=2.0,
+        training__steps=40,
+    )
+    for g in (0, 1):
+        job.launcher.script(g, 0, Script(hang_at_step=25))
+    assert job.run() == 0
+    (stall,) = job.events("job_stall")
+    assert stall["groups"] == [0, 1]
+    assert job.events("job_stall_escalated")
+    (full,) = job.events("full_restart")
+    assert (full["reason"], full["resume_step"], full["failed_group"]) == ("job_stall", 20, None)
+    assert not job.events("group_failed")  # nothing killed one by one
+    assert job.state.full_restarts == 1 and [g.attempt for g in job.state.groups] == [1, 1]
+    assert [r["steps_lost"] for r in job.state.rollbacks] == [5]
+
+
+def test_full_restart_mode_restarts_every_group_from_the_checkpoint(tmp_path, world):
+    job = Job(tmp_path, world, checkpoint__enable=True, checkpoint__interval=10, ft__recovery="full_restart", training__steps=40)
+    job.launcher.script(1, 0, Script(exit_at_step=25))
+    assert job.run() == 0
+    (full,) = job.events("full_restart")
+    assert (full["reason"], full["resume_step"], full["failed_group"]) == ("full_restart", 20, 1)
+    assert job.events("group_stopped", group=0, reason="full_restart")
+    paths = job.events("recovery_path")
+    assert [(p["group"], p["path"]) for p in paths] == [(0, "cold_start"), (1, "cold_start")]
+    assert all(p["cold_because"].startswith("ft.recovery=full_restart") for p in paths)
+    assert not job.events("standby_launched") and not job.launcher.servers
+    assert job.events("training_started", full_restarts=1)
+
+
+# ---------------------------------------------------------------- giving up
+def test_a_crash_loop_is_given_up_after_two_identical_startup_failures(tmp_path, world):
+    job = Job(tmp_path, world, training__steps=30)
+    job.launcher.script(1, 0, Script(startup_error=ERROR_A))
+    job.launcher.script(1, 1, Script(startup_error=ERROR_B))  # another failure: not a loop yet
+    job.launcher.script(1, 2, Script(startup_error=ERROR_B))
+    assert job.run() == 1
+    (loop,) = job.events("crash_loop")
+    assert (loop["group"], loop["attempt"], loop["error_type"], loop["frame"]) == (1, 2, "KeyError", ERROR_B["frame"])
+    g1 = job.state.groups[1]
+    assert (g1.status, g1.gave_up, g1.attempt) == (GroupStatus.GIVEN_UP, GiveUpReason.CRASH_LOOP, 2)
+    assert job.state.groups[0].status == GroupStatus.DONE and job.state.status == JobStatus.DEGRADED
+
+
+def test_the_restart_budget_is_a_rate_spent_within_its_window_only(tmp_path, world):
+    within = Job(tmp_path / "within", world, ft__max_restarts=2, ft__restart_window_s=60.0, training__steps=60)
+    for attempt, step in enumerate((10, 20, 30)):
+        within.launcher.script(1, attempt, Script(exit_at_step=step))
+    assert within.run() == 1
+    (spent,) = within.events("restart_budget_exhausted")
+    assert (spent["group"], spent["recent_restarts"], spent["max_restarts"]) == (1, 2, 2)
+    assert within.state.groups[1].gave_up == GiveUpReason.RESTART_BUDGET
+
+    across = Job(tmp_path / "across", world, ft__max_restarts=2, ft__restart_window_s=1.5, training__steps=60)
+    for attempt, step in enumerate((10, 30, 50)):  # 2 s apart: each window holds one relaunch
+        across.launcher.script(1, attempt, Script(exit_at_step=step))
+    assert across.run() == 0
+    assert not across.events("restart_budget_exhausted") and across.state.groups[1].restarts == 3
+
+
+# ---------------------------------------------------------------- takeover
+def test_a_rank_lost_while_no_controller_watched_fails_its_group_at_takeover(tmp_path, world):
+    job = Job(tmp_path, world, training__steps=60)
+    assert job.run(hooks=[AtStep(15, lambda _job: job.sup.request_detach())]) == 0
+    assert job.state.status == JobStatus.DETACHED and job.events("controller_detached")
+    before = job.state
+    job.launcher.kill(1)  # while nobody supervises
+    job.clock.advance(3.0)
+    assert job.run(controller__attach=True) == 0
+    (attached,) = job.events("controller_attached")
+    assert attached["groups"] == {0: "adopt", 1: "fail"}
+    (lost,) = job.events("group_failed", group=1)
+    assert (lost["reason"], lost["ranks"], lost["attempt"]) == ("lost_while_unsupervised", [0], 0)
+    # What the first controller knew came over whole: group 0's attempt, the committed steps.
+    state = job.state
+    assert state is not before and state.groups[0].attempt == 0 and state.groups[1].attempt == 1
+    assert state.job_step == 60 and state.status == JobStatus.COMPLETED
+    assert job.sup.summary()["controller"]["controllers"] == 2
+
+
+def test_a_group_status_changes_only_by_an_allowed_transition(tmp_path, world):
+    job = Job(tmp_path, world, training__steps=10)
+    assert job.run() == 0
+    g = job.state.groups[0]
+    with pytest.raises(IllegalTransition):
+        g.status = GroupStatus.WAITING
+    with pytest.raises(IllegalTransition):
+        g.move(GroupStatus.RUNNING)  # done is final
