@@ -58,6 +58,10 @@ JOB = [
     "checkpoint.interval=10",
     "checkpoint.scrub_every_s=5",
 ]
+# The drill only: a damaged step must outlive a scrub pass to be found. With 2 kept steps (the
+# default) a step saved every 10 steps is purged ~20 steps after it was written, a few seconds
+# here, and a ckpt_corrupt could be purged unseen (harmless, but never detected: not recovered).
+DRILL_ONLY = ["checkpoint.keep_latest_k=5"]
 
 
 def _read(path: str) -> list[dict]:
@@ -98,7 +102,7 @@ def main() -> None:
     os.makedirs(out, exist_ok=True)
     steps = [f"training.steps={args.steps}"]
     drill_dir, clean_dir = os.path.join(out, "drill"), os.path.join(out, "clean")
-    code, took = _run("drill.py", drill_dir, [*steps, FAULTS, "chaos.tail_steps=100000"])
+    code, took = _run("drill.py", drill_dir, [*steps, *DRILL_ONLY, FAULTS, "chaos.tail_steps=100000"])
     print(f"[sdc_drill] drill exited {code} in {took:.0f}s ({drill_dir})", flush=True)
     clean_code, clean_took = _run("pretrain.py", clean_dir, steps)
     print(f"[sdc_drill] clean run exited {clean_code} in {clean_took:.0f}s ({clean_dir})", flush=True)
