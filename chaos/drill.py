@@ -18,6 +18,8 @@ from chaos.mttr import analyze_fault, steps_never_go_back
 from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
 from chaos.schedule import build_faults
 from monarch_ft.controller.preflight import preflight
+from monarch_ft.records.events import EventKind
+from monarch_ft.records.integrity import INTEGRITY_ROLLBACK
 from monarch_ft.records.layout import RunLayout
 from monarch_ft.records.reports import ReportTail
 
@@ -75,6 +77,7 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
                 "not_injected": explain_not_injected(entry, blocked, cfg.training.steps, summary.get("job_step", 0)),
             }
         )
+    integrity_rollbacks = [e for e in events if e["event"] == EventKind.JOB_ROLLBACK and e.get("reason") == INTEGRITY_ROLLBACK]
     first_fault = min((f["injected_at"] for f in injector.injected), default=None)
     rate, goodput = samples_per_s(metrics, until=first_fault), samples_per_s(metrics)
     drill = {
@@ -104,7 +107,10 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         "goodput_batches_per_s": goodput,
         "goodput_ratio": (goodput / rate) if goodput and rate else None,
         "weights_consistent": summary["weights_consistent"],
-        "steps_never_go_back": steps_never_go_back(metrics),
+        "steps_never_go_back": steps_never_go_back(metrics, integrity_rollbacks),
+        # Committed steps given up on purpose: two replicas disagreed with no majority, and the
+        # job went back to the newest checkpoint known good (recorded; not a loss of live recovery).
+        "steps_lost_to_integrity": sum(e["steps_lost"] for e in integrity_rollbacks),
         # What the supervisor saw: committed steps given up (rollbacks) and commits below the
         # job's step (a group that trained on a stale state).
         "steps_lost": summary.get("steps_lost", 0),
@@ -131,13 +137,14 @@ def samples_per_s(metrics: list[dict], until: float | None = None) -> float | No
 
 
 def drill_ok(drill: dict) -> bool:
-    """Every fault recovered with consistent weights, and (live recovery) no committed step lost."""
+    """Every fault recovered with consistent weights, and (live recovery) no committed step lost
+    but those an integrity rollback gave up on purpose (two replicas that disagreed)."""
     live = drill["recovery"] != "full_restart"
     return (
         drill["exit_code"] == 0
         and drill["weights_consistent"]
         and not drill["step_regressions"]
-        and (not live or (drill["steps_never_go_back"] and drill["steps_lost"] == 0))
+        and (not live or (drill["steps_never_go_back"] and drill["steps_lost"] == drill.get("steps_lost_to_integrity", 0)))
         and all(f.get("injected", True) and f["recovered"] and f["weights_consistent"] is not False for f in drill["faults"])
     )
 

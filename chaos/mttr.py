@@ -11,7 +11,10 @@ Phases (seconds after injection):
   back_in_quorum      the failed group commits a step with every group it was with, at or
                       past the job's step when the fault hit (monarch_ft.records.recovered's rule,
                       the one the injector and ``status`` apply too).
-MTTR is back_in_quorum (a controller fault's clock stops when the new one attaches). Network faults (partition, slow_link on a simulated host's link):
+MTTR is back_in_quorum (a controller fault's clock stops when the new one attaches). Silent
+faults (bitflip, ckpt_corrupt): detected is the controller's integrity verdict (the kind's
+``detected_by``); a group it failed is relaunched and heals as after a restart; drill.json also
+gives the step the fault landed at, the step it was caught at, and the latency in steps. Network faults (partition, slow_link on a simulated host's link):
 detected is the first of the group failing (the supervisor restarted it) or a commit of
 another group without it (dropped from the quorum), None if neither happened (the job
 absorbed a slow link); replacement_up only if it was restarted; back_in_quorum is the
@@ -58,6 +61,7 @@ def analyze_fault(
     restart = kind.category is FaultCategory.RESTART
     network = kind.category is FaultCategory.NETWORK
     control = kind.category is FaultCategory.CONTROL_PLANE
+    silent = kind.category is FaultCategory.SILENT
     ev = sorted((e for e in events if e["time"] >= t0), key=lambda e: e["time"])
     commits = sorted((m for m in metrics if m["rank"] == 0 and m.get("committed") and m["time"] >= t0), key=lambda m: m["time"])
     # A refused commit is a sync that did not commit (localsgd/diloco inner steps are no syncs).
@@ -79,6 +83,10 @@ def analyze_fault(
         # supervisor saw its Lighthouse die. No group stops, so survivors step throughout.
         e = _first(ev, lambda e: e["event"] == kind.detected_by)
         times["detected"] = e and e["time"]
+    elif silent:
+        # The controller's integrity verdict on it (a rollback names no one group: the job's).
+        found = _first(ev, lambda e: e["event"] == kind.detected_by and e.get("group") in (g, None))
+        times["detected"] = found and found["time"]
     elif network:
         failed = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
         dropped = _first(commits, lambda m: m["group"] != g and g not in (m.get("participating_groups") or []))
@@ -92,16 +100,18 @@ def analyze_fault(
     detected = times["detected"]
 
     if detected is not None:
-        if (restart or network) and not full_restart:
+        m = None
+        if (restart or network or silent) and not full_restart:
             m = _first(commits, lambda m: m["group"] != g and g not in (m.get("participating_groups") or []) and m["time"] >= detected)
-        else:
+        if m is None and (silent or not (restart or network) or full_restart):
+            # A silent fault no group was failed for (a checkpoint set aside), or a rollback of every group.
             m = _first(commits, lambda m: m["time"] >= detected)
         times["survivors_stepping"] = m and m["time"]
 
     new_attempt = fault["attempt"] + 1
     was_relaunched = any(e["event"] == "group_launched" and e["group"] == g and e["attempt"] >= new_attempt for e in ev)
     # A network fault that ended in a restart: phases as for a restart from then on.
-    relaunched = network and was_relaunched
+    relaunched = (network or silent) and was_relaunched
     if restart or relaunched:
         first_ready: dict[int, float] = {}
         for e in ev:
@@ -149,6 +159,7 @@ def analyze_fault(
     ]
     recovered_from = _first(healed, lambda e: True)
     scheduler = scheduler_times(fault, events, new_attempt)
+    steps = detection_steps(kind, g, t0, ev, all_metrics, times["detected"])
     # Committed steps the job itself gave up while this fault lasted (a rollback to a
     # checkpoint because no group held its state): zero is the point of live recovery.
     rollbacks = [e for e in ev if e["event"] == "job_rollback"]
@@ -179,6 +190,9 @@ def analyze_fault(
         "recovery_seconds": max((e.get("seconds", 0) for e in healed), default=None),
         "recovered_from_group": recovered_from.get("src_group") if recovered_from else None,
         **({"scheduler": scheduler} if scheduler else {}),
+        # Steps: where the fault landed (the rank's own report, else the target's step when
+        # injected), where it was caught, and how many steps it went unseen.
+        **steps,
     }
 
 
@@ -227,16 +241,39 @@ def scheduler_times(fault: dict, events: list[dict], new_attempt: int) -> Option
     return out
 
 
-def steps_never_go_back(metrics: list[dict]) -> bool:
+def detection_steps(kind, group: int, t0: float, events: list[dict], metrics: list[dict], detected: Optional[float]) -> dict[str, Optional[int]]:
+    """``hit_step`` (the kind's ``hit_by`` event's step: a bit flip lands at the rank's next
+    step), ``detected_step`` (the detection event's ``detected_step_field``, else the target's
+    newest committed step when it was detected) and ``detection_latency_steps`` (their
+    difference: 0 is caught in the very step it landed in)."""
+    hit = _first(events, lambda e: kind.hit_by is not None and e["event"] == kind.hit_by and e.get("group") == group and e["time"] >= t0)
+    found = _first(events, lambda e: detected is not None and e["time"] == detected and e["event"] == kind.detected_by) if kind.detected_by else None
+    detected_step = None
+    if found is not None and kind.detected_step_field:
+        detected_step = found.get(kind.detected_step_field)
+    elif detected is not None:
+        before = [m["step"] for m in metrics if m["group"] == group and m["rank"] == 0 and m.get("committed") and m["time"] <= detected]
+        detected_step = max(before, default=None)
+    hit_step = hit.get("step") if hit is not None else None
+    latency = detected_step - hit_step if detected_step is not None and hit_step is not None else None
+    return {"hit_step": hit_step, "detected_step": detected_step, "detection_latency_steps": latency}
+
+
+def steps_never_go_back(metrics: list[dict], rollbacks: list[dict] = ()) -> bool:
     """No committed step number goes back: per rank and attempt steps strictly increase,
     and no quorum commits a step below one an earlier quorum committed (a group that
     restarted from scratch instead of healing would; see controller.ledger.CommitLedger for why
-    quorums, not record times, tell). Full restarts go back by design."""
+    quorums, not record times, tell). Full restarts go back by design, and so does a recorded
+    rollback in ``rollbacks`` (``job_rollback`` events: two replicas that disagreed, with no
+    majority, went back to a verified checkpoint): the job's step is that rollback's from then on."""
     from monarch_ft.controller.ledger import CommitLedger
 
     last: dict[tuple[int, int, int], int] = {}
     ledger = CommitLedger()
+    pending = sorted(rollbacks, key=lambda e: e["time"])
     for m in sorted(metrics, key=lambda m: m["time"]):
+        while pending and pending[0]["time"] <= m["time"]:
+            ledger.rollback(pending.pop(0)["to_step"])
         if not m.get("committed"):
             continue
         key = (m["group"], m["rank"], m["attempt"])

@@ -552,6 +552,7 @@ def write_drill_report(
         ["id", "kind", "target", "at_step", "mttr_s"]
         + list(order)
         + ["recovered", "weights_consistent", "job steps lost", "recovered_from_group", "recovery MB", "recovery s", "recovery path", "blamed rank", "stacks"]
+        + ["detected at step (latency)"]
     )
     rows = []
     fired = [f for f in faults if f.get("injected") is not False]
@@ -572,12 +573,14 @@ def write_drill_report(
                 _cell(f.get("recovery_path") or ("in place" if f.get("recovery_path", "") is None else None)),
                 _cell(f"{blamed} ({f.get('blame')})" if blamed is not None else None),
                 _stacks_cell(run_dir, f),
+                _cell(f.get("detected_step")) + (f" ({f['detection_latency_steps']})" if f.get("detection_latency_steps") is not None else ""),
             ]
         )
     lines += _table(header, rows) + [""]
     lines += [
         "MB are 10^6 bytes. Recovery path: how the failed group came back (standby, warm fork, cold start; "
-        "in place: no relaunch). Stacks: every thread of the hung rank and its group peers at the hang verdict.",
+        "in place: no relaunch). Stacks: every thread of the hung rank and its group peers at the hang verdict. "
+        "Detected at step: the training step the fault was caught at (latency: steps after the one it landed in).",
         "",
     ]
     lines += _scheduler_section(fired)

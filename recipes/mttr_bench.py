@@ -163,7 +163,7 @@ def plan(job: MTTRBenchConfig, overrides: Iterable[str] = ()) -> tuple[list[tupl
             if hasattr(cfg.ft, "warm_fork"):
                 cfg.ft.warm_fork = warm_fork
             # The kind's own options only: a mode where one was given, the stall where the kind has a duration.
-            own = {"mode": fault_mode} if fault_mode else {}
+            own = {fault_kinds()[kind].mode_option: fault_mode} if fault_mode else {}
             if "duration_s" in option_names(fault_kinds()[kind].options):
                 own["duration_s"] = b.collective_hang_s
             faults = [FaultConfig(kind=kind, at_step=b.first_step + i * b.every_steps, **own) for i in range(b.repeats)]

@@ -292,7 +292,7 @@ def render_config() -> str:
         facts = (
             f"Category `{value_text(kind.category)}`"
             + ("; costs a restart of its group" if getattr(kind, "costs_restart", False) else "")
-            + (f"; `mode`: {', '.join(f'`{m}`' for m in modes)} (the first is the default)" if modes else "")
+            + (f"; `{getattr(kind, 'mode_option', 'mode')}`: {', '.join(f'`{m}`' for m in modes)} (the first is the default)" if modes else "")
             + "."
         )
         own = field_lines(kind.options, "", skip=common)

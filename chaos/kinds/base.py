@@ -33,6 +33,7 @@ class FaultCategory(StrEnum):
     IN_PLACE = "in_place"  # no process is lost: TorchFT carries on, or reconfigures without a restart
     NETWORK = "network"  # a simulated host's link, undone after duration_s (may still end in a restart)
     CONTROL_PLANE = "control_plane"  # the controller or the Lighthouse; no group is touched
+    SILENT = "silent"  # nothing crashes: the controller's integrity checks find it (detected_by), and act
 
 
 @dataclass
@@ -79,6 +80,8 @@ class ModeOptions(FaultOptions):
     """Options of a kind that comes in modes (:attr:`MODES`, the first one the default)."""
 
     MODES: ClassVar[tuple[str, ...]] = ()
+    # The option that holds the mode (a kind may call it otherwise: bitflip's ``bit``).
+    MODE_FIELD: ClassVar[str] = "mode"
     mode: Optional[str] = None
     """One of the kind's modes (listed with the kind); null: the first, its default."""
 
@@ -111,8 +114,14 @@ class FaultKind(ABC):
     # What the rank itself must do for it (its fault agent, monarch_ft.rank.components.fault_agent);
     # empty when the fault is done entirely from outside.
     rank_action: ClassVar[str] = ""
-    # For a control-plane fault: the event that shows it was seen (the MTTR's "detected").
+    # For a control-plane or silent fault: the event that shows it was seen (the MTTR's "detected").
     detected_by: ClassVar[Optional[EventKind]] = None
+    # The field of that event naming the training step it was caught at; None: the job's
+    # committed step then (drill.json's detected_step).
+    detected_step_field: ClassVar[Optional[str]] = None
+    # The rank's event that says when the fault landed (its step: drill.json's hit_step, and
+    # the detection latency in steps); None: the injection is when it landed.
+    hit_by: ClassVar[Optional[EventKind]] = None
     # Injecting it ends the process the injector runs in (the controller): the injector
     # records it first, and the drill runs under a watchdog that attaches a new controller.
     ends_this_process: ClassVar[bool] = False
@@ -121,6 +130,11 @@ class FaultKind(ABC):
     def modes(self) -> tuple[str, ...]:
         """The kind's modes, the default first; () for a kind without modes."""
         return getattr(self.options, "MODES", ())
+
+    @property
+    def mode_option(self) -> str:
+        """The name of the option that holds the kind's mode (``mode``, or e.g. bitflip's ``bit``)."""
+        return getattr(self.options, "MODE_FIELD", "mode")
 
     def mode(self, fault: FaultOptions) -> Optional[str]:
         """The fault's mode (its kind's default when not given).
@@ -131,7 +145,7 @@ class FaultKind(ABC):
         Returns:
             The mode, or None for a kind without modes.
         """
-        return getattr(fault, "mode", None) if self.modes else None
+        return getattr(fault, self.mode_option, None) if self.modes else None
 
     def check(self, fault: FaultOptions, cfg: "DrillConfig", traits: "LauncherTraits", where: str) -> None:
         """Refuse a fault this job cannot run, before anything is launched.

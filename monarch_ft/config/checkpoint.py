@@ -35,10 +35,17 @@ class CheckpointConfig:
     ``checkpoint_save_timeout`` and exits. While a rank is saving, the controller's hang detector
     allows it this long (not ``ft.hang_timeout_s``)."""
 
+    scrub_every_s: float = 0.0
+    """Seconds between reads of every kept step of every group against its manifest (file
+    checksums) and against the fingerprint the replicas agreed on at its step, in the
+    controller's background; a damaged copy is quarantined when found, not when a recovery
+    needs it. 0: only on the recovery path. It reads every byte kept: mind the storage."""
+
     def check(self) -> None:
         """What the types cannot say about this section (each failure one line naming the fix)."""
         require(self.interval >= 1, f"checkpoint.interval={self.interval}: must be >= 1")
         require(self.save_timeout_s > 0, f"checkpoint.save_timeout_s={self.save_timeout_s}: must be > 0")
+        require(self.scrub_every_s >= 0, f"checkpoint.scrub_every_s={self.scrub_every_s}: must be >= 0 (0: no scrub)")
         require(
             self.keep_latest_k == 0 or self.keep_latest_k >= 2,
             f"checkpoint.keep_latest_k={self.keep_latest_k}: use 0 (keep all) or >= 2",
@@ -47,7 +54,7 @@ class CheckpointConfig:
             refuse_unused(
                 self,
                 "checkpoint",
-                ("interval", "folder", "keep_latest_k", "resume", "save_timeout_s"),
+                ("interval", "folder", "keep_latest_k", "resume", "save_timeout_s", "scrub_every_s"),
                 "with checkpoint.enable=false (nothing is saved or loaded)",
                 "drop it, or set checkpoint.enable=true",
             )

@@ -201,6 +201,35 @@ class FTConfig:
     ``sync_every`` / ``fragments`` steps (1: plain DiLoCo). ``sync_every`` must be a multiple.
     Refused with a mode other than ``diloco``."""
 
+    integrity_every: str = "auto"
+    """Steps between fingerprints of each rank's model and optimizer state, which the controller
+    compares across the groups of one quorum: a minority that disagrees with the majority is
+    failed and heals from it; two groups that disagree roll the job back to a verified
+    checkpoint. A number fixes it (0: no fingerprints); auto: every step until the controller
+    has timed 20 of them, then the smallest power of two at which they cost at most
+    ft.integrity_budget of a step (an event says which and why). Powers of two, so groups that
+    learned the choice a step apart still share every step one of them fingerprints."""
+
+    integrity_budget: float = 0.01
+    """The share of a step's time that ft.integrity_every=auto may spend on fingerprints."""
+
+    grad_check: bool = True
+    """ft.mode=hsdp: each rank checks its own gradient norm before the cross-group average; a
+    non-finite norm, or one above ft.grad_outlier_factor x the median of its recent commits,
+    votes against the commit (TorchFT's report_error) and every group discards the step, so one
+    corrupt replica's gradient never reaches the others' weights."""
+
+    grad_outlier_factor: float = 10.0
+    """How many times the median of the recent gradient norms a norm may be before it is an outlier."""
+
+    grad_history: int = 50
+    """Committed steps whose gradient norms the outlier check remembers (it judges by norm only
+    once it has 10 of them; a non-finite norm always)."""
+
+    suspect_vetoes: int = 3
+    """A group that votes against this many commits in a row while its state agrees with its
+    peers' (its compute, not its memory, is bad) is failed as suspect and relaunched."""
+
     def check(self) -> None:
         """What the types cannot say about this section (each failure one line naming the fix)."""
         require(self.replica_groups >= 1, f"ft.replica_groups={self.replica_groups}: need at least 1 replica group")
@@ -287,6 +316,14 @@ class FTConfig:
             f"ft.lighthouse_port={self.lighthouse_port}: must be 0 (a free port) or 1-65535",
         )
         require(self.stall_timeout_s >= 0, f"ft.stall_timeout_s={self.stall_timeout_s}: must be >= 0")
+        try:
+            integrity_setting(self.integrity_every)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        require(0 < self.integrity_budget < 1, f"ft.integrity_budget={self.integrity_budget}: must be between 0 and 1 (a share of a step's time)")
+        require(self.grad_outlier_factor > 1, f"ft.grad_outlier_factor={self.grad_outlier_factor}: must be > 1 (a multiple of the median norm)")
+        require(self.grad_history >= 10, f"ft.grad_history={self.grad_history}: must be >= 10 (the check judges by norm once it has 10)")
+        require(self.suspect_vetoes >= 1, f"ft.suspect_vetoes={self.suspect_vetoes}: must be >= 1")
 
 
 def standby_config_error(configured: Optional[int], launcher: str = "") -> Optional[str]:
@@ -316,3 +353,20 @@ def hang_timeout_setting(value: Any) -> Optional[float]:
     if not seconds > 0:
         raise ValueError(f"ft.hang_timeout_s={value!r}: must be > 0 (or auto)")
     return seconds
+
+
+def integrity_setting(value: Any) -> Optional[int]:
+    """``ft.integrity_every``: None for ``auto``, else the fixed number of steps (0: off).
+
+    Raises:
+        ValueError: neither ``auto`` nor a whole number >= 0.
+    """
+    if isinstance(value, str) and value.strip().lower() == AUTO:
+        return None
+    try:
+        steps = int(str(value).strip())
+    except (TypeError, ValueError):
+        raise ValueError(f"ft.integrity_every={value!r}: use auto, 0 (off) or a number of steps") from None
+    if steps < 0:
+        raise ValueError(f"ft.integrity_every={value!r}: must be >= 0 (0: off) or auto")
+    return steps

@@ -16,13 +16,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Collection, Iterable, Optional
 
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.layout import atomic_write, read_json
-from monarch_ft.records.manifest import QUARANTINE, complete_steps, describe_os_error, step_dir, verify_step_cached
+from monarch_ft.records.manifest import QUARANTINE, complete_steps, describe_os_error, manifest_fingerprint, step_dir, verify_step_cached
+
+# (step, each rank's state digest in its manifest) -> what is wrong with that state, or None.
+Vouch = Callable[[int, dict], Optional[str]]
 
 
 def save_failure_fix(errno_name: str) -> str:
@@ -199,17 +203,33 @@ class Recovered:
     copy_failures: list[dict] = field(default_factory=list)
 
 
-def recover_checkpoint(folders: list[str], at_most: Optional[int] = None, exclude: Collection[int] = (), verified: Optional[dict] = None) -> Recovered:
+def verify_copy(folder: str, step: int, verified: Optional[dict] = None, vouch: Optional[Vouch] = None) -> Optional[str]:
+    """What is wrong with one group's copy of ``step``: its files against its manifest
+    (``verified``: a cache, see verify_step_cached), then the state its manifest's fingerprint
+    vouches for against the state the replicas agreed on at that step (``vouch``:
+    controller.integrity.IntegrityJudge.vouch); None when both hold."""
+    path = step_dir(folder, step)
+    problem = verify_step_cached(path, verified)
+    if problem is None and vouch is not None:
+        problem = vouch(step, manifest_fingerprint(path))
+    return problem
+
+
+def recover_checkpoint(
+    folders: list[str], at_most: Optional[int] = None, exclude: Collection[int] = (), verified: Optional[dict] = None, vouch: Optional[Vouch] = None
+) -> Recovered:
     """Make the newest intact step (not after ``at_most``, not in ``exclude``) loadable by
     every group: quarantine each damaged copy met on the way, and copy an intact one into
     every folder that lacks it, as each group would read it from shared storage.
 
     A copy that fails (a full disk) is cleaned up and that folder's group is pointed at
     the intact copy it would have received instead: the job resumes either way.
-    ``verified``: a cache of recent verifications (:func:`verify_step_cached`).
+    ``verified``: a cache of recent verifications (:func:`verify_step_cached`); ``vouch``: see
+    :func:`verify_copy` (a copy whose bytes match its manifest but whose state the replicas never
+    agreed on is damaged too).
     """
     steps = {folder: complete_steps(folder) for folder in folders}
-    choice = choose_resume_step(steps, lambda folder, step: verify_step_cached(step_dir(folder, step), verified), at_most, exclude)
+    choice = choose_resume_step(steps, lambda folder, step: verify_copy(folder, step, verified, vouch), at_most, exclude)
     result = Recovered(choice.step)
     for d in choice.damaged:
         record = {"step": d.step, "folder": d.folder, "problem": d.problem, "path": None}
@@ -231,6 +251,70 @@ def recover_checkpoint(folders: list[str], at_most: Optional[int] = None, exclud
             result.paths[folder] = source
             result.copy_failures.append({"step": choice.step, "folder": folder, "source": source, "error": describe_os_error(e)})
     return result
+
+
+class CheckpointScrub:
+    """``checkpoint.scrub_every_s``: every kept step of every group read back, in a background
+    thread, against its manifest and the replicas' agreed fingerprint (:func:`verify_copy`).
+
+    Bytes on disk rot without a write (their mtime unchanged), so it reads every byte each
+    time rather than trusting a verification it made before. A step a rank's keep_latest_k
+    purge removes while it is read looks damaged: a copy is reported only if it is still there
+    and still damaged when read a second time. What it finds goes to the watch loop
+    (:meth:`results`), which quarantines it; the thread only reads.
+
+    Args:
+        every_s: seconds between passes (0: none).
+        folders: the group folders now.
+        vouch: see :func:`verify_copy`.
+    """
+
+    RECHECK_S = 0.5
+
+    def __init__(self, every_s: float, folders: Callable[[], list[str]], vouch: Optional[Vouch] = None) -> None:
+        self.every_s, self._folders, self._vouch = every_s, folders, vouch
+        self._found: list[dict] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def results(self) -> list[dict]:
+        """The passes finished since the last call: {steps, seconds, damaged: [{folder, step, problem}]}.
+        Starts the thread on the first call (the watch loop's)."""
+        if self.every_s > 0 and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="checkpoint-scrub", daemon=True)
+            self._thread.start()
+        with self._lock:
+            found, self._found = self._found, []
+        return found
+
+    def scrub_once(self) -> dict:
+        """One pass over every kept step of every folder."""
+        start, checked, damaged = time.time(), 0, []
+        for folder in self._folders():
+            for step in sorted(complete_steps(folder)):
+                if self._stop.is_set():
+                    break
+                checked += 1
+                problem = verify_copy(folder, step, None, self._vouch)
+                if problem is None:
+                    continue
+                time.sleep(self.RECHECK_S)
+                if step in complete_steps(folder) and verify_copy(folder, step, None, self._vouch) is not None:
+                    damaged.append({"folder": folder, "step": step, "problem": problem})
+        return {"steps": checked, "seconds": round(time.time() - start, 3), "damaged": damaged}
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            found = self.scrub_once()
+            if found["damaged"] or found["steps"]:
+                with self._lock:
+                    self._found.append(found)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
 
 class CheckpointHealth:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from monarch_ft.launcher.base import Capability
 from monarch_ft.records.events import EventKind, GroupStatus
-from monarch_ft.records.faults import request_collective_fault
+from monarch_ft.records.faults import request_bitflip, request_collective_fault
 
 if TYPE_CHECKING:
     from monarch_ft.controller.loop import Supervisor
@@ -153,6 +153,11 @@ class JobControl:
         """Ask one rank to fail its next cross-group allreduce (rank.components.fault_agent)."""
         path = request_collective_fault(self._sup.layout, group, rank, mode, duration_s)
         return {"mode": mode, "request": path, "pid": self.rank_pid(group, rank)}
+
+    def bitflip(self, group: int, rank: int, tensor: str, bit: str, seed: int) -> dict:
+        """Ask one rank to flip a bit of its live state at its next step (rank.components.fault_agent)."""
+        path = request_bitflip(self._sup.layout, group, rank, tensor, bit, seed)
+        return {"tensor": tensor, "bit": bit, "seed": seed, "request": path, "pid": self.rank_pid(group, rank)}
 
     def _network(self, capability: Capability):
         if capability not in self.capabilities:

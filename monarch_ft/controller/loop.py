@@ -14,7 +14,8 @@ This module is the watch loop and the job's life around it; everything the contr
 is one :class:`~monarch_ft.controller.state.JobState`, and each concern is its own module:
 reading the ranks' reports (:mod:`.relay`), judging exits and hangs (:mod:`.watch`), applying
 recovery (:mod:`.recovery`), starting ranks (:mod:`.launch`), takeover (:mod:`.takeover`),
-the console (:mod:`.console`), the summary (:mod:`.summary`).
+the console (:mod:`.console`), the summary (:mod:`.summary`), the replicas' state compared
+(:mod:`.integrity`, its verdicts applied by :mod:`.recovery`).
 
 ``Supervisor(...)`` only builds objects; :meth:`Supervisor.open` takes the run directory (its
 lock, its folders, the data, the launcher) and :meth:`Supervisor.run` runs the job. The loop
@@ -39,13 +40,15 @@ from typing import IO, Any, Callable, Optional, Protocol
 from monarch_ft.common import proctitle
 from monarch_ft.common.clock import SYSTEM_CLOCK, Clock
 from monarch_ft.common.data import prepare_data
+from monarch_ft.config.ft import integrity_setting
 from monarch_ft.config.job import JobConfig
-from monarch_ft.controller.checkpoints import CheckpointHealth, folder_write_problem
+from monarch_ft.controller.checkpoints import CheckpointHealth, CheckpointScrub, folder_write_problem
 from monarch_ft.controller.console import Console
 from monarch_ft.controller.control import JobControl
 from monarch_ft.controller.fork_pool import ForkServer, WarmForks
 from monarch_ft.controller.gates import start_gate_opens
 from monarch_ft.controller.hangs import Hang
+from monarch_ft.controller.integrity import IntegrityJudge
 from monarch_ft.controller.launch import RankStarter
 from monarch_ft.controller.lighthouse import Lighthouse
 from monarch_ft.controller.node_watch import NodeWatch
@@ -62,7 +65,8 @@ from monarch_ft.launcher import Launcher, build_launcher, launcher_options
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus, JobStatus
 from monarch_ft.records.exits import describe_exit
-from monarch_ft.records.layout import RunLayout, atomic_write, read_jsonl
+from monarch_ft.records.layout import RunLayout, atomic_write, atomic_write_json, read_jsonl
+from monarch_ft.records.manifest import step_dir
 
 # How long the watch loop sleeps between ticks.
 TICK_S = 0.05
@@ -133,6 +137,8 @@ class Supervisor:
         self.nodes: NodeWatch
         self.recovery: Recovery
         self.watch: GroupWatch
+        self.integrity: IntegrityJudge
+        self.scrub: CheckpointScrub
         self._metrics: IO[str]
         self._data_seconds = 0.0
         self._data: Any = None
@@ -215,12 +221,26 @@ class Supervisor:
             first_number=layout.next_standby_number(),
             state=state.standby,
         )
-        self.relay = ReportRelay(state, self.events, self._metrics, cfg.ft.ranks_per_group)
         # A cluster's nodes (launcher=slurm): placements, the scheduler's view, exclusions (kept on takeover).
         state.nodes.probation_s = cfg.ft.node_probation_s
         self.nodes = NodeWatch(launcher, self.events.emit, state.nodes)
         self.nodes.resume()
-        self.recovery = Recovery(cfg, layout, state, self.planner, self.events, self.starter, self.standby, self.warm_forks, self.clock, self._save, self.nodes)
+        # Silent data corruption (controller.integrity): the replicas' fingerprints compared,
+        # blame by vote (its state is the job's: a takeover goes on with it); the kept
+        # checkpoints read back in the background (checkpoint.scrub_every_s).
+        self.integrity = IntegrityJudge(
+            cfg.ft.ranks_per_group,
+            auto=integrity_setting(cfg.ft.integrity_every) is None,
+            budget=cfg.ft.integrity_budget,
+            suspect_vetoes=cfg.ft.suspect_vetoes,
+            manifests_comparable=cfg.ft.mode == "hsdp",
+            state=state.integrity,
+        )
+        self.scrub = CheckpointScrub(cfg.checkpoint.scrub_every_s, lambda: [layout.checkpoint(g.index) for g in state.groups], self.integrity.vouch)
+        self.relay = ReportRelay(state, self.events, self._metrics, cfg.ft.ranks_per_group, judge=self.integrity)
+        self.recovery = Recovery(
+            cfg, layout, state, self.planner, self.events, self.starter, self.standby, self.warm_forks, self.clock, self._save, self.nodes, judge=self.integrity
+        )
         self.watch = GroupWatch(cfg, layout, state, self.events, self.relay, self.recovery)
 
     def _save(self) -> None:
@@ -382,6 +402,7 @@ class Supervisor:
                 if hang is not None:
                     hangs[g.index] = hang
         self.watch.judge(hangs, now)
+        self._integrity_tick(now)
         self.recovery.write_floor()
         self._lighthouse_recovered()
         self.recovery.open_launch_gates()
@@ -397,6 +418,43 @@ class Supervisor:
         if self._echo:
             self.console.progress(now)
         return None
+
+    # ---------------------------------------------------------------- silent data corruption (controller.integrity)
+    def _integrity_tick(self, now: float) -> None:
+        """Act on the integrity verdicts of this tick (:meth:`Recovery.integrity_verdicts`);
+        write auto's interval and the transport peers for the ranks; quarantine what the
+        checkpoint scrub found."""
+        self.recovery.integrity_verdicts(self.relay.take_verdicts(), now)
+        decided = self.integrity.interval()
+        if decided is not None:
+            every, why, cost = decided
+            atomic_write(self.layout.integrity_every, str(every))
+            self.events.emit(EventKind.INTEGRITY_INTERVAL, every=every, cost_per_step=round(cost, 5), why=why)
+        for found in self.scrub.results():
+            if found["damaged"]:
+                self.events.emit(EventKind.CHECKPOINT_SCRUBBED, steps=found["steps"], seconds=found["seconds"], damaged=len(found["damaged"]))
+            for d in found["damaged"]:
+                group = next((g.index for g in self.state.groups if self.layout.checkpoint(g.index) == d["folder"]), None)
+                if group is not None and os.path.isdir(step_dir(d["folder"], d["step"])):
+                    self.recovery.quarantine_copy(group, d["step"], d["problem"], "the checkpoint scrub")
+        self._publish_transport_peers()
+
+    def _publish_transport_peers(self) -> None:
+        """Where each stepping group's ranks serve their state (RunLayout.transport_peers), when
+        it changed: a healing rank fetches a chunk that failed its checksum again from another."""
+        state = self.state
+        newest: dict[tuple[int, int], str] = {}
+        for metadata, owner in state.transport_owner.items():
+            if metadata:
+                newest[owner] = metadata
+        peers = {
+            str(g.index): {str(r): newest[(g.index, r)] for r in range(self.cfg.ft.ranks_per_group) if (g.index, r) in newest}
+            for g in state.groups
+            if g.status == GroupStatus.RUNNING
+        }
+        if peers != state.watch.peers_published:
+            atomic_write_json(self.layout.transport_peers, peers)
+            state.watch.peers_published = peers
 
     # ---------------------------------------------------------------- gates
     def _open_start_gate(self, now: float) -> None:
@@ -536,6 +594,7 @@ class Supervisor:
         # Standbys belong to this controller (they die with it, see RankStarter.standby): a
         # controller that attaches later builds its own.
         self.standby.stop()
+        self.scrub.stop()
         if state.status == JobStatus.DETACHED:
             # The job keeps training: leave every rank and the Lighthouse alone. The fork
             # servers are this controller's (their forked ranks live on, adopted by init).

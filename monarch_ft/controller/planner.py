@@ -12,7 +12,10 @@ needs it), and changes nothing. The rules it applies are typed policy objects
 
 A failure's decision, in order (each rule applies whatever the later ones would say):
 
-1. a job-wide stall that did not clear: :class:`FullRestart` (``job_stall``);
+1. a job-wide stall that did not clear: :class:`FullRestart` (``job_stall``); replicas whose
+   state fingerprints disagree with no majority (controller.integrity.Diverged: none can be
+   trusted): :class:`FullRestart` (``replicas_diverged``) from a checkpoint no newer than the
+   step they last agreed on;
 2. the group's last two launches failed the same way at start-up: :class:`GiveUp` (a crash
    loop: no relaunch, standby or full restart can get past it);
 3. ``ft.recovery=full_restart``: :class:`FullRestart`;
@@ -46,6 +49,7 @@ from monarch_ft.controller.standby_pool import recovery_path
 from monarch_ft.controller.state import GroupState, JobState
 from monarch_ft.records.decisions import JobStateLost, StateDecision, decide_state_source, needs_disk
 from monarch_ft.records.events import GiveUpReason, RecoveryPath, StrEnum
+from monarch_ft.records.integrity import INTEGRITY_ROLLBACK
 
 
 # ---------------------------------------------------------------- policy
@@ -119,6 +123,13 @@ class FailureKind(StrEnum):
     # group's fault, so not charged to its restart budget.
     LOAD_FAILED = "load_failed"
     STALL = "job_stall"  # every stepping group stalled past ft.stall_timeout_s (the job, no group)
+    # Silent data corruption (controller.integrity): the group's state fingerprint disagreed
+    # with the majority of its peers' (it heals from them like any failed group), or it voted
+    # against ft.suspect_vetoes commits in a row while its state agreed (its compute is bad).
+    CORRUPT = "corrupt"
+    SUSPECT = "suspect"
+    # The replicas' fingerprints disagree with no majority (the job, no group): none is trusted.
+    DIVERGED = INTEGRITY_ROLLBACK
 
 
 @dataclass(frozen=True)
@@ -134,12 +145,14 @@ class Failure:
         suspects: the nodes the failure implicates (controller.placement.node_suspicion: every
             rank on the node lost at once, or the scheduler counts it gone): none where the
             launcher has no nodes, or for a fault of the processes.
+        at_most: ``DIVERGED``: the newest step the replicas agreed on (no state after it is trusted).
     """
 
     kind: FailureKind
     group: Optional[int] = None
     startup: Optional[dict] = None
     suspects: tuple[Suspect, ...] = ()
+    at_most: Optional[int] = None
 
     @property
     def charged(self) -> bool:
@@ -231,13 +244,15 @@ class DiskRollback(Relaunch):
 @dataclass(frozen=True)
 class FullRestart(RecoveryAction):
     """Every group stops and the job resumes from one disk checkpoint (``trigger``:
-    ``full_restart``, the mode, or ``job_stall``, the escalation of a stall)."""
+    ``full_restart``, the mode; ``job_stall``, the escalation of a stall; ``replicas_diverged``,
+    an integrity rollback, to a checkpoint no newer than ``at_most``)."""
 
     kind: ClassVar[ActionKind] = ActionKind.FULL_RESTART
 
     failed_group: Optional[int] = None
     trigger: str = "full_restart"
     charged: bool = True
+    at_most: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -294,7 +309,7 @@ class RecoveryPlanner:
     def needs_disk(self, job: JobState, failure: Failure) -> bool:
         """Whether :meth:`decide` needs the :class:`DiskFact` for ``failure``: a live relaunch
         with no live peer left once steps were committed (rules 4 and 7)."""
-        if failure.kind is FailureKind.STALL or self.policy.full_restart or self._crash_loop(job, failure):
+        if failure.kind in (FailureKind.STALL, FailureKind.DIVERGED) or self.policy.full_restart or self._crash_loop(job, failure):
             return False
         return needs_disk(job.live_peers(failure.group), job.job_step)
 
@@ -317,6 +332,12 @@ class RecoveryPlanner:
     def _decide(self, job: JobState, failure: Failure, now: float, ready_standbys: Sequence[int], disk: Optional[DiskFact]) -> RecoveryAction:
         if failure.kind is FailureKind.STALL:
             return FullRestart("every stepping group stalled past ft.stall_timeout_s", trigger="job_stall")
+        if failure.kind is FailureKind.DIVERGED:
+            return FullRestart(
+                f"the replicas' state disagrees with no majority: back to a checkpoint at or before step {failure.at_most}, the last they agreed on",
+                trigger=INTEGRITY_ROLLBACK,
+                at_most=failure.at_most,
+            )
         g = job.groups[failure.group]
         if self._crash_loop(job, failure):
             return GiveUp("its last two launches failed the same way at start-up", group=g.index, why=GiveUpReason.CRASH_LOOP)

@@ -9,6 +9,10 @@ comes from (:meth:`Recovery.resume_point`, at its launch gate or its promotion),
 side it may need: the newest intact checkpoint, found, verified, copied where missing, and a
 copy that failed to load quarantined.
 
+So are the integrity checks' verdicts (:meth:`Recovery.integrity_verdicts`: a corrupt or
+suspect group failed, replicas with no majority rolled back), each through the planner as a
+typed failure, and the checkpoints saved since a state that is no longer trusted set aside.
+
 ``recovery_path`` is emitted here, once per relaunch (:meth:`Recovery.relaunched`).
 """
 
@@ -24,6 +28,7 @@ from monarch_ft.config.job import JobConfig
 from monarch_ft.controller.budget import crash_loop, crash_loop_line, startup_failure
 from monarch_ft.controller.checkpoints import quarantine_step, recover_checkpoint
 from monarch_ft.controller.fork_pool import ForkError, WarmForks
+from monarch_ft.controller.integrity import Corrupt, Diverged, IntegrityJudge, Suspect, Verdict
 from monarch_ft.controller.launch import RankStarter
 from monarch_ft.controller.node_watch import NodeWatch
 from monarch_ft.controller.planner import (
@@ -46,7 +51,7 @@ from monarch_ft.controller.state import GroupState, JobState, RankState
 from monarch_ft.records.decisions import StateDecision, StateSource, needs_disk
 from monarch_ft.records.events import EventKind, EventLog, GiveUpReason, GroupStatus
 from monarch_ft.records.layout import RunLayout, atomic_write, atomic_write_json
-from monarch_ft.records.manifest import step_dir
+from monarch_ft.records.manifest import complete_steps, step_dir
 from monarch_ft.records.reports import ReportTail
 
 
@@ -66,6 +71,8 @@ class Recovery:
         save: writes controller.json (after a launch: the new ranks' pids before anything else).
         nodes: the watch of a cluster's nodes (the nodes a failure implicates, the exclusions
             an action decides).
+        judge: the integrity checks (controller.integrity): a checkpoint whose manifest's
+            fingerprint is not what the replicas agreed on at its step is damaged too; None: none.
     """
 
     def __init__(
@@ -81,6 +88,7 @@ class Recovery:
         clock: Clock,
         save: Callable[[], None],
         nodes: NodeWatch,
+        judge: Optional[IntegrityJudge] = None,
     ) -> None:
         self.cfg = cfg
         self.layout = layout
@@ -93,6 +101,7 @@ class Recovery:
         self.clock = clock
         self.save = save
         self.nodes = nodes
+        self.judge = judge
 
     # ------------------------------------------------------------ failures
     def fail_group(self, g: GroupState, now: float, kind: FailureKind, **why: Any) -> None:
@@ -109,6 +118,88 @@ class Recovery:
     def fail_job_stall(self, now: float) -> None:
         """Every stepping group stalled past ``ft.stall_timeout_s``."""
         self.recover(Failure(FailureKind.STALL), now)
+
+    # ------------------------------------------------------------ silent data corruption (controller.integrity)
+    def integrity_verdicts(self, verdicts: list[Verdict], now: float) -> None:
+        """Act on the integrity checks' verdicts of this tick, each as a typed failure the
+        planner decides on (the ordinary recovery paths); a verdict on an attempt already
+        replaced is moot."""
+        for v in verdicts:
+            if isinstance(v, Corrupt):
+                self._corrupt(v, now)
+            elif isinstance(v, Diverged):
+                self._diverged(v, now)
+            elif isinstance(v, Suspect):
+                g = self.state.groups[v.group]
+                if g.attempt == v.attempt and g.active:
+                    self.events.emit(EventKind.GROUP_SUSPECT, group=v.group, attempt=v.attempt, step=v.step, vetoes=v.vetoes)
+                    if self.judge is not None:
+                        self.judge.condemn({v.group: v.attempt})
+                    self.fail_group(g, now, FailureKind.SUSPECT, reason=FailureKind.SUSPECT, step=v.step, vetoes=v.vetoes)
+
+    def _corrupt(self, v: Corrupt, now: float) -> None:
+        """A minority of replicas disagreed with the majority: each is failed (it heals from a
+        majority peer through the normal recovery path), its checkpoints since it last agreed
+        set aside."""
+        for group, attempt in sorted(v.blamed.items()):
+            g = self.state.groups[group]
+            if g.attempt != attempt or not g.active:
+                continue
+            why = f"saved after group {group} last agreed with its peers (step {v.trusted[group]})"
+            # Before the failure too: a full restart (ft.recovery=full_restart) chooses its step in it.
+            self.quarantine_newer(group, v.trusted[group], why)
+            self.events.emit(
+                EventKind.SDC_DETECTED,
+                group=group,
+                attempt=attempt,
+                step=v.record_step,
+                state_step=v.step,
+                after_veto=v.vetoed,
+                ranks=list(v.ranks[group]),
+                tensors=list(v.tensors[group]),
+                majority=list(v.majority),
+                trusted_step=v.trusted[group],
+                action="fail_group",
+            )
+            self.fail_group(g, now, FailureKind.CORRUPT, reason=FailureKind.CORRUPT, step=v.record_step, tensors=list(v.tensors[group]))
+            self.quarantine_newer(group, v.trusted[group], why)  # a save that finished meanwhile
+
+    def _diverged(self, v: Diverged, now: float) -> None:
+        """No majority: nobody holds a state known good but the one they last agreed on; the
+        job goes back to the newest checkpoint at or before it (the planner's FullRestart) and
+        every newer one is set aside."""
+        if any(self.state.groups[g].attempt != a for g, a in v.attempts.items()):
+            return  # already relaunched since (an earlier verdict)
+        self.events.emit(
+            EventKind.SDC_DETECTED,
+            groups=list(v.groups),
+            step=v.record_step,
+            state_step=v.step,
+            after_veto=v.vetoed,
+            tensors=list(v.tensors),
+            trusted_step=v.trusted_step,
+            action="rollback",
+        )
+        if self.judge is not None:
+            self.judge.rolled_back(v.trusted_step, dict(v.attempts))
+        self.recover(Failure(FailureKind.DIVERGED, at_most=v.trusted_step), now)
+        for g in self.state.groups:
+            self.quarantine_newer(g.index, v.trusted_step, f"saved after the replicas last agreed (step {v.trusted_step})")
+
+    def quarantine_newer(self, group: int, step: int, why: str) -> None:
+        """Set aside the group's complete checkpoints newer than ``step``: they may hold corrupt state."""
+        for s in sorted(complete_steps(self.layout.checkpoint(group))):
+            if s > step:
+                self.quarantine_copy(group, s, why, "the integrity check")
+
+    def quarantine_copy(self, group: int, step: int, problem: str, by: str) -> None:
+        """Move group ``group``'s copy of ``step`` aside (``by``: who found it damaged) and record it."""
+        moved, failed = None, None
+        try:
+            moved = quarantine_step(step_dir(self.layout.checkpoint(group), step), problem, by=by)
+        except OSError as e:
+            failed = str(e)
+        self._record_quarantine(group, step, moved, problem, failed)
 
     def recover(self, failure: Failure, now: float) -> None:
         """Ask the planner about ``failure`` and carry out its action."""
@@ -204,7 +295,7 @@ class Recovery:
                 g.startup_failure = None
                 self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt, reason=action.trigger)
         restarting = [g for g in self.state.groups if g.status != GroupStatus.GIVEN_UP and (g is failed or g.status != GroupStatus.DONE)]
-        decision = self.resume_point(action.trigger)
+        decision = self.resume_point(action.trigger, at_most=action.at_most)
         if isinstance(decision, StateLost):
             self.lose_job(decision.reason)
             return
@@ -332,15 +423,21 @@ class Recovery:
 
     # ------------------------------------------------------------ where the state comes from
     def resume_point(
-        self, reason: str, live_peers: tuple[int, ...] = (), group: Optional[int] = None, disk: Optional[DiskFact] = None
+        self,
+        reason: str,
+        live_peers: tuple[int, ...] = (),
+        group: Optional[int] = None,
+        disk: Optional[DiskFact] = None,
+        at_most: Optional[int] = None,
     ) -> Union[StateDecision, StateLost]:
         """Decide where the job's state comes from now; for a disk checkpoint, the newest
         intact one (verified, damaged copies quarantined, copied into every group's folder:
         :meth:`disk_fact`), and record the rollback. :class:`StateLost` names every step tried
-        when none was intact."""
+        when none was intact. ``at_most``: no checkpoint newer than this step (the replicas'
+        state after it is not trusted: an integrity rollback)."""
         state = self.state
         if disk is None and needs_disk(live_peers, state.job_step):
-            disk = self.disk_fact(at_most=state.job_step)
+            disk = self.disk_fact(at_most=state.job_step if at_most is None else min(at_most, state.job_step))
         decision = self.planner.state_source(state, live_peers, disk)
         if isinstance(decision, StateDecision) and decision.source is StateSource.DISK:
             if decision.steps_lost:
@@ -388,7 +485,8 @@ class Recovery:
         points that group at the intact copy instead. Runs on the recovery path only: it
         reads every byte of the copies it checks."""
         folders = {self.layout.checkpoint(g.index): g.index for g in self.state.groups}
-        rec = recover_checkpoint(list(folders), at_most=at_most, exclude=set(self.state.unloadable), verified=self.state.verified)
+        vouch = self.judge.vouch if self.judge is not None else None
+        rec = recover_checkpoint(list(folders), at_most=at_most, exclude=set(self.state.unloadable), verified=self.state.verified, vouch=vouch)
         for q in rec.quarantined:
             self._record_quarantine(folders[q["folder"]], q["step"], q["path"], q["problem"], q.get("error"))
         for c in rec.copy_failures:

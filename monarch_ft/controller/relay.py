@@ -2,13 +2,17 @@
 new records (:class:`~monarch_ft.records.reports.ReportTail`) update what the controller knows
 of it and its group (steps, phases, errors, readiness), advance the job's committed step
 (:class:`~monarch_ft.controller.ledger.CommitLedger`), and go on to ``metrics.jsonl`` (steps)
-and ``events.jsonl`` (the ranks' events, with the peer a healing rank named by group)."""
+and ``events.jsonl`` (the ranks' events, with the peer a healing rank named by group). The
+state fingerprints and gradient votes in the step records go to the integrity checks
+(:class:`~monarch_ft.controller.integrity.IntegrityJudge`); the verdicts they complete wait in
+:meth:`ReportRelay.take_verdicts` for the loop to act on (:mod:`.recovery`)."""
 
 from __future__ import annotations
 
 import json
 from typing import IO, Optional
 
+from monarch_ft.controller.integrity import IntegrityJudge, Verdict
 from monarch_ft.controller.ledger import redone_commit
 from monarch_ft.controller.state import GroupState, JobState
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus
@@ -25,13 +29,21 @@ class ReportRelay:
         events: the event log (the ranks' events are relayed into it).
         metrics: ``metrics.jsonl``, open for appending (every step record goes there).
         ranks_per_group: ``ft.ranks_per_group``.
+        judge: the integrity checks (None: none; its state is ``state.integrity``).
     """
 
-    def __init__(self, state: JobState, events: EventLog, metrics: IO[str], ranks_per_group: int) -> None:
+    def __init__(self, state: JobState, events: EventLog, metrics: IO[str], ranks_per_group: int, judge: Optional[IntegrityJudge] = None) -> None:
         self.state = state
         self.events = events
         self.metrics = metrics
         self.ranks_per_group = ranks_per_group
+        self.judge = judge
+        self._verdicts: list[Verdict] = []
+
+    def take_verdicts(self) -> list[Verdict]:
+        """The integrity verdicts the records read since the last call completed."""
+        verdicts, self._verdicts = self._verdicts, []
+        return verdicts
 
     def consume(self, g: GroupState, now: float) -> None:
         """Read every new record of ``g``'s ranks."""
@@ -55,6 +67,9 @@ class ReportRelay:
                         g.last_loss = rec["loss"]
                     if rec["rank"] == 0 and rec.get("committed"):
                         state.last_commit[g.index] = rec
+                    if self.judge is not None:
+                        # Fingerprints and gradient votes; the verdicts are acted on once per tick.
+                        self._verdicts += self.judge.observe(g.index, rec)
                     if g.status == GroupStatus.STARTING:
                         g.move(GroupStatus.RUNNING)
                         self.events.emit(EventKind.GROUP_STEPPING, group=g.index, attempt=g.attempt, step=rec["step"])
@@ -79,6 +94,9 @@ class ReportRelay:
                     if name == "model_ready":
                         rs.model_ready = True
                         state.transport_owner[rec.get("transport_metadata")] = (rec["group"], rec["rank"])
+                        names = rec.pop("fingerprint_names", None)  # long: kept out of events.jsonl
+                        if self.judge is not None:
+                            self.judge.tensor_names(rec["rank"], names)
                     if name in ("weights_recovered", "recovery_started", "recovery_failed"):
                         # Name the peer by group: the Manager only knows its address.
                         rec["src_group"], rec["src_rank"] = state.transport_owner.get(rec.get("src"), (None, None))

@@ -24,6 +24,7 @@ from typing import Any, Optional
 from monarch_ft.controller.checkpoints import CheckpointHealth, Recovered
 from monarch_ft.controller.fork_pool import ForkPoolState
 from monarch_ft.controller.hangs import CpuSample, OsSample, StepTimeLearner
+from monarch_ft.controller.integrity import IntegrityState
 from monarch_ft.controller.ledger import CommitLedger
 from monarch_ft.controller.placement import NodePool
 from monarch_ft.controller.snapshot import live, own
@@ -262,6 +263,8 @@ class WatchState:
     printed_save_failures: set[Optional[str]] = field(default_factory=set)
     # The job step last written to control/commit_floor.
     floor_written: int = -1
+    # The transport peers last written for the ranks (RunLayout.transport_peers).
+    peers_published: Optional[dict] = None
 
 
 @dataclass
@@ -319,6 +322,9 @@ class JobState:
     ckpt_health: CheckpointHealth = own(default_factory=CheckpointHealth)
     # Recent verifications (records.manifest.verify_step_cached): a cache.
     verified: dict = own(default_factory=dict)
+    # ---- silent data corruption (controller.integrity): the fingerprint rounds, the steps
+    # the replicas agreed on (they vouch for checkpoints), condemned attempts, veto streaks
+    integrity: IntegrityState = field(default_factory=IntegrityState)
     # ---- standbys and fork servers (their live processes are this controller's own)
     standby: StandbyPoolState = field(default_factory=StandbyPoolState)
     forks: ForkPoolState = field(default_factory=ForkPoolState)

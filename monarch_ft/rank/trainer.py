@@ -41,7 +41,9 @@ from monarch_ft.common.devices import cross_group_backend, cuda_index, device_ty
 from monarch_ft.config.job import JobConfig
 from monarch_ft.rank.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, describe_error, remove_partial, save_due, storage_error
 from monarch_ft.rank.components.fault_agent import FaultAgent
+from monarch_ft.config.ft import integrity_setting
 from monarch_ft.rank.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
+from monarch_ft.rank.components.integrity import GradGuard, IntegrityInterval, StateMismatch, fingerprint, local_grad_norm, named_tensors
 from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.rank.components.model import build_model
@@ -50,7 +52,7 @@ from monarch_ft.records.decisions import StateDecision, StateSource
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.exits import RankExit
 from monarch_ft.records.layout import RunLayout, read_int, read_json
-from monarch_ft.records.manifest import describe_os_error, errno_name, step_dir
+from monarch_ft.records.manifest import describe_os_error, errno_name, manifest_fingerprint, step_dir
 from monarch_ft.records.phases import Phase
 from monarch_ft.records.reports import error_record
 
@@ -263,8 +265,21 @@ class Trainer:
         self.batches = TokenBatches(spec.tokens_path, tr.batch_size, tr.seq_len, tr.seed)
         # Reports go through self.reporter at call time: a promoted standby re-points it.
         self.cross = build_cross_group(
-            cfg.ft, lighthouse_addr=spec.lighthouse_addr, report=lambda *a, **k: self.reporter.event(*a, **k), backend=self.xgroup_backend
+            cfg.ft,
+            lighthouse_addr=spec.lighthouse_addr,
+            report=lambda *a, **k: self.reporter.event(*a, **k),
+            backend=self.xgroup_backend,
+            fallback_peers=self._fallback_peers,
         )
+
+    def _fallback_peers(self, src_rank: int, step: int) -> list[str]:
+        """Where this rank's shard is also served, by the other stepping groups (the controller's
+        list, RunLayout.transport_peers): a chunk from the healing source that fails its
+        checksum is fetched again from one of them. Read when a heal needs it, by the group this
+        rank is then (a standby learns its group at its promotion)."""
+        peers = read_json(self.layout.transport_peers, {}) or {}
+        mine = str(self.spec.group)
+        return [m for g, ranks in sorted(peers.items()) if g != mine for r, m in ranks.items() if r == str(self.spec.rank)]
 
     def _await_promotion(self) -> None:
         """A warm standby: report ready, wait (no CPU to speak of) for the promotion file,
@@ -330,6 +345,11 @@ class Trainer:
         self.sync = build_sync(cfg.ft, self.manager, self.model, self.optimizer, self.lr_schedulers, self.params, spec.group, self.floor, self._refuse_commit)
         # localsgd/diloco write checkpoints at sync points only.
         self.ckpt_cfg = dataclasses.replace(cfg.checkpoint, interval=checkpoint_interval(cfg.ft, cfg.checkpoint.interval))
+        # Silent data corruption (rank.components.integrity): state fingerprints every
+        # ft.integrity_every steps, and (hsdp) each rank's gradient check before the average.
+        self.integrity = IntegrityInterval(integrity_setting(cfg.ft.integrity_every), self.layout.integrity_every)
+        self.grad_guard = GradGuard(cfg.ft.grad_outlier_factor, cfg.ft.grad_history) if cfg.ft.grad_check and not self.sync.semi_sync else None
+        self._grad_norm: Optional[float] = None
         self.train_state = TrainState()
         self.checkpointer = build_checkpointer(
             self.ckpt_cfg,
@@ -340,6 +360,7 @@ class Trainer:
             self.lr_schedulers,
             {"train_state": self.train_state, "ft_manager": self.manager},
             tr.seed,
+            fingerprint=lambda: fingerprint(self._saved_state()).digest,
         )
         self.loaded_step: Optional[int] = None
         if cfg.checkpoint.enable and spec.load_step is not None:
@@ -367,6 +388,8 @@ class Trainer:
             cross_group_backend=self.xgroup_backend,
             nccl_version=".".join(map(str, torch.cuda.nccl.version())) if self.use_cuda else None,
             nccl_hostid=self.nccl_hostid,
+            # The order of the tensors in this rank's state fingerprints (records.integrity).
+            fingerprint_names=[n for n, _ in named_tensors(self.sync.consistent_state(self.state_dict()))] if self.integrity.enabled else None,
         )
 
     # ------------------------------------------------------------ state
@@ -378,6 +401,22 @@ class Trainer:
             "optim": {name: to_local_tree(self.optimizer.state[p]) for name, p in self.params.items()},
             "lr_scheduler": self.lr_schedulers.state_dict(),
         }
+
+    def _saved_state(self) -> dict:
+        """The model and optimizer state (this rank's shard): what a checkpoint holds and a
+        fingerprint in its manifest vouches for, whatever ft.mode."""
+        return {k: v for k, v in self.state_dict().items() if k != "lr_scheduler"}
+
+    def _check_grads(self, step: int) -> Optional[dict]:
+        """This rank's gradient norm against its recent ones (GradGuard), before the average;
+        the verdict when it is an outlier (then reported), else None."""
+        if self.grad_guard is None:
+            return None
+        self._grad_norm = local_grad_norm(list(self.params.values()))
+        outlier = self.grad_guard.judge(self._grad_norm)
+        if outlier is not None:
+            self.reporter.event(EventKind.GRAD_OUTLIER, step=step, **outlier)
+        return outlier
 
     def load_state_dict(self, state: dict) -> None:
         """Take a peer's state in place: the FSDP parameters and optimizer tensors stay the
@@ -403,11 +442,28 @@ class Trainer:
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
             self._load_failed(step, path, e)
+        if loaded:
+            problem = self._loaded_state_problem(step, path)
+            if problem is not None:
+                self._load_failed(step, path, StateMismatch(problem))
         apply_scheduler_lr(self.lr_schedulers)
         self.loaded_step = self.manager.current_step() if loaded else None
         if loaded:
             self.sync.after_checkpoint_load()
         self.reporter.event(EventKind.CHECKPOINT_LOADED if loaded else EventKind.CHECKPOINT_MISSING, step=self.manager.current_step())
+
+    def _loaded_state_problem(self, step: int, path: Optional[str]) -> Optional[str]:
+        """Whether the state just loaded is the one its manifest's fingerprint vouches for (None:
+        it is, or the manifest has none). File checksums vouch for bytes; this for what they
+        hold, so a copy whose files were changed and its manifest rewritten to match is caught."""
+        where = path or step_dir(self.checkpointer.folder, self.train_state.step if step < 0 else step)
+        expected = manifest_fingerprint(where).get(self.spec.rank)
+        if expected is None:
+            return None
+        got = fingerprint(self._saved_state()).digest
+        if got == expected:
+            return None
+        return f"the state it loaded (fingerprint {got}) is not the one its manifest vouches for ({expected}): files changed under a rewritten manifest"
 
     def _load_failed(self, step: int, path: Optional[str], e: BaseException) -> None:
         traceback.print_exception(e, file=sys.stderr)
@@ -513,6 +569,10 @@ class Trainer:
         training = step < last
         start = time.time()
         healed, batch_index, synced = False, step, True
+        vetoes: list[int] = []
+        self._grad_norm = None
+        # A drill's bit flip (chaos bitflip), or a test's armed transfer fault, lands here.
+        self.fault_agent.before_step(step, self._saved_state, self.ft)
         if self.sync.semi_sync:
             res = self.sync.step(
                 training,
@@ -529,17 +589,25 @@ class Trainer:
         else:
             self.liveness.enter(Phase.SYNC)  # waits for the previous step's quorum, if still running
             manager.start_quorum()
+            # Until this step's commit vote the state cannot change: serve it to a healing peer
+            # whose chunk from TorchFT's chosen source failed its checksum.
+            self.ft.offer_state()
             self.liveness.enter(Phase.COMPUTE)
             self.optimizers.zero_grad()
             loss = None
             if training:
                 loss = self._forward_backward(self.batches.batch(step, spec.group, spec.rank))
             self.fault_agent.before_allreduce(self.ft)
+            outlier = self._check_grads(step) if training else None
             self.liveness.enter(Phase.SYNC)
-            members = self.sync.sync_grads()
+            members, vetoes = self.sync.sync_grads(veto=outlier is not None)
             # After the quorum a healed group's step is the peers' step; decide on that.
             step = batch_index = manager.current_step()
             apply_update = step < last
+            if vetoes:
+                # A group's own gradient failed its check: every group votes against this commit,
+                # so the step is discarded everywhere and no group's weights take that average.
+                manager.report_error(RuntimeError(f"step {step}: group(s) {vetoes} voted against the commit (gradient check)"))
             if apply_update:
                 allowed, job_step = self.floor.allows(step)
                 if not allowed:
@@ -550,12 +618,24 @@ class Trainer:
             if committed and apply_update:
                 self.optimizers.step()
                 self.lr_schedulers.step()
+                if self._grad_norm is not None and not vetoes:
+                    self.grad_guard.accept(self._grad_norm)
         if not apply_update:
             return
         elapsed = time.time() - start
         extra = {}
         if committed and self.sync.hash_due(tr.state_hash_every):
             extra["state_hash"] = state_hash(self.sync.consistent_state(self.state_dict()))
+        if self.grad_guard is not None and self._grad_norm is not None:
+            extra["grad_norm"] = self._grad_norm
+        if vetoes:
+            extra["vetoed_by"] = vetoes
+        if self.integrity.enabled and ((committed and self.integrity.due(self.sync.steps_done() // self.sync.window)) or (vetoes and not committed)):
+            # The state every group of this quorum must hold: after a commit the new one; after a
+            # vetoed step the one they all held before it (compared at once: who is corrupt?).
+            fp = fingerprint(self.sync.consistent_state(self.state_dict()))
+            extra["fingerprint"] = fp.record(self.sync.steps_done(), vetoed=not committed)
+            extra["fingerprint_s"] = round(fp.seconds, 6)
         self.reporter.step(
             step=step,
             committed=committed,

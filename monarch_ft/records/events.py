@@ -199,6 +199,28 @@ class EventKind(StrEnum):
     """The rank acted on a ``collective`` fault at its allreduce (abort or hang)."""
     SLOW_SAVE_INJECTED = "slow_save_injected"
     """The rank's checkpoint save is slowed by a fault (``delay_s``)."""
+    # Silent data corruption (monarch_ft.controller.integrity; docs/design/integrity.md).
+    # Written by the controller:
+    INTEGRITY_INTERVAL = "integrity_interval"
+    """ft.integrity_every=auto decided: fingerprint every N steps (every, cost_per_step, why)."""
+    SDC_DETECTED = "sdc_detected"
+    """Replicas of one committed step disagree (step: the step record it showed in; state_step: the
+    state's step; tensors: those that differ): a minority group blamed and failed (group, ranks,
+    majority, action fail_group), or with no majority the job rolled back to a checkpoint at or
+    before trusted_step (groups, action rollback)."""
+    GROUP_SUSPECT = "group_suspect"
+    """A group voted against ft.suspect_vetoes commits in a row while its state agreed: failed."""
+    CHECKPOINT_SCRUBBED = "checkpoint_scrubbed"
+    """checkpoint.scrub_every_s: a pass over the kept steps found damaged copies (steps read, seconds, damaged);
+    each is quarantined (checkpoint_quarantined, by the checkpoint scrub)."""
+    # Written by the ranks:
+    GRAD_OUTLIER = "grad_outlier"
+    """A rank's own gradient norm was non-finite or an outlier before the cross-group average:
+    its group voted against the commit (TorchFT's report_error) and the step was discarded."""
+    BITFLIP_INJECTED = "bitflip_injected"
+    """A drill's bit flip done by the rank (step, tensor, index, bit, before, after)."""
+    TRANSFER_FAULT_ARMED = "transfer_fault_armed"
+    """A test's request to damage the bytes this rank sends when it heals a peer (monarch_ft.records.faults)."""
     # Chaos drills, written by the injector in the controller.
     FAULT_INJECTED = "fault_injected"
     """A fault was done (its kind, target and what was done)."""

@@ -4,7 +4,7 @@ A fault inside a collective, or a slow save, cannot be done from outside the ran
 injector (through the controller's ``JobControl``) drops a one-shot request file for one
 rank (:func:`request_collective_fault`, :func:`request_slow_save`), and the rank's fault
 agent (``monarch_ft.rank.components.fault_agent``) acts on it at its next cross-group
-allreduce or save. A ``hang`` with ``mode: gil`` is a signal the rank answers
+allreduce or save; a bit flip (:func:`request_bitflip`) at its next step. A ``hang`` with ``mode: gil`` is a signal the rank answers
 (:data:`GIL_HANG_SIGNAL`).
 """
 
@@ -27,6 +27,24 @@ def request_slow_save(layout: RunLayout, group: int, rank: int, delay_s: float) 
     """Make the rank's next checkpoint save take ``delay_s`` longer (slow storage)."""
     path = layout.slow_save(group, rank)
     atomic_write_json(path, {"delay_s": delay_s, "requested_at": time.time()})
+    return path
+
+
+def request_bitflip(layout: RunLayout, group: int, rank: int, tensor: str, bit: str, seed: int) -> str:
+    """Make the rank flip one bit of one element of a tensor of its state at its next step
+    (``tensor``: a name pattern, records.integrity names; ``bit``: records.integrity.BIT_CLASSES
+    or a bit number; ``seed``: which tensor and element, when the pattern matches several)."""
+    path = layout.bitflip(group, rank)
+    atomic_write_json(path, {"tensor": tensor, "bit": bit, "seed": seed, "requested_at": time.time()})
+    return path
+
+
+def request_transfer_fault(layout: RunLayout, group: int, rank: int, chunk: int = 0) -> str:
+    """A test hook: damage chunk ``chunk`` of what the rank sends when TorchFT makes it a
+    healing peer's source (its in-flight bytes; the checksum sent with them stays the true one),
+    so the receiver must fetch that chunk again from another healthy peer."""
+    path = layout.transfer_fault(group, rank)
+    atomic_write_json(path, {"corrupt_chunk": chunk, "sent_only": True, "requested_at": time.time()})
     return path
 
 

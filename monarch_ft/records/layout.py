@@ -230,6 +230,25 @@ class RunLayout:
         """A one-shot slow-storage request for the rank's next checkpoint save."""
         return self._p("control", f"slow_save_g{group}r{rank}.json")
 
+    def bitflip(self, group: int, rank: int) -> str:
+        """A one-shot bit flip request (chaos ``bitflip``): the rank flips it at its next step."""
+        return self._p("control", f"bitflip_g{group}r{rank}.json")
+
+    def transfer_fault(self, group: int, rank: int) -> str:
+        """A one-shot request to damage the bytes this rank serves when it heals a peer (a test hook)."""
+        return self._p("control", f"transfer_fault_g{group}r{rank}.json")
+
+    @property
+    def integrity_every(self) -> str:
+        """Steps between state fingerprints, once the controller decided ``ft.integrity_every=auto``."""
+        return self._p("control", "integrity_every")
+
+    @property
+    def transport_peers(self) -> str:
+        """Where each stepping group's ranks serve their state (transport addresses): a healing
+        rank fetches a chunk that failed its checksum again from another of them."""
+        return self._p("control", "transport_peers.json")
+
     # ------------------------------------------------------------ host-local and durable state
     @property
     def stacks_dir(self) -> str:

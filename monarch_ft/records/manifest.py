@@ -6,7 +6,8 @@ and ``python -m monarch_ft verify`` checks every step on disk: all three read th
 from here. Inside a group folder (TorchTitan's names, and ours beside them)::
 
     step-N/                 one DCP save: shard files __<rank>_<k>.distcp, .metadata
-    step-N/manifest.json    every file's size and xxh3-128 checksum, written last (complete)
+    step-N/manifest.json    every file's size and xxh3-128 checksum, and each rank's state
+                            fingerprint (records.integrity), written last (complete)
     quarantine/step-N/      a copy that failed verification or failed to load, moved aside
     quarantine/step-N.reason.json   why, when, and by whom
 
@@ -75,14 +76,31 @@ def newest_complete_step(folders: list[str], at_most: Optional[int] = None) -> O
     return max((s for folder in folders for s in complete_steps(folder) if at_most is None or s <= at_most), default=None)
 
 
-def build_manifest(step: int, files: dict[str, tuple[int, str]]) -> dict[str, Any]:
-    return {
+def build_manifest(step: int, files: dict[str, tuple[int, str]], fingerprint: Optional[dict[int, str]] = None) -> dict[str, Any]:
+    """``fingerprint``: each rank's digest of the state it saved (records.integrity), when known."""
+    manifest = {
         "format": MANIFEST_FORMAT,
         "step": step,
         "checksum": CHECKSUM,
         "time": time.time(),
         "files": {name: {"size": size, CHECKSUM: digest} for name, (size, digest) in sorted(files.items())},
     }
+    if fingerprint:
+        # What the files hold, not only which bytes: a copy whose bytes match yet whose state is
+        # not what the replicas agreed on at this step (saved from a corrupt replica, or its
+        # manifest rewritten to match other bytes) is caught by comparing this.
+        manifest["fingerprint"] = {str(rank): digest for rank, digest in sorted(fingerprint.items())}
+    return manifest
+
+
+def manifest_fingerprint(path: str) -> dict[int, str]:
+    """Each rank's state digest from the manifest of the step in ``path`` ({} when it has none
+    or cannot be read: an older manifest, or a damaged one, which verify_step names)."""
+    try:
+        manifest = read_json(os.path.join(path, MANIFEST)) or {}
+        return {int(rank): str(digest) for rank, digest in (manifest.get("fingerprint") or {}).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
 
 
 def write_manifest(path: str, manifest: dict[str, Any]) -> None:

@@ -8,7 +8,8 @@ files the loop reads (``model_ready``, steps, ``train_done``, ``rank_finished``,
 checkpoint events), wait at the real start and launch gates, read the real promotion files,
 and save checkpoints the controller can verify (a file and its manifest). What a rank does
 wrong is scripted per group, attempt and rank (:class:`Script`: exit at a step, hang at a
-step, fail at start-up with an error, fail to load a checkpoint), or done to it from outside
+step, fail at start-up with an error, fail to load a checkpoint, hold corrupt state from a
+step on: its state fingerprints differ from its peers'), or done to it from outside
 (:meth:`FakeLauncher.kill`), as a fault injector would.
 
 The ranks step together, as a TorchFT quorum does: every stepping rank commits the same step
@@ -71,6 +72,9 @@ class Script:
         hang_at_step: goes silent instead of committing this step (no record, no exit).
         load_fails: loading a disk checkpoint raises (``checkpoint_load_failed``, then it exits
             ``RankExit.CHECKPOINT_LOAD_FAILED``).
+        corrupt_from_step: from this step on, the state fingerprint in its step records
+            (records.integrity; with ``ft.integrity_every`` not 0) differs from its peers': a
+            silent corruption, which nothing else shows.
     """
 
     build_s: float = 0.5
@@ -80,6 +84,7 @@ class Script:
     startup_error: Optional[dict] = None
     hang_at_step: Optional[int] = None
     load_fails: bool = False
+    corrupt_from_step: Optional[int] = None
 
 
 class _Phase:
@@ -247,12 +252,20 @@ class FakeRank(RankProcess):
             loss=round(10.0 / (1 + step), 4),
             step_time_s=self.world.step_s,
             state_hash=self.world.state_hash if self.world.hash_steps else None,
+            fingerprint=self._fingerprint(step) if self.world.fingerprints else None,
         )
         self.steps_trained += 1
         self.last_beat = now
         interval = self.world.checkpoint_interval
         if interval and self.rank == 0 and (step + 1) % interval == 0:
             self.world.save_checkpoint(self, step + 1)
+
+    def _fingerprint(self, step: int) -> dict:
+        """Its state's fingerprint after ``step`` (records.integrity's format): every rank index
+        holds the same state in every group, unless its script corrupts it."""
+        corrupt = self.script.corrupt_from_step is not None and step >= self.script.corrupt_from_step
+        tensors = f"{self.rank:08x}" + ("ffffffff" if corrupt else "00000000")
+        return {"step": step + 1, "digest": ("f" if corrupt else "0") * 15 + str(self.rank), "tensors": tensors, "vetoed": False}
 
     def done(self) -> None:
         self.event(EventKind.TRAIN_DONE)
@@ -328,6 +341,7 @@ class FakeLauncher(Launcher):
         self.servers: list[FakeForkServer] = []
         self.state_hash = "h0"
         self.hash_steps = False
+        self.fingerprints = False
         self.checkpoint_interval = 0
         self.steps = 0
         # The quorum: the next step, when it is due, its groups and id.
@@ -359,6 +373,7 @@ class FakeLauncher(Launcher):
         config = rank.spec.get("config") or {}
         self.steps = config.get("training", {}).get("steps", self.steps)
         self.hash_steps = bool(config.get("training", {}).get("state_hash_every"))
+        self.fingerprints = str(config.get("ft", {}).get("integrity_every", "0")) != "0"
         ckpt = config.get("checkpoint", {})
         self.checkpoint_interval = ckpt.get("interval", 0) if ckpt.get("enable") else 0
         self.ranks.append(rank)

@@ -130,6 +130,8 @@ class _Staging:
         self.mvs = [memview(v) for v in views]
         self.crcs: Dict[str, Dict[int, int]] = {}
         self.crc_future: Dict[str, Future] = {}
+        # Staged on a receiver's request from an offer (see ShardedTransport.offer), not by send_checkpoint.
+        self.on_demand = False
 
     def chunk_views(self, cid: int) -> List[memoryview]:
         return [self.mvs[i][off : off + n] for i, off, n in self.header.chunks[cid]]
@@ -246,6 +248,10 @@ class ShardedTransport(CheckpointTransport[T]):
         self._session_ids = itertools.count(1)
         self._closed = False
         self._crc_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="mft-crc")
+        # (step, state_dict) this rank holds and serves on request until its next disallow.
+        self._offer: Optional[tuple] = None
+        # What the last recv_checkpoint fetched from whom (receive_report).
+        self._last_receive: Dict[str, Any] = {}
 
         self._listener = listen(bind_host)
         self._port = self._listener.getsockname()[1]
@@ -285,9 +291,51 @@ class ShardedTransport(CheckpointTransport[T]):
             dst_ranks,
         )
 
+    def offer(self, step: int, state_dict: Callable[[], T]) -> None:
+        """This rank holds the committed state of ``step`` until its next ``disallow_checkpoint``.
+
+        TorchFT makes one healthy peer the source of a healing rank and has only that one
+        stage its state. When a chunk from it fails its checksum, the receiver asks another
+        healthy peer (``fallback_metadata``); that peer serves the state it offered here,
+        staged from ``state_dict()`` when the request comes. Only such a request is served from
+        an offer: one to TorchFT's source waits for what ``send_checkpoint`` stages. Offer it only while the state
+        cannot change: from the step's quorum to its commit vote (TorchFT's Manager calls
+        ``disallow_checkpoint`` at every ``should_commit``, which withdraws the offer; staging
+        and withdrawing take the same lock, so no request is served a state being stepped).
+        """
+        with self._cond:
+            self._offer = (step, state_dict)
+            self._cond.notify_all()
+
+    def _stage_offer(self, step: int) -> None:
+        """Under ``_cond``: stage the offered state for a receiver asking for ``step``, if it is that step's."""
+        offer = self._offer
+        if offer is None or offer[0] != step or self._closed:
+            return
+        self._offer = None
+        self._gen += 1
+        header, views = build_header(offer[1](), step, self._gen, self._chunk_size)
+        header.mooncake = self._backend.expose(views)
+        staging = _Staging(header, views)
+        staging.on_demand = True
+        self._staged, self._allowed = staging, True
+        logger.info("staged step=%d on a receiver's request (offered): %d chunks", step, len(header.chunks))
+
+    def set_test_fault(self, fault: Dict[str, Any]) -> None:
+        """A test hook: damage what this transport serves from now on. ``corrupt_chunk``: flip a
+        byte of that chunk in flight (the checksum sent with it stays the true one);
+        ``sent_only``: only in what ``send_checkpoint`` staged, not in an offer served on request."""
+        self._fault = dict(fault)
+
+    def receive_report(self) -> Dict[str, Any]:
+        """What the last ``recv_checkpoint`` fetched: chunks in all, from each peer in the order
+        asked, how many were fetched again elsewhere after a failure there, and the failures."""
+        return dict(self._last_receive)
+
     def disallow_checkpoint(self) -> None:
         """Stops serving: drains readers (up to drain_timeout), then cuts the rest off."""
         with self._cond:
+            self._offer = None
             if not self._allowed:
                 return
             end = time.monotonic() + self._drain.total_seconds()
@@ -390,6 +438,11 @@ class ShardedTransport(CheckpointTransport[T]):
             # whenever the receiver's request overtakes the sender's disallow_checkpoint).
             # Only a newer step staged means the request can never be served: stale.
             while not self._closed and not (self._allowed and self._staged is not None and self._staged.header.step >= step):
+                if req.get("fallback"):
+                    # Asked as another healthy peer, not as TorchFT's source: serve the offer.
+                    self._stage_offer(step)
+                if self._allowed and self._staged is not None and self._staged.header.step >= step:
+                    break
                 left = end - time.monotonic()
                 if left <= 0:
                     break
@@ -423,13 +476,13 @@ class ShardedTransport(CheckpointTransport[T]):
 
     def _op_chunks(self, conn: socket.socket, req: Dict[str, Any]) -> None:
         gen, step, algo = req["gen"], req["step"], req["algo"]
-        fault = self._fault
         with self._cond:
             self._busy.add(conn)
         try:
             for cid in req["ids"]:
                 try:
                     with self._hold(gen, step) as st:
+                        fault = {} if self._fault.get("sent_only") and st.on_demand else self._fault
                         if not 0 <= cid < len(st.header.chunks):
                             raise ProtocolError(f"no chunk {cid}")
                         views = st.chunk_views(cid)
@@ -505,9 +558,12 @@ class ShardedTransport(CheckpointTransport[T]):
         failures: List[str] = []
         last: Optional[BaseException] = None
         t0 = time.perf_counter()
-        for peer in peers:
+        self._last_receive = {"step": step, "peers": [], "failures": failures}
+        named = len(parse_metadata(metadata))
+        for i, peer in enumerate(peers):
+            before = len(state.verified)
             try:
-                self._fetch_from(peer, step, deadline, state)
+                self._fetch_from(peer, step, deadline, state, fallback=i >= named)
             except (TransportError, OSError) as e:
                 last = e
                 failures.append(f"{peer}: {e}")
@@ -515,6 +571,8 @@ class ShardedTransport(CheckpointTransport[T]):
                 if isinstance(e, TransferTimeoutError) and deadline.end <= time.monotonic():
                     break
                 continue
+            finally:
+                self._last_receive["peers"].append({"peer": str(peer), "chunks": max(0, len(state.verified) - before)})
             if state.complete():
                 h = state.header
                 assert h is not None
@@ -527,6 +585,8 @@ class ShardedTransport(CheckpointTransport[T]):
                     h.total_bytes / max(dt, 1e-9) / 1e9,
                     state.backend,
                 )
+                got = self._last_receive["peers"]
+                self._last_receive.update(chunks=len(h.chunks), refetched=sum(p["chunks"] for p in got[1:]))
                 return self._assemble(state)
         if len(failures) == 1 and last is not None:
             raise last
@@ -535,7 +595,9 @@ class ShardedTransport(CheckpointTransport[T]):
             raise TransferTimeoutError(msg)
         raise AllPeersFailedError(msg)
 
-    def _fetch_from(self, peer: Peer, step: int, deadline: Deadline, state: "_RecvState") -> None:
+    def _fetch_from(self, peer: Peer, step: int, deadline: Deadline, state: "_RecvState", fallback: bool = False) -> None:
+        """Fetch what ``state`` still misses from ``peer`` (``fallback``: a peer of fallback_metadata,
+        not one TorchFT named: it serves what it offered, see :meth:`offer`)."""
         ctl = connect(peer, deadline, f"connecting to {peer}")
         try:
             want_mc = not isinstance(self._backend, TCPBackend)
@@ -547,6 +609,7 @@ class ShardedTransport(CheckpointTransport[T]):
                     "timeout": deadline.remaining("requesting the header"),
                     "checksums": ck.PREFERRED,
                     "backend": "mooncake" if want_mc else "tcp",
+                    "fallback": fallback,
                 },
             )
             rep = recv_msg(ctl, deadline, f"waiting for the header of step {step} from {peer}")

@@ -5,6 +5,8 @@
 - The newest step damaged, then every rank killed: the job resumes from the older step
   (truncation and a same-size rewrite caught by the manifest; a shard the manifest vouches
   for that fails to load anyway), and the damaged copies are quarantined on disk.
+- The drills' ``ckpt_corrupt`` rewrite on every group's newest step, every rank killed: the
+  manifest's checksum catches one copy, the state fingerprint the other (its manifest rewritten).
 - Every kept step damaged and every rank killed: one line, a non-zero exit, no crash loop.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
 import subprocess
@@ -20,9 +23,10 @@ import time
 
 import pytest
 
+from chaos.kinds.ckpt_corrupt import damage_step
 from monarch_ft.controller.loop import request_finish
 from monarch_ft.records.layout import RunLayout
-from monarch_ft.records.manifest import complete_steps, file_checksum, step_dir, write_manifest
+from monarch_ft.records.manifest import complete_steps, file_checksum, step_dir, verify_step, write_manifest
 from monarch_ft.testing.jobs import FAST, NO_STANDBY, REPO, console, finish_job, read_jsonl, start_job, wait_for
 
 pytestmark = pytest.mark.slow
@@ -212,6 +216,47 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_step(run_dir):
     pattern = rf"(step-{damaged2}(\.\d+)?)\.reason\.json"
     names = [(f, m.group(1)) for f in folders for n in os.listdir(os.path.join(f, "quarantine")) if (m := re.fullmatch(pattern, n))]
     assert any(reason(f, name)["reason"].startswith("failed to load:") for f, name in names), names
+    assert "Traceback" not in console(run_dir)
+
+
+def test_ckpt_corrupt_on_every_group_is_caught_by_the_manifest_and_the_fingerprint(run_dir):
+    """The drills' ``ckpt_corrupt`` rewrite (other bytes, the same size and time) on every group's
+    newest step, then every rank killed. Group 1's copy fails its checksum; group 0's manifest
+    was rewritten to match the new bytes, so only its state fingerprint tells: the copy loads
+    (torch.load checks no checksum) but is not the state the replicas agreed on. Neither is
+    loaded for good; the job resumes from the older step, with the replicas' weights."""
+    groups = 2
+    proc = start_job(run_dir, *FAST, f"ft.replica_groups={groups}", "ft.ranks_per_group=1", "training.steps=100000", *CKPT, "checkpoint.keep_latest_k=3")
+    folders = _folders(run_dir, groups)
+    wait_for(lambda: all(complete_steps(f) and max(complete_steps(f)) >= 10 for f in folders), 180, "both groups to save step 10")
+    rng = random.Random(0)
+
+    def damage(path, g):
+        damage_step(path, "rewrite", rng)
+        if g == 0:
+            _reseal(path)
+
+    killed, damaged, older = _stop_damage_kill(run_dir, groups, damage)
+    assert verify_step(step_dir(folders[0], damaged)) is None, "the resealed copy passes its manifest's checksums"
+    commits = lambda: [m for m in read_jsonl(run_dir / "metrics.jsonl") if m.get("committed")]
+    together = lambda: [m for m in commits() if m["time"] > killed and sorted(m.get("participating_groups") or []) == [0, 1]]
+    wait_for(together, 240, "both groups back in one quorum")
+    request_finish(str(run_dir), max(m["step"] for m in commits()) + 5)
+    assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-4000:]
+
+    events = read_jsonl(run_dir / "events.jsonl")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["weights_consistent"] is True and summary["step_regressions"] == []
+    quarantined = [e for e in _after(events, "checkpoint_quarantined", killed) if e["step"] == damaged]
+    assert any(e["group"] == 1 and "does not match its checksum" in e["problem"] for e in quarantined), quarantined
+    # Group 0's copy passed its manifest, so it was chosen and copied where group 1's had been set
+    # aside; the rank that loaded it told by its fingerprint, and that copy went aside too.
+    load_failed = _after(events, "checkpoint_load_failed", killed)
+    assert load_failed and all("not the one its manifest vouches for" in e["error"] for e in load_failed), load_failed
+    assert any(e["problem"].startswith("failed to load: StateMismatch") for e in quarantined), quarantined
+    # Nothing loaded for good but the older step (the group that failed the load then healed from its peer).
+    assert {e["step"] for e in _after(events, "checkpoint_loaded", killed)} == {older}
+    assert [e for e in _after(events, "state_source", killed) if e["source"] == "disk"][-1]["step"] == older
     assert "Traceback" not in console(run_dir)
 
 

@@ -99,16 +99,17 @@ def test_grad_sync_averages_every_shard_in_one_collective_and_names_the_groups_c
     objects = [[p.grad for p in ps] for ps in groups]
     fake = FakeAllreduce(3, participating)
     members: dict[int, list[int]] = {}
+    vetoes: dict[int, list[int]] = {}
 
     def run(g):
-        members[g] = GradSync(groups[g], num_groups=3, group=g).sync(fake.for_group(g))
+        members[g], vetoes[g] = GradSync(groups[g], num_groups=3, group=g).sync(fake.for_group(g))
 
     threads = [threading.Thread(target=run, args=(g,)) for g in range(3)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert members == dict.fromkeys(range(3), sorted(participating))
+    assert members == dict.fromkeys(range(3), sorted(participating)) and vetoes == dict.fromkeys(range(3), [])
     for i in range(3):
         expected = sum(grads_before[g][i] for g in participating) / len(participating)
         for g in range(3):

@@ -171,6 +171,36 @@ def test_a_checkpoint_that_fails_to_load_is_quarantined_and_its_relaunch_not_cha
     assert [g.restarts for g in job.state.groups] == [1, 1]
 
 
+# ---------------------------------------------------------------- silent data corruption (controller.integrity)
+def test_a_corrupt_replica_of_three_is_failed_and_heals_from_the_majority(tmp_path, world):
+    job = Job(tmp_path, world, ft__replica_groups=3, training__steps=40)
+    job.launcher.script(2, 0, Script(corrupt_from_step=20))
+    assert job.run() == 0
+    (sdc,) = job.events("sdc_detected")
+    assert (sdc["group"], sdc["attempt"], sdc["step"], sdc["state_step"], sdc["action"]) == (2, 0, 20, 21, "fail_group")
+    assert sdc["majority"] == [0, 1] and sdc["tensors"] == ["#1"] and sdc["trusted_step"] == 20
+    # Through the planner as any failed group: a standby takes its place and heals from a peer.
+    assert [e["reason"] for e in job.events("group_failed", group=2)] == ["corrupt"]
+    assert job.paths() == [(2, "standby")] and not job.events("full_restart")
+    assert (2, 0) in job.state.integrity.condemned and job.state.integrity.last_agreed[2] >= 21
+    assert [g.status for g in job.state.groups] == [GroupStatus.DONE] * 3
+
+
+def test_two_replicas_that_disagree_roll_the_job_back_to_their_last_agreed_checkpoint(tmp_path, world):
+    job = Job(tmp_path, world, checkpoint__enable=True, checkpoint__interval=10, training__steps=50)
+    job.launcher.script(1, 0, Script(corrupt_from_step=25))
+    assert job.run() == 0
+    (sdc,) = job.events("sdc_detected")
+    assert (sdc["groups"], sdc["action"], sdc["trusted_step"]) == ([0, 1], "rollback", 25)
+    # The planner's FullRestart, from no checkpoint newer than the step the replicas last agreed on.
+    (full,) = job.events("full_restart")
+    assert (full["reason"], full["resume_step"], full["failed_group"]) == ("replicas_diverged", 20, None)
+    (rollback,) = job.events("job_rollback")
+    assert (rollback["reason"], rollback["to_step"]) == ("replicas_diverged", 20)
+    assert not job.events("group_failed") and [g.attempt for g in job.state.groups] == [1, 1]
+    assert job.state.integrity.start_step == 25 and job.sup.summary()["job_step"] == 50
+
+
 def test_a_job_wide_stall_is_escalated_to_a_full_restart(tmp_path, world):
     job = Job(
         tmp_path,

@@ -177,3 +177,32 @@ def test_batch_accounting_keeps_committed_windows_and_drops_a_dead_groups_tail(m
     assert acc["kept"][0] == expected_kept
     tail = [d for d in acc["discarded"] if d["group"] == 1]
     assert tail == [{"group": 1, "attempt": 0, "steps": 1, "time": 3.0, "tail": True}] if mode == "diloco" else tail == []
+
+
+def test_a_bitflip_is_detected_at_the_controller_s_verdict_with_its_steps():
+    """bitflip on group 1 lands at its step 10, the vote blames it at step 11 (the fault's
+    detection, and the step it was caught at), it is relaunched and back at step 19."""
+    metrics = _before() + commits(0, range(10, 19), 101.0, [0]) + commits(0, range(19, 25), 110.0, [0, 1], state_hash="h")
+    metrics += commits(1, [10], 100.5, [0, 1]) + commits(1, range(19, 25), 110.0, [0, 1], attempt=1, state_hash="h")
+    events = [
+        ev("bitflip_injected", T0 + 0.2, group=1, rank=0, attempt=0, step=10),
+        ev("sdc_detected", T0 + 1.5, group=1, attempt=0, step=11, action="fail_group"),
+        ev("group_failed", T0 + 1.55, group=1, attempt=0, reason="corrupt"),
+        ev("group_launched", T0 + 2.0, group=1, attempt=1),
+        ev("model_ready", T0 + 8.0, group=1, rank=0, attempt=1),
+        ev("model_ready", T0 + 8.5, group=1, rank=1, attempt=1),
+        ev("weights_recovered", T0 + 9.5, group=1, rank=0, attempt=1, bytes=10, src_group=0),
+        ev("weights_recovered", T0 + 9.6, group=1, rank=1, attempt=1, bytes=10, src_group=0),
+    ]
+    a = analyze(fault("bitflip", step=9), events, metrics)
+    assert a["phases"]["detected"] == 1.5 and a["phases"]["replacement_up"] == 8.5 and a["phases"]["weights_recovered"] == 9.6
+    assert a["phases"]["back_in_quorum"] == 10.0 and a["recovered"] and a["weights_consistent"] is True
+    assert (a["hit_step"], a["detected_step"], a["detection_latency_steps"]) == (10, 11, 1)
+
+
+def test_a_recorded_integrity_rollback_is_not_a_step_going_back():
+    metrics = commits(0, range(0, 14), 0.0, [0, 1]) + commits(0, range(10, 16), 20.0, [0, 1], attempt=1)
+    for m in metrics:
+        m["quorum_id"] = 1 if m["attempt"] == 0 else 2
+    assert not steps_never_go_back(metrics)
+    assert steps_never_go_back(metrics, [{"event": "job_rollback", "time": 15.0, "to_step": 10, "reason": "replicas_diverged"}])

@@ -103,6 +103,17 @@ def test_full_restart_mode_and_a_stall_restart_every_group():
     assert isinstance(planner().reschedule(state, 1, charged=True, now=10.0), Relaunch)
 
 
+def test_replicas_that_diverged_restart_every_group_from_no_newer_than_their_last_agreed_step():
+    state = job(GroupStatus.RUNNING, GroupStatus.RUNNING)
+    failure = Failure(FailureKind.DIVERGED, at_most=25)
+    action = planner().decide(state, failure, 10.0, ready_standbys=[0])
+    assert isinstance(action, FullRestart) and action.trigger == "replicas_diverged" and action.at_most == 25 and action.failed_group is None
+    assert "step 25" in action.reason and not planner().needs_disk(state, failure)
+    # A corrupt or suspect group is an ordinary group failure: it heals from a live peer.
+    assert isinstance(planner().decide(state, Failure(FailureKind.CORRUPT, 1), 10.0, ready_standbys=[0]), Promote)
+    assert isinstance(planner().decide(state, Failure(FailureKind.SUSPECT, 1), 10.0), Relaunch)
+
+
 def test_how_a_relaunch_starts():
     state = job(GroupStatus.WAITING, GroupStatus.RUNNING)
     state.groups[0].attempt = 1

@@ -11,6 +11,7 @@ import pytest
 from monarch_ft.controller.checkpoints import Recovered
 from monarch_ft.controller.fork_pool import ForkPoolState
 from monarch_ft.controller.hangs import StepTimeLearner
+from monarch_ft.controller.integrity import IntegrityState, Print, Round, RoundKey
 from monarch_ft.controller.ledger import CommitLedger
 from monarch_ft.controller.snapshot import LIVE, OWN, from_record, not_saved, to_record, unset_fields
 from monarch_ft.controller.standby_pool import StandbyPoolState, UnreadyClock
@@ -97,6 +98,18 @@ def populated() -> JobState:
         lighthouse=LighthouseState("http://h:29510", 29510, 2, 11, "111", 12, "222", LighthouseOutage(70.0, 69.0, 40)),
         unloadable={30: "failed to load"},
         recovered=Recovered(20, {"/r/checkpoint/group_0": "/r/checkpoint/group_0/step-20"}, [{"step": 30}], [{"step": 20, "error": "ENOSPC"}]),
+        integrity=IntegrityState(
+            rounds={RoundKey(40, False, 7): Round(RoundKey(40, False, 7), 39, {0, 1}, {(0, 0): Print(0, 0, 2, "ab" * 8, "12345678")})},
+            last_agreed={0: 36, 1: 36},
+            agreed={36: {0: "cd" * 8}},
+            names={0: ["model.a", "optim.a.exp_avg"]},
+            condemned={(1, 1)},
+            attempts={0: 2, 1: 2},
+            streak={(0, 2): 1},
+            start_step=20,
+            ratios=[0.02, 0.03],
+            decided=True,
+        ),
         standby=StandbyPoolState(launched=3, promoted=1, lost=1, failed_builds=1, ready_s=[4.5], clock=UnreadyClock(1, 12.0, 2, 80.0)),
         forks=ForkPoolState(starts={"localhost": 2}, failed_starts={"localhost": 1}),
         nodes=NodePool(
@@ -128,6 +141,10 @@ def test_a_fully_populated_state_round_trips_through_json():
     assert isinstance(back.standby.clock, UnreadyClock) and isinstance(back.lighthouse.outage, LighthouseOutage)
     assert isinstance(back.recovered, Recovered) and back.groups[0].ranks[0].launch == state.groups[0].ranks[0].launch
     assert isinstance(back.nodes.excluded["n1"], Exclusion) and back.nodes.excluded["n1"].reason is ExclusionReason.RANKS_LOST
+    # The integrity checks' rounds keyed by their RoundKey, their prints by (group, rank): a takeover goes on with them.
+    rnd = back.integrity.rounds[RoundKey(40, False, 7)]
+    assert rnd.key == RoundKey(40, False, 7) and rnd.members == {0, 1} and isinstance(rnd.prints[(0, 0)], Print)
+    assert back.integrity.condemned == {(1, 1)} and back.integrity.streak == {(0, 2): 1} and back.integrity.agreed == {36: {0: "cd" * 8}}
 
 
 def test_what_a_snapshot_leaves_out_is_declared_and_comes_back_as_its_default():

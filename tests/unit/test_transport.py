@@ -207,6 +207,44 @@ def test_bad_chunk_detected_then_retried_from_healthy_peer(transports, fault, er
     assert_same(sd, got)
 
 
+def test_a_bad_chunk_is_fetched_again_from_a_peer_that_only_offered_its_state(transports):
+    """TorchFT stages the state on one source only; another healthy peer that offered the same
+    step serves it when asked (staged then), and the receive reports who served which chunks.
+    An offer serves only its own step, and is withdrawn at the next disallow_checkpoint."""
+    sd = {"user": {"w": torch.randn(20000), "v": torch.randn(3000)}, "torchft": {"step": 9}}
+    source = transports(chunk_size=1 << 14)
+    source.set_test_fault({"corrupt_chunk": 1, "sent_only": True})
+    other = transports(chunk_size=1 << 14)
+    source.send_checkpoint([1], 9, sd, T)
+    built = []
+    other.offer(9, lambda: built.append(1) or sd)
+    dst = transports(fallback_metadata=lambda src, step: [other.metadata()])
+    assert_same(sd, dst.recv_checkpoint(0, source.metadata(), 9, T))
+    report = dst.receive_report()
+    assert built == [1], "the offered state is built when a receiver asks, once"
+    assert report["refetched"] >= 1 and report["chunks"] == sum(p["chunks"] for p in report["peers"])
+    assert [p["peer"] for p in report["peers"]] == [source.metadata(), other.metadata()] and report["peers"][1]["chunks"] == report["refetched"]
+    assert "checksum mismatch in chunk 1" in report["failures"][0]
+    # The hook damages only what send_checkpoint staged: the offered copy served clean above.
+    # An offer serves its own step only, and only a receiver asking it as a fallback peer (the
+    # named source, here one already past that step, answers stale); a withdrawn offer nothing.
+    newer = transports(chunk_size=1 << 14)
+    newer.send_checkpoint([1], 11, sd, T)
+    other.disallow_checkpoint()
+    other.offer(10, lambda: sd)
+    asking = transports(fallback_metadata=[other.metadata()])
+    with pytest.raises(TransferTimeoutError):
+        asking.recv_checkpoint(0, newer.metadata(), 9, timedelta(seconds=1))
+    with pytest.raises(TransferTimeoutError):
+        transports().recv_checkpoint(0, other.metadata(), 10, timedelta(seconds=1))
+    assert_same(sd, asking.recv_checkpoint(0, newer.metadata(), 10, T))
+    other.disallow_checkpoint()
+    other.offer(10, lambda: sd)
+    other.disallow_checkpoint()
+    with pytest.raises(TransferTimeoutError):
+        asking.recv_checkpoint(0, newer.metadata(), 10, timedelta(seconds=1))
+
+
 def test_all_peers_bad_names_each(transports):
     sd = {"user": {"w": torch.randn(10000)}, "torchft": {"step": 9}}
     a, b = transports(_fault={"corrupt_chunk": 0}), transports(_fault={"truncate_chunk": 0})

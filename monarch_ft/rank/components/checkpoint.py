@@ -92,7 +92,7 @@ def _owned(name: str, rank: int) -> bool:
     return name.startswith(f"__{rank}_") or (rank == 0 and not name.startswith("__"))
 
 
-def seal_step(path: str, step: int, metadata: Any) -> None:
+def seal_step(path: str, step: int, metadata: Any, fingerprint: Optional[str] = None) -> None:
     """Write ``path``'s manifest once DCP has saved it: the step is complete from then on.
 
     A collective over the group's process group (the one DCP saved over), on every rank:
@@ -107,6 +107,8 @@ def seal_step(path: str, step: int, metadata: Any) -> None:
         step: its step.
         metadata: what ``dcp.save`` returned (every rank gets the global one): its storage
             entries name every file of the step.
+        fingerprint: this rank's digest of the state it saved (rank.components.integrity),
+            gathered into the manifest per rank; None: none.
     """
     import torch.distributed as dist
 
@@ -115,7 +117,7 @@ def seal_step(path: str, step: int, metadata: Any) -> None:
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     local: Any
     try:
-        local = {name: file_checksum(os.path.join(path, name)) for name in expected if _owned(name, rank)}
+        local = ({name: file_checksum(os.path.join(path, name)) for name in expected if _owned(name, rank)}, fingerprint)
     except OSError as e:
         local = e
     parts: list[Any] = [local]
@@ -129,11 +131,14 @@ def seal_step(path: str, step: int, metadata: Any) -> None:
             if errors:
                 raise errors[0]
             files: dict[str, tuple[int, str]] = {}
-            for part in parts:
+            fingerprints: dict[int, str] = {}
+            for r, (part, digest) in enumerate(parts):
                 files.update(part)
+                if digest is not None:
+                    fingerprints[r] = digest
             for name in expected - set(files):
                 files[name] = file_checksum(os.path.join(path, name))
-            write_manifest(path, build_manifest(step, files))
+            write_manifest(path, build_manifest(step, files, fingerprints if len(fingerprints) == len(parts) else None))
         except OSError as e:
             outcome = e
     if distributed:
@@ -266,7 +271,10 @@ def _sealed_manager() -> type:
         :func:`build_checkpointer` configures): an async save's files are not written yet
         when ``dcp_save`` returns. The save itself is TorchTitan's synchronous DCP path
         (``dcp.save`` of the state to the step directory, then its GC), with the writer
-        above."""
+        above. ``fingerprint``: returns this rank's digest of the state being saved
+        (rank.components.integrity), sealed into the manifest; None: none."""
+
+        fingerprint: Optional[Callable[[], str]] = None
 
         def dcp_save(self, state_dict, checkpoint_id, async_mode, enable_garbage_collection=False, to_hf=False):
             if async_mode != AsyncMode.DISABLED or to_hf:
@@ -280,7 +288,9 @@ def _sealed_manager() -> type:
                 except FileNotFoundError:
                     pass
             metadata = dcp.save(state_dict, storage_writer=StorageErrorWriter(checkpoint_id))
-            seal_step(checkpoint_id, step, metadata)
+            # The state is the one just written: nothing steps between the save and the seal.
+            fingerprint = self.fingerprint() if self.fingerprint is not None else None
+            seal_step(checkpoint_id, step, metadata, fingerprint)
             if enable_garbage_collection:
                 GarbageCollection.collect("GC collection invoked by checkpointer.")
             return metadata
@@ -298,7 +308,10 @@ def _sealed_manager() -> type:
     return _SEALED
 
 
-def build_checkpointer(cfg: CheckpointConfig, run_dir: str, group: int, model, optimizers, lr_schedulers, states: dict, seed: int):
+def build_checkpointer(
+    cfg: CheckpointConfig, run_dir: str, group: int, model, optimizers, lr_schedulers, states: dict, seed: int, fingerprint: Optional[Callable[[], str]] = None
+):
+    """TorchTitan's CheckpointManager, sealing each save (``fingerprint``: see SealedCheckpointManager)."""
     from torchtitan.config.job_config import Checkpoint
 
     tt_cfg = Checkpoint(
@@ -311,7 +324,7 @@ def build_checkpointer(cfg: CheckpointConfig, run_dir: str, group: int, model, o
         last_save_model_only=False,
         enable_ft_dataloader_checkpoints=False,
     )
-    return _sealed_manager()(
+    manager = _sealed_manager()(
         dataloader=DataCursor(seed),
         model_parts=[model],
         optimizers=optimizers,
@@ -322,3 +335,5 @@ def build_checkpointer(cfg: CheckpointConfig, run_dir: str, group: int, model, o
         base_folder=os.path.join(run_dir, cfg.folder),
         ft_manager=None,
     )
+    manager.fingerprint = fingerprint
+    return manager

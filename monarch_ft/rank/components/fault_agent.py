@@ -12,6 +12,10 @@ it at its next cross-group allreduce:
 Either way TorchFT must discard the step (should_commit is False) and reconfigure
 the process group on the next quorum, with no process restarted.
 
+A bit flip (chaos ``bitflip``) is a request file too, taken at the top of the rank's next
+step: one bit of one element of its live model or optimizer state, flipped in place, and
+nothing else (no crash, no signal): finding it is the integrity checks' job.
+
 One process fault also needs the rank's help: a ``hang`` with ``mode: gil``. On
 :data:`GIL_HANG_SIGNAL` the rank sleeps in a C call that keeps the GIL (``ctypes.PyDLL``
 does not release it), so no Python thread of it runs again: not its liveness thread,
@@ -28,6 +32,7 @@ import threading
 import time
 from typing import Callable
 
+from monarch_ft.rank.components.integrity import flip_bit, named_tensors
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.faults import GIL_HANG_SIGNAL
 from monarch_ft.records.layout import RunLayout, read_json
@@ -63,6 +68,8 @@ class FaultAgent:
     def __init__(self, layout: RunLayout, group: int, rank: int, report: Callable[..., None], gil_signal: bool = True) -> None:
         self.path = layout.collective_fault(group, rank)
         self.save_path = layout.slow_save(group, rank)
+        self.bitflip_path = layout.bitflip(group, rank)
+        self.transfer_path = layout.transfer_fault(group, rank)
         self._report = report
         if gil_signal and threading.current_thread() is threading.main_thread():
             signal.signal(GIL_HANG_SIGNAL, self._gil_hang)
@@ -71,6 +78,22 @@ class FaultAgent:
         # Nothing reported first: the handler may interrupt the main thread inside the
         # reporter's lock, and the fault's time is the injector's anyway.
         sleep_holding_the_gil(3600)
+
+    def before_step(self, step: int, state: Callable[[], dict], ft) -> None:
+        """At the top of a step: a drill's bit flip into this rank's live state (chaos
+        ``bitflip``; ``state`` returns the live model and optimizer tensors, flipped in place),
+        and a test's request to damage what this rank's transport sends (``ft``: its FTParts)."""
+        request = _take(self.bitflip_path)
+        if request is not None:
+            try:
+                done = flip_bit(named_tensors(state()), request["tensor"], str(request["bit"]), int(request["seed"]))
+            except ValueError as e:
+                done = {"error": str(e)}  # reported, not raised: a drill's typo must not kill a replica
+            self._report(EventKind.BITFLIP_INJECTED, step=step, requested_at=request["requested_at"], **done)
+        request = _take(self.transfer_path)
+        if request is not None:
+            armed = ft.arm_transfer_fault({k: v for k, v in request.items() if k != "requested_at"})
+            self._report(EventKind.TRANSFER_FAULT_ARMED, step=step, armed=armed, chunk=request.get("corrupt_chunk"), requested_at=request["requested_at"])
 
     def before_allreduce(self, ft) -> None:
         """``ft``: the rank's FTParts (its step, and the cross-group process group to abort)."""

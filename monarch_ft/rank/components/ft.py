@@ -13,7 +13,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -22,7 +22,7 @@ from torchft.checkpointing import CheckpointTransport
 
 from monarch_ft.config.ft import FTConfig
 from monarch_ft.rank.components.lighthouse_epoch import LighthouseEpoch, quorum_retries
-from monarch_ft.rank.components.torchft_compat import offset_quorum_ids
+from monarch_ft.rank.components.torchft_compat import manager_state_dict, offset_quorum_ids
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.layout import read_int
 
@@ -139,6 +139,9 @@ class RecordingTransport(CheckpointTransport):
         except Exception as e:
             self._report(EventKind.RECOVERY_FAILED, src_replica_rank=src_rank, src=metadata, step=step, error=str(e)[:500])
             raise
+        # Which peers served it, and how many chunks were fetched again from another after a
+        # failed checksum (the sharded transport; {} for others).
+        received = self.inner.receive_report() if hasattr(self.inner, "receive_report") else {}
         self._report(
             EventKind.WEIGHTS_RECOVERED,
             src_replica_rank=src_rank,
@@ -147,8 +150,21 @@ class RecordingTransport(CheckpointTransport):
             bytes=tensor_bytes(state),
             seconds=time.time() - start,
             started=start,
+            **{k: received[k] for k in ("chunks", "refetched", "peers", "failures") if k in received},
         )
         return state
+
+    def offer(self, step: int, state_dict: Callable[[], Any]) -> None:
+        """See ShardedTransport.offer (a transport without it serves only what TorchFT staged)."""
+        if hasattr(self.inner, "offer"):
+            self.inner.offer(step, state_dict)
+
+    def set_test_fault(self, fault: dict) -> bool:
+        """See ShardedTransport.set_test_fault; False for a transport without the hook."""
+        if not hasattr(self.inner, "set_test_fault"):
+            return False
+        self.inner.set_test_fault(fault)
+        return True
 
     def shutdown(self, wait: bool = True) -> None:
         self.inner.shutdown(wait=wait)
@@ -164,14 +180,18 @@ def tensor_bytes(obj: Any) -> int:
     return 0
 
 
-def build_transport(cfg: FTConfig, timeout: timedelta, lighthouse_addr: str, report: Callable[..., None]) -> CheckpointTransport:
+def build_transport(
+    cfg: FTConfig, timeout: timedelta, lighthouse_addr: str, report: Callable[..., None], fallback_peers: Optional[Callable[[int, int], List[str]]] = None
+) -> CheckpointTransport:
     """The checkpoint transport a restarted group heals through (``ft.transport``).
 
     ``sharded`` (ours) binds and advertises the address that
     :mod:`monarch_ft.transport.interface` picks (``ft.transport_interface``, else the
     RDMA port's interface, else the route to the Lighthouse); the choice and why are
     logged and reported as a ``transport_interface`` event. ``http`` is TorchFT's
-    HTTPTransport (it advertises the host name). TorchFT's PGTransport over the
+    HTTPTransport (it advertises the host name). ``fallback_peers(src_rank, step)``: the
+    addresses of the other healthy peers a sharded receive fetches a chunk from again when one
+    fails its checksum. TorchFT's PGTransport over the
     Manager's own gloo process group timed out on every receive here (torchft 0.2.0),
     so ``pg`` is refused up front by config validation; it is measured in
     benchmarks/transport_bench.py over a dedicated process group.
@@ -184,7 +204,7 @@ def build_transport(cfg: FTConfig, timeout: timedelta, lighthouse_addr: str, rep
         choice = resolve(cfg.transport_interface, lighthouse_addr)
         logger.info("checkpoint transport on %s (%s) because: %s", choice.address, choice.interface, choice.why)
         report(EventKind.TRANSPORT_INTERFACE, address=choice.address, interface=choice.interface, why=choice.why)
-        return build_checkpoint_transport("sharded", timeout=timeout, host=choice.address, bind_host=choice.bind)
+        return build_checkpoint_transport("sharded", timeout=timeout, host=choice.address, bind_host=choice.bind, fallback_metadata=fallback_peers)
     if cfg.transport == "http":
         return build_checkpoint_transport("http", timeout=timeout)
     raise ValueError(f"ft.transport={cfg.transport!r}: choose sharded or http")
@@ -285,13 +305,16 @@ class CrossGroup:
     transport: "RecordingTransport"
 
 
-def build_cross_group(cfg: FTConfig, *, lighthouse_addr: str, report: Callable[..., None], backend: str) -> CrossGroup:
-    """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/common/devices.py)."""
+def build_cross_group(
+    cfg: FTConfig, *, lighthouse_addr: str, report: Callable[..., None], backend: str, fallback_peers: Optional[Callable[[int, int], List[str]]] = None
+) -> CrossGroup:
+    """``backend``: ``nccl`` or ``gloo`` for the cross-group process group (see monarch_ft/common/devices.py);
+    ``fallback_peers``: see build_transport."""
     from torchft.process_group import ProcessGroupGloo, ProcessGroupNCCL
 
     timeout = timedelta(seconds=cfg.timeout_s)
     pg = _recording(ProcessGroupNCCL if backend == "nccl" else ProcessGroupGloo)(timeout=timeout)
-    transport = RecordingTransport(build_transport(cfg, timeout, lighthouse_addr, report), report)
+    transport = RecordingTransport(build_transport(cfg, timeout, lighthouse_addr, report, fallback_peers), report)
     return CrossGroup(pg, transport)
 
 
@@ -323,6 +346,18 @@ class FTParts:
 
     def current_step(self) -> int:
         return self.manager.current_step()
+
+    def offer_state(self) -> None:
+        """Offer this rank's committed state to a healing peer whose chunk from TorchFT's
+        chosen source failed its checksum (RecordingTransport.offer). Called after the step's
+        quorum began and before its commit vote, while the state cannot change; the Manager's
+        step is the committed state's step."""
+        manager = self.manager
+        self.cross.transport.offer(manager.current_step(), lambda: manager_state_dict(manager))
+
+    def arm_transfer_fault(self, fault: dict) -> bool:
+        """A test hook: damage what this rank's transport sends from now on (ShardedTransport.set_test_fault)."""
+        return self.cross.transport.set_test_fault(fault)
 
 
 def build_manager(
@@ -384,16 +419,21 @@ def build_manager(
 class GradSync:
     """Averages the local gradient shards across participating groups in one collective.
 
-    One flat buffer per step (not one collective per parameter), with a one-hot slot
-    per group appended: after the average, the slots that are non-zero name exactly
-    the groups whose gradients were counted this step.
+    One flat buffer per step (not one collective per parameter), with two slots per group
+    appended: a one-hot slot, so that after the average the slots that are non-zero name
+    exactly the groups whose gradients were counted this step; and a veto slot, raised by a
+    group whose own gradient failed its check (rank.components.integrity.GradGuard). A group
+    that vetoes sends zeros instead of its gradient, and every group learns of the veto from
+    the same collective, so every one can vote against the commit: the step is discarded
+    everywhere in this step, not after a collective timeout.
     """
 
     def __init__(self, params: List[nn.Parameter], num_groups: int, group: int) -> None:
         self.params = params
         self.num_groups, self.group = num_groups, group
 
-    def sync(self, manager) -> List[int]:
+    def sync(self, manager, veto: bool = False) -> Tuple[List[int], List[int]]:
+        """Average the shards; returns (groups counted, groups that vetoed)."""
         from torch.distributed.tensor import DTensor
 
         grads = []
@@ -403,15 +443,20 @@ class GradSync:
                 g = torch.zeros_like(p)
                 p.grad = g
             grads.append(g.to_local() if isinstance(g, DTensor) else g)
-        onehot = torch.zeros(self.num_groups, dtype=torch.float32, device=grads[0].device)
-        onehot[self.group] = 1.0
-        flat = torch.cat([g.reshape(-1) for g in grads] + [onehot])
+        n = self.num_groups
+        slots = torch.zeros(2 * n, dtype=torch.float32, device=grads[0].device)
+        slots[self.group] = 1.0
+        if veto:
+            slots[n + self.group] = 1.0
+        flat = torch.cat([g.reshape(-1) for g in grads] + [slots])
+        if veto:
+            flat[: flat.numel() - 2 * n].zero_()  # a suspect gradient is never sent
         manager.allreduce(flat).wait()
         offset = 0
         with torch.no_grad():
             for g in grads:
-                n = g.numel()
-                g.copy_(flat[offset : offset + n].view_as(g))
-                offset += n
-        members = flat[offset:]
-        return [i for i in range(self.num_groups) if members[i].item() > 0]
+                k = g.numel()
+                g.copy_(flat[offset : offset + k].view_as(g))
+                offset += k
+        tail = flat[offset:].tolist()
+        return [i for i in range(n) if tail[i] > 0], [i for i in range(n) if tail[n + i] > 0]

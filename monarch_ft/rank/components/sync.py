@@ -34,7 +34,7 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
@@ -157,14 +157,15 @@ class HSDPSync(SyncStrategy):
         self.grad_sync = GradSync([p for p in self.model.parameters() if p.requires_grad], self.cfg.replica_groups, self.group)
         self._xgroup = 0.0
 
-    def sync_grads(self) -> List[int]:
-        """Average the grad shards across groups; returns the groups counted."""
+    def sync_grads(self, veto: bool = False) -> Tuple[List[int], List[int]]:
+        """Average the grad shards across groups (``veto``: this rank's gradient failed its
+        check, see GradSync); returns the groups counted and the groups that vetoed."""
         quorum_before = self.manager.seconds["quorum"]
         start = time.perf_counter()
-        members = self.grad_sync.sync(self.manager)
+        members, vetoes = self.grad_sync.sync(self.manager, veto)
         # The async quorum is waited for inside the allreduce: that part is quorum time.
         self._xgroup += time.perf_counter() - start - (self.manager.seconds["quorum"] - quorum_before)
-        return members
+        return members, vetoes
 
     def take_timings(self) -> Dict[str, float]:
         out = super().take_timings()

@@ -53,6 +53,8 @@ PRIVATE_SURFACE = (
         "_quorum",
         params=("self", "group_rank", "step", "checkpoint_metadata", "shrink_only", "init_sync", "commit_failures", "timeout"),
     ),
+    # manager_state_dict
+    Private("torchft.manager.Manager", "_manager_state_dict", params=("self",)),
     # local_step, localsgd_sync_in_quorum, diloco_sync_in_quorum
     Private("torchft.local_sgd.LocalSGD", "_local_step", attr_type="int"),
     Private("torchft.local_sgd.LocalSGD", "_perform_sync", params=("self",)),
@@ -110,6 +112,20 @@ def offset_quorum_ids(manager: Any, offset: Callable[[], int]) -> None:
     ids, the same on every rank.
     """
     manager._client = _OffsetQuorumClient(manager._client, offset)
+
+
+def manager_state_dict(manager: Any) -> Dict[str, Any]:
+    """What the Manager sends a healing peer (its own step and counters, and every registered
+    user state dict), built as its ``send_checkpoint`` builds it.
+
+    What torchft lacks: a public accessor for ``_manager_state_dict``; only the peer the
+    Lighthouse names as a healing rank's source stages it, inside ``_async_quorum``.
+
+    Why monarch_ft needs it: when a chunk from that source fails its checksum, the receiver
+    fetches it again from another healthy peer (rank.components.ft.FTParts.offer_state), which
+    must serve exactly what the source serves, in the same layout.
+    """
+    return manager._manager_state_dict()
 
 
 # ---------------------------------------------------------------- LocalSGD and DiLoCo
