@@ -213,7 +213,7 @@ class Supervisor:
             first_number=layout.next_standby_number(),
             state=state.standby,
         )
-        self.relay = ReportRelay(state, self.events, self._metrics, cfg.ft.ranks_per_group)
+        self.relay = ReportRelay(state, self.events, self._metrics, cfg.ft.ranks_per_group, cfg.ft.straggler_window)
         self.recovery = Recovery(cfg, layout, state, self.planner, self.events, self.starter, self.standby, self.warm_forks, self.clock, self._save)
         self.watch = GroupWatch(cfg, layout, state, self.events, self.relay, self.recovery)
 
@@ -375,6 +375,7 @@ class Supervisor:
                 if hang is not None:
                     hangs[g.index] = hang
         self.watch.judge(hangs, now)
+        self.watch.check_stragglers(now)
         self.recovery.write_floor()
         self._lighthouse_recovered()
         self.recovery.open_launch_gates()
@@ -529,6 +530,7 @@ class Supervisor:
         # Standbys belong to this controller (they die with it, see RankStarter.standby): a
         # controller that attaches later builds its own.
         self.standby.stop()
+        self.control.close()  # CPU limits a fault set: lifted, whatever becomes of the job
         if state.status == JobStatus.DETACHED:
             # The job keeps training: leave every rank and the Lighthouse alone. The fork
             # servers are this controller's (their forked ranks live on, adopted by init).

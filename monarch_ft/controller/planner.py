@@ -39,6 +39,7 @@ from monarch_ft.controller.budget import crash_loop, recent_restarts, restart_ba
 from monarch_ft.controller.fork_pool import ServerState, relaunch_path
 from monarch_ft.controller.standby_pool import recovery_path
 from monarch_ft.controller.state import GroupState, JobState
+from monarch_ft.controller.stragglers import Straggler, eviction_pays, loss_rate
 from monarch_ft.records.decisions import JobStateLost, StateDecision, decide_state_source, needs_disk
 from monarch_ft.records.events import GiveUpReason, RecoveryPath, StrEnum
 
@@ -114,6 +115,9 @@ class FailureKind(StrEnum):
     # group's fault, so not charged to its restart budget.
     LOAD_FAILED = "load_failed"
     STALL = "job_stall"  # every stepping group stalled past ft.stall_timeout_s (the job, no group)
+    # ft.straggler=evict: the group is slow, not failed; the controller fails it so a ready
+    # standby takes its place (RecoveryPlanner.on_straggler).
+    STRAGGLER = "straggler"
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,8 @@ class ActionKind(StrEnum):
     STATE_LOST = "state_lost"
     WARM_FORK = "warm_fork"
     COLD_START = "cold_start"
+    EVICT = "evict"
+    KEEP_STRAGGLER = "keep_straggler"
 
 
 @dataclass(frozen=True)
@@ -267,6 +273,29 @@ class ColdStart(RecoveryAction):
     path: ClassVar[Optional[RecoveryPath]] = RecoveryPath.COLD_START
 
 
+@dataclass(frozen=True)
+class Evict(RecoveryAction):
+    """A straggler is failed (``ft.straggler=evict``); the failure's own decision then promotes
+    the ready standby (rule 6). ``loss_s`` the seconds it would cost over the steps left,
+    ``cost_s`` one recovery's."""
+
+    kind: ClassVar[ActionKind] = ActionKind.EVICT
+
+    group: int = -1
+    loss_s: float = 0.0
+    cost_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class KeepStraggler(RecoveryAction):
+    """A straggler stays (``ft.straggler=report``, or evicting it would not pay or could not
+    promote a standby); ``reason`` says which."""
+
+    kind: ClassVar[ActionKind] = ActionKind.KEEP_STRAGGLER
+
+    group: int = -1
+
+
 # ---------------------------------------------------------------- the planner
 class RecoveryPlanner:
     """Decides, never acts (see the module docstring for the rules and their order).
@@ -341,6 +370,52 @@ class RecoveryPlanner:
     def state_lost(self, job: JobState, disk: DiskFact) -> Optional[StateLost]:
         decision = self.state_source(job, (), disk)
         return decision if isinstance(decision, StateLost) else None
+
+    # ------------------------------------------------------------ a slow group
+    def on_straggler(
+        self,
+        job: JobState,
+        straggler: Straggler,
+        now: float,
+        policy: str,
+        ready_standbys: Sequence[int],
+        recovery_s: float,
+        steps_left: int,
+    ) -> Evict | KeepStraggler:
+        """What to do about a group found slower than its peers (controller.stragglers).
+
+        ``evict`` only when every one of these holds (else the straggler is kept, and why):
+        the policy is ``evict``; a standby is ready (without one, a relaunch on the same host
+        would cost a cold start and come back as slow); the group's restart budget allows one
+        more relaunch (an eviction must never give a group up); and the time it costs,
+        ``loss_rate x steps_left``, exceeds one recovery, ``recovery_s``
+        (controller.stragglers.eviction_pays).
+
+        Args:
+            job: the job's state.
+            straggler: the verdict.
+            now: the time of the decision.
+            policy: ``ft.straggler`` (report or evict).
+            ready_standbys: the ready standbys' numbers.
+            recovery_s: one recovery's cost in seconds.
+            steps_left: steps the job still has to train.
+        """
+        g = job.groups[straggler.group]
+        if policy != "evict":
+            return KeepStraggler(f"ft.straggler={policy}", group=g.index)
+        if not ready_standbys:
+            return KeepStraggler("no standby is ready to take its place", group=g.index)
+        if self._backoff(g, True, now) is None:
+            return KeepStraggler(self._budget_reason(g, now), group=g.index)
+        loss = loss_rate(straggler) * max(0, steps_left)
+        if not eviction_pays(straggler, recovery_s, steps_left):
+            return KeepStraggler(f"it costs {loss:.1f} s over the {steps_left} steps left, less than one recovery ({recovery_s:.1f} s)", group=g.index)
+        return Evict(
+            f"it costs {loss:.1f} s over the {steps_left} steps left, more than one recovery ({recovery_s:.1f} s)",
+            group=g.index,
+            loss_s=round(loss, 3),
+            cost_s=round(recovery_s, 3),
+        )
 
     # ------------------------------------------------------------ a relaunch's start
     def launch(self, job: JobState, group: int, fork: ForkFact) -> Optional[RecoveryAction]:

@@ -25,10 +25,12 @@ class ReportRelay:
         events: the event log (the ranks' events are relayed into it).
         metrics: ``metrics.jsonl``, open for appending (every step record goes there).
         ranks_per_group: ``ft.ranks_per_group``.
+        straggler_window: ``ft.straggler_window`` (the steps kept per group for the straggler detector).
     """
 
-    def __init__(self, state: JobState, events: EventLog, metrics: IO[str], ranks_per_group: int) -> None:
+    def __init__(self, state: JobState, events: EventLog, metrics: IO[str], ranks_per_group: int, straggler_window: int = 10) -> None:
         self.state = state
+        self.straggler_window = straggler_window
         self.events = events
         self.metrics = metrics
         self.ranks_per_group = ranks_per_group
@@ -43,6 +45,7 @@ class ReportRelay:
                     rs.last_progress, rs.last_step = now, rec["step"]
                     rs.first_step_seen = True
                     state.step_times.observe(rec)
+                    state.stragglers.observe(rec, self.straggler_window)
                     if state.first_step_time is None:
                         state.first_step_time = now
                     self.metrics.write(json.dumps(rec) + "\n")

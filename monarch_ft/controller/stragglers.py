@@ -1,0 +1,235 @@
+"""Fail-slow groups: which group is a straggler, and whether evicting it pays (pure decisions).
+
+In synchronous HSDP every group waits for the slowest one at each cross-group allreduce, so one
+degraded machine (a throttled CPU, a noisy neighbour, a slow link) sets everyone's pace without
+failing anything; the hang model (:mod:`monarch_ft.controller.hangs`) is built to ignore slowness.
+This module compares each group with its peers instead:
+
+- its **compute** seconds per step (the step's wall time less its quorum and cross-group sync:
+  :func:`~monarch_ft.records.reports.compute_seconds`), not the wall step, which every group shares;
+- its **collective** seconds per step (``xgroup_s``, the cross-group allreduce), for link slowness.
+
+A group whose median over its newest ``window`` steps exceeds ``factor`` x the median of its
+peers' medians (and the absolute floor ``min_excess_s`` above it, so that a few milliseconds of
+noise on a tiny model are never a straggler) is one. A group's per-step time is its slowest
+rank's (inside a group the ranks wait for each other in FSDP's collectives, so all of them look
+slow; the slowest is the one named). Machine-wide load slows every group alike: the ratio to the
+peers stays near 1 and nobody is flagged.
+
+Collective time cannot be compared as plainly: a group that is waited for spends *less* time in
+the allreduce and its peers more (they wait for it there), so a compute straggler makes its
+peers look like link stragglers. A link straggler is therefore only named when no group is a
+compute straggler and its own compute time is not below its peers' (it is not just waiting).
+
+Eviction (``ft.straggler=evict``) pays when the time the straggler costs the job over the
+recovery's own duration exceeds what the recovery costs; see :func:`eviction_pays`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from monarch_ft.records.events import StrEnum
+from monarch_ft.records.reports import compute_seconds
+
+
+class SlowKind(StrEnum):
+    """What a straggler is slow at."""
+
+    CPU = "cpu"  # its own compute (forward, backward, optimizer)
+    LINK = "link"  # the cross-group collective
+
+
+@dataclass(frozen=True)
+class StragglerLimits:
+    """``ft.straggler_factor``, ``ft.straggler_window`` and the absolute floor.
+
+    Args:
+        factor: a group slower than this multiple of its peers' median is a straggler.
+        window: steps each group's median is taken over (and the fewest a group needs reported).
+        min_excess_s: seconds a straggler's median must exceed the peers' by, as well.
+    """
+
+    factor: float = 1.5
+    window: int = 10
+    min_excess_s: float = 0.005
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """One group found slower than its peers.
+
+    Args:
+        group: the group.
+        rank: its slowest rank over the window.
+        kind: cpu (compute) or link (the cross-group collective).
+        seconds: its median seconds per step (of that kind) over the window.
+        median_s: the median of its peers' medians.
+        steps: the window's steps (first, last).
+    """
+
+    group: int
+    rank: int
+    kind: SlowKind
+    seconds: float
+    median_s: float
+    steps: tuple[int, int]
+
+    @property
+    def ratio(self) -> float:
+        return self.seconds / self.median_s if self.median_s > 0 else float("inf")
+
+    def fields(self) -> dict:
+        """The ``straggler_detected`` event's fields."""
+        return {
+            "group": self.group,
+            "rank": self.rank,
+            "slow_kind": self.kind.value,
+            "seconds": round(self.seconds, 4),
+            "median_s": round(self.median_s, 4),
+            "ratio": round(self.ratio, 2),
+            "steps": list(self.steps),
+        }
+
+
+@dataclass
+class GroupTimes:
+    """One group's newest steps: step -> (compute seconds, collective seconds) of its slowest
+    rank, and which rank that was."""
+
+    attempt: int = -1
+    compute: dict[int, float] = field(default_factory=dict)
+    collective: dict[int, float] = field(default_factory=dict)
+    slowest: dict[int, int] = field(default_factory=dict)
+
+    def trim(self, keep: int) -> None:
+        for step in sorted(self.compute)[:-keep]:
+            self.compute.pop(step, None)
+            self.collective.pop(step, None)
+            self.slowest.pop(step, None)
+
+
+@dataclass
+class StragglerWatch:
+    """The step times the detector judges on, per group (part of the controller's own view:
+    a new controller relearns them over one window).
+
+    Only committed steps of a group's current attempt count: a relaunched group's first steps
+    (lazy initialisation, healing) and a failed one's last say nothing about its pace.
+    """
+
+    groups: dict[int, GroupTimes] = field(default_factory=dict)
+    # (group, rank, attempt) whose first step was seen (and left out).
+    seen: set[tuple[int, int, int]] = field(default_factory=set)
+    # Groups named as stragglers, and of which kind (named once until they recover).
+    flagged: dict[int, str] = field(default_factory=dict)
+
+    def observe(self, rec: dict, window: int) -> None:
+        """Take one step record of a rank (its group, rank, attempt, step and timings)."""
+        if not rec.get("committed") or rec.get("step_time_s") is None:
+            return
+        group, rank, attempt = int(rec["group"]), int(rec["rank"]), int(rec.get("attempt") or 0)
+        if (group, rank, attempt) not in self.seen:
+            self.seen.add((group, rank, attempt))
+            return
+        times = self.groups.setdefault(group, GroupTimes())
+        if attempt != times.attempt:
+            if attempt < times.attempt:
+                return  # a late record of an attempt already replaced
+            times = self.groups[group] = GroupTimes(attempt)
+        step = int(rec["step"])
+        compute = compute_seconds(rec)
+        if compute >= times.compute.get(step, -1.0):
+            times.compute[step] = compute
+            times.slowest[step] = rank
+        times.collective[step] = max(times.collective.get(step, 0.0), float(rec.get("xgroup_s") or 0.0))
+        times.trim(window)
+
+    def forget(self, group: int) -> None:
+        """``group`` was relaunched or replaced: its times so far are another attempt's."""
+        self.groups.pop(group, None)
+        self.flagged.pop(group, None)
+
+
+def _median_of(values: Iterable[float]) -> float:
+    return statistics.median(list(values))
+
+
+def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits) -> list[Straggler]:
+    """The groups among ``active`` that are stragglers now (see the module docstring).
+
+    Args:
+        watch: the step times seen.
+        active: the groups stepping in the job now (others are not compared).
+        limits: factor, window and floor.
+
+    Returns:
+        The stragglers, compute ones first; [] while fewer than two groups have a full window.
+    """
+    full = {g: t for g, t in watch.groups.items() if g in set(active) and len(t.compute) >= limits.window}
+    if len(full) < 2:
+        return []
+
+    def medians(attr: str) -> dict[int, float]:
+        return {g: _median_of(list(getattr(t, attr).values())[-limits.window :]) for g, t in full.items()}
+
+    def slow(own: float, peers: float) -> bool:
+        return own > limits.factor * peers and own - peers > limits.min_excess_s
+
+    def straggler(g: int, kind: SlowKind, own: float, peers: float) -> Straggler:
+        t = full[g]
+        steps = sorted(t.compute)[-limits.window :]
+        ranks = [t.slowest[s] for s in steps if s in t.slowest]
+        rank = max(set(ranks), key=ranks.count) if ranks else 0
+        return Straggler(g, rank, kind, own, peers, (steps[0], steps[-1]))
+
+    compute = medians("compute")
+    found = []
+    for g, own in sorted(compute.items()):
+        peers = _median_of(v for h, v in compute.items() if h != g)
+        if slow(own, peers):
+            found.append(straggler(g, SlowKind.CPU, own, peers))
+    if found:
+        return found
+    collective = medians("collective")
+    for g, own in sorted(collective.items()):
+        peers = _median_of(v for h, v in collective.items() if h != g)
+        peer_compute = _median_of(v for h, v in compute.items() if h != g)
+        if slow(own, peers) and compute[g] >= peer_compute / limits.factor:
+            found.append(straggler(g, SlowKind.LINK, own, peers))
+    return found
+
+
+def loss_rate(straggler: Straggler) -> float:
+    """Seconds the job loses per step while the straggler stays: its excess over its peers
+    (every group waits for it at each allreduce)."""
+    return max(0.0, straggler.seconds - straggler.median_s)
+
+
+def eviction_pays(straggler: Straggler, recovery_s: float, steps_left: int) -> bool:
+    """Whether evicting ``straggler`` costs the job less than keeping it.
+
+    The rule: keeping it loses :func:`loss_rate` seconds per step for each step left; an
+    eviction costs about one recovery, ``recovery_s`` (the survivors stall while the
+    Lighthouse drops the group and the standby heals in). Evict when
+    ``loss_rate x steps_left > recovery_s``; a job about to end keeps its straggler.
+
+    Args:
+        straggler: the verdict.
+        recovery_s: seconds a recovery costs the job (the job's own MTTR so far, or ``ft.straggler_recovery_s``).
+        steps_left: steps the job still has to train.
+    """
+    return steps_left > 0 and loss_rate(straggler) * steps_left > recovery_s
+
+
+__all__ = [
+    "SlowKind",
+    "Straggler",
+    "StragglerLimits",
+    "StragglerWatch",
+    "eviction_pays",
+    "find_stragglers",
+    "loss_rate",
+]
