@@ -286,6 +286,15 @@ class Evict(RecoveryAction):
     cost_s: float = 0.0
 
 
+class KeepReason(StrEnum):
+    """Why a straggler is kept (the loop says so again only when this changes)."""
+
+    POLICY = "policy"  # ft.straggler=report
+    NO_STANDBY = "no_standby"
+    BUDGET = "restart_budget"
+    NOT_WORTH = "not_worth_it"
+
+
 @dataclass(frozen=True)
 class KeepStraggler(RecoveryAction):
     """A straggler stays (``ft.straggler=report``, or evicting it would not pay or could not
@@ -294,6 +303,7 @@ class KeepStraggler(RecoveryAction):
     kind: ClassVar[ActionKind] = ActionKind.KEEP_STRAGGLER
 
     group: int = -1
+    why: KeepReason = KeepReason.POLICY
 
 
 # ---------------------------------------------------------------- the planner
@@ -404,9 +414,9 @@ class RecoveryPlanner:
         if policy != "evict":
             return KeepStraggler(f"ft.straggler={policy}", group=g.index)
         if not ready_standbys:
-            return KeepStraggler("no standby is ready to take its place", group=g.index)
+            return KeepStraggler("no standby is ready to take its place", group=g.index, why=KeepReason.NO_STANDBY)
         if self._backoff(g, True, now) is None:
-            return KeepStraggler(self._budget_reason(g, now), group=g.index)
+            return KeepStraggler(self._budget_reason(g, now), group=g.index, why=KeepReason.BUDGET)
         loss = loss_rate(straggler) * max(0, steps_left)
         if not eviction_pays(straggler, recovery_s, steps_left):
             return KeepStraggler(f"it costs {loss:.1f} s over the {steps_left} steps left, less than one recovery ({recovery_s:.1f} s)", group=g.index)

@@ -125,6 +125,9 @@ class StragglerWatch:
     seen: set[tuple[int, int, int]] = field(default_factory=set)
     # Groups named as stragglers, and of which kind (named once until they recover).
     flagged: dict[int, str] = field(default_factory=dict)
+    # Why each flagged group is kept under ft.straggler=evict (said again only when it changes:
+    # a standby that becomes ready, or steps running out, turn the decision).
+    kept: dict[int, str] = field(default_factory=dict)
 
     def observe(self, rec: dict, window: int) -> None:
         """Take one step record of a rank (its group, rank, attempt, step and timings)."""
@@ -151,6 +154,7 @@ class StragglerWatch:
         """``group`` was relaunched or replaced: its times so far are another attempt's."""
         self.groups.pop(group, None)
         self.flagged.pop(group, None)
+        self.kept.pop(group, None)
 
 
 def _median_of(values: Iterable[float]) -> float:

@@ -168,17 +168,21 @@ class GroupWatch:
         found = {s.group: s for s in find_stragglers(watch, running, limits)}
         for group in [i for i in watch.flagged if i not in found]:
             watch.flagged.pop(group)
+            watch.kept.pop(group, None)
             self.events.emit(EventKind.STRAGGLER_CLEARED, group=group)
         for s in found.values():
-            if s.group in watch.flagged:
+            if s.group not in watch.flagged:
+                watch.flagged[s.group] = s.kind.value
+                self.events.emit(EventKind.STRAGGLER_DETECTED, attempt=state.groups[s.group].attempt, **s.fields())
+            elif ft.straggler != "evict":
                 continue
-            watch.flagged[s.group] = s.kind.value
-            self.events.emit(EventKind.STRAGGLER_DETECTED, attempt=state.groups[s.group].attempt, **s.fields())
+            # Under evict, decided again every tick while it is slow (a standby may become ready).
             steps_left = max(0, self.cfg.training.steps - state.job_step)
             action = self.recovery.planner.on_straggler(state, s, now, ft.straggler, self.recovery.standby.ready_numbers(), ft.straggler_recovery_s, steps_left)
             if isinstance(action, KeepStraggler):
-                if ft.straggler == "evict":
-                    self.events.emit(EventKind.STRAGGLER_KEPT, group=s.group, because=action.reason)
+                if ft.straggler == "evict" and watch.kept.get(s.group) != action.why:
+                    watch.kept[s.group] = action.why
+                    self.events.emit(EventKind.STRAGGLER_KEPT, group=s.group, because=action.reason, why=action.why)
                 continue
             g = state.groups[s.group]
             launcher = self.recovery.starter.launcher

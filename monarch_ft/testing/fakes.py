@@ -71,6 +71,8 @@ class Script:
         hang_at_step: goes silent instead of committing this step (no record, no exit).
         load_fails: loading a disk checkpoint raises (``checkpoint_load_failed``, then it exits
             ``RankExit.CHECKPOINT_LOAD_FAILED``).
+        slow_at_step: from this step on its compute takes ``slow_factor`` x as long (a fail-slow
+            rank: its records' ``compute_s``; the fake quorum's pace is unchanged).
     """
 
     build_s: float = 0.5
@@ -80,6 +82,8 @@ class Script:
     startup_error: Optional[dict] = None
     hang_at_step: Optional[int] = None
     load_fails: bool = False
+    slow_at_step: Optional[int] = None
+    slow_factor: float = 3.0
 
 
 class _Phase:
@@ -246,6 +250,9 @@ class FakeRank(RankProcess):
             quorum_size=len(groups),
             loss=round(10.0 / (1 + step), 4),
             step_time_s=self.world.step_s,
+            # Half the step computing, the rest in the cross-group collective.
+            compute_s=self.world.step_s / 2 * (self.script.slow_factor if self.script.slow_at_step is not None and step >= self.script.slow_at_step else 1.0),
+            xgroup_s=self.world.step_s / 2,
             state_hash=self.world.state_hash if self.world.hash_steps else None,
         )
         self.steps_trained += 1

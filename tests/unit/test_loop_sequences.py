@@ -265,3 +265,38 @@ def test_a_group_status_changes_only_by_an_allowed_transition(tmp_path, world):
         g.status = GroupStatus.WAITING
     with pytest.raises(IllegalTransition):
         g.move(GroupStatus.RUNNING)  # done is final
+
+
+# ---------------------------------------------------------------- fail-slow groups
+def test_a_slow_group_is_named_and_under_evict_replaced_by_the_standby_once(tmp_path, world):
+    # A fake step is 0.1 s: the straggler costs 0.05 s a step, 8 s over the steps left, more than 2 s.
+    job = Job(tmp_path, world, training__steps=200, ft__replica_groups=3, ft__straggler="evict", ft__straggler_recovery_s=2.0)
+    job.launcher.script(1, 0, Script(slow_at_step=40, slow_factor=3.0))  # only its first attempt is slow
+    assert job.run() == 0
+    (found,) = job.events("straggler_detected")
+    assert (found["group"], found["slow_kind"], found["attempt"]) == (1, "cpu", 0) and found["ratio"] > job.cfg.ft.straggler_factor
+    # Named within the window: its median turns once half the window's steps are slow.
+    assert 40 <= found["steps"][1] < 40 + job.cfg.ft.straggler_window
+    (evicted,) = job.events("straggler_evicted")
+    assert evicted["group"] == 1 and evicted["loss_s"] > evicted["cost_s"] == 2.0
+    assert [(e["group"], e["reason"]) for e in job.events("group_failed")] == [(1, "straggler")]
+    assert job.paths() == [(1, "standby")]
+    assert job.events("straggler_kept") == [] and job.state.status == JobStatus.COMPLETED
+
+
+def test_a_slow_group_under_report_is_named_once_and_kept(tmp_path, world):
+    job = Job(tmp_path, world, training__steps=120, ft__replica_groups=3)
+    job.launcher.script(1, 0, Script(slow_at_step=40, slow_factor=3.0))
+    assert job.cfg.ft.straggler == "report"  # the default
+    assert job.run() == 0
+    assert [(e["group"], e["slow_kind"]) for e in job.events("straggler_detected")] == [(1, "cpu")]
+    assert job.events("straggler_evicted") == job.events("group_failed") == job.events("straggler_kept") == []
+
+
+def test_evict_keeps_a_straggler_when_no_standby_is_ready(tmp_path, world):
+    # No standby (the point of the test): eviction would cost a relaunch on the same host.
+    job = Job(tmp_path, world, training__steps=120, ft__replica_groups=3, ft__straggler="evict", ft__standby_groups=0)
+    job.launcher.script(1, 0, Script(slow_at_step=40, slow_factor=3.0))
+    assert job.run() == 0
+    (kept,) = job.events("straggler_kept")  # said once, not every tick
+    assert kept["group"] == 1 and kept["why"] == "no_standby" and "no standby" in kept["because"] and job.events("group_failed") == []
