@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
+from monarch_ft.cli.jobctl import job_status, straggler_lines
 from monarch_ft.controller.loop import Supervisor
 from monarch_ft.controller.state import IllegalTransition
 from monarch_ft.records.events import GiveUpReason, GroupStatus, JobStatus
@@ -282,6 +283,39 @@ def test_a_slow_group_is_named_and_under_evict_replaced_by_the_standby_once(tmp_
     assert [(e["group"], e["reason"]) for e in job.events("group_failed")] == [(1, "straggler")]
     assert job.paths() == [(1, "standby")]
     assert job.events("straggler_kept") == [] and job.state.status == JobStatus.COMPLETED
+    (line,) = job_status(job.run_dir).stragglers
+    assert line.startswith("group 1 (attempt 0) cpu straggler, 2.0x its peers: rank 0") and ": evicted, it costs" in line
+
+
+def test_status_tells_what_became_of_each_straggler():
+    def detected(group, attempt):
+        return {
+            "event": "straggler_detected",
+            "group": group,
+            "attempt": attempt,
+            "slow_kind": "cpu",
+            "ratio": 3.1,
+            "rank": 1,
+            "seconds": 0.25,
+            "median_s": 0.08,
+            "steps": [40, 49],
+        }
+
+    events = [
+        detected(1, 0),
+        {"event": "straggler_kept", "group": 1, "because": "no standby is ready to take its place"},
+        {"event": "straggler_evicted", "group": 1, "because": "it costs 20.0 s over the 100 steps left, more than one recovery (10.0 s)"},
+        detected(2, 0),
+        {"event": "straggler_cleared", "group": 2},
+        detected(0, 3),
+        {"event": "straggler_kept", "group": 0, "because": "ft.straggler=report"},
+    ]
+    lines = straggler_lines(events)
+    assert lines[0] == (
+        "group 1 (attempt 0) cpu straggler, 3.1x its peers: rank 1 0.250 s/step, median 0.080 s, steps 40-49: "
+        "evicted, it costs 20.0 s over the 100 steps left, more than one recovery (10.0 s)"
+    )
+    assert lines[1].endswith("steps 40-49: back to its peers' pace") and lines[2].endswith(": kept, ft.straggler=report")
 
 
 def test_a_slow_group_under_report_is_named_once_and_kept(tmp_path, world):
