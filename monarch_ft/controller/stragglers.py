@@ -9,9 +9,10 @@ This module compares each group with its peers instead:
   :func:`~monarch_ft.records.reports.compute_seconds`), not the wall step, which every group shares;
 - its **collective** seconds per step (``xgroup_s``, the cross-group allreduce), for link slowness.
 
-A group whose median over its newest ``window`` steps exceeds ``factor`` x the median of its
-peers' medians (and the absolute floor ``min_excess_s`` above it, so that a few milliseconds of
-noise on a tiny model are never a straggler) is one. A group's per-step time is its slowest
+A group each of whose newest ``window`` steps took more than ``factor`` x the median of its
+peers' times for that same step (and ``min_excess_s`` more, so that a few milliseconds of noise
+on a tiny model are never a straggler) is one: every step, not the window's median, so a burst
+of load on a shared machine that slows one group for a few steps names nobody. A group's per-step time is its slowest
 rank's (inside a group the ranks wait for each other in FSDP's collectives, so all of them look
 slow; the slowest is the one named). Machine-wide load slows every group alike: the ratio to the
 peers stays near 1 and nobody is flagged.
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, Optional
 
 from monarch_ft.records.events import StrEnum
 from monarch_ft.records.reports import compute_seconds
@@ -66,7 +67,7 @@ class Straggler:
         rank: its slowest rank over the window.
         kind: cpu (compute) or link (the cross-group collective).
         seconds: its median seconds per step (of that kind) over the window.
-        median_s: the median of its peers' medians.
+        median_s: the median over the window of its peers' median time per step.
         steps: the window's steps (first, last).
     """
 
@@ -148,7 +149,7 @@ class StragglerWatch:
             times.compute[step] = compute
             times.slowest[step] = rank
         times.collective[step] = max(times.collective.get(step, 0.0), float(rec.get("xgroup_s") or 0.0))
-        times.trim(window)
+        times.trim(2 * window)
 
     def forget(self, group: int) -> None:
         """``group`` was relaunched or replaced: its times so far are another attempt's."""
@@ -161,8 +162,25 @@ def _median_of(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
 
+def _verdict(own: dict[int, float], peers: list[dict[int, float]], limits: StragglerLimits) -> Optional[tuple[float, float, tuple[int, int]]]:
+    """(own median, peers' median, (first, last step)) when every one of the group's newest
+    ``window`` steps that a peer also reported was slow against the peers' median at that
+    same step; None otherwise (or with fewer such steps)."""
+    aligned = [s for s in sorted(own) if any(s in p for p in peers)][-limits.window :]
+    if len(aligned) < limits.window:
+        return None
+    medians = [_median_of(p[s] for p in peers if s in p) for s in aligned]
+    if not all(own[s] > limits.factor * m and own[s] - m > limits.min_excess_s for s, m in zip(aligned, medians)):
+        return None
+    return _median_of(own[s] for s in aligned), _median_of(medians), (aligned[0], aligned[-1])
+
+
 def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits) -> list[Straggler]:
     """The groups among ``active`` that are stragglers now (see the module docstring).
+
+    A group is one when each of its newest ``window`` steps took more than ``factor`` x (and
+    ``min_excess_s`` more than) the median of its peers' times for the same step: a burst of
+    load that slows one group for a step or two, as a shared machine does, never names it.
 
     Args:
         watch: the step times seen.
@@ -170,40 +188,35 @@ def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: Stragg
         limits: factor, window and floor.
 
     Returns:
-        The stragglers, compute ones first; [] while fewer than two groups have a full window.
+        The stragglers, compute ones first; [] while fewer than two groups are compared.
     """
-    full = {g: t for g, t in watch.groups.items() if g in set(active) and len(t.compute) >= limits.window}
-    if len(full) < 2:
+    groups = {g: t for g, t in watch.groups.items() if g in set(active)}
+    if len(groups) < 2:
         return []
 
-    def medians(attr: str) -> dict[int, float]:
-        return {g: _median_of(list(getattr(t, attr).values())[-limits.window :]) for g, t in full.items()}
-
-    def slow(own: float, peers: float) -> bool:
-        return own > limits.factor * peers and own - peers > limits.min_excess_s
-
-    def straggler(g: int, kind: SlowKind, own: float, peers: float) -> Straggler:
-        t = full[g]
-        steps = sorted(t.compute)[-limits.window :]
-        ranks = [t.slowest[s] for s in steps if s in t.slowest]
+    def straggler(g: int, kind: SlowKind, found: tuple[float, float, tuple[int, int]]) -> Straggler:
+        t, (first, last) = groups[g], found[2]
+        ranks = [r for s, r in t.slowest.items() if first <= s <= last]
         rank = max(set(ranks), key=ranks.count) if ranks else 0
-        return Straggler(g, rank, kind, own, peers, (steps[0], steps[-1]))
+        return Straggler(g, rank, kind, found[0], found[1], (first, last))
 
-    compute = medians("compute")
-    found = []
-    for g, own in sorted(compute.items()):
-        peers = _median_of(v for h, v in compute.items() if h != g)
-        if slow(own, peers):
-            found.append(straggler(g, SlowKind.CPU, own, peers))
-    if found:
-        return found
-    collective = medians("collective")
-    for g, own in sorted(collective.items()):
-        peers = _median_of(v for h, v in collective.items() if h != g)
-        peer_compute = _median_of(v for h, v in compute.items() if h != g)
-        if slow(own, peers) and compute[g] >= peer_compute / limits.factor:
-            found.append(straggler(g, SlowKind.LINK, own, peers))
-    return found
+    out = []
+    for g in sorted(groups):
+        found = _verdict(groups[g].compute, [groups[h].compute for h in groups if h != g], limits)
+        if found is not None:
+            out.append(straggler(g, SlowKind.CPU, found))
+    if out:
+        return out
+    for g in sorted(groups):
+        found = _verdict(groups[g].collective, [groups[h].collective for h in groups if h != g], limits)
+        if found is None:
+            continue
+        # Not merely waiting for the others: its own compute is not below theirs.
+        own_compute = _median_of(list(groups[g].compute.values())[-limits.window :])
+        peer_compute = _median_of(v for h in groups if h != g for v in list(groups[h].compute.values())[-limits.window :])
+        if own_compute >= peer_compute / limits.factor:
+            out.append(straggler(g, SlowKind.LINK, found))
+    return out
 
 
 def loss_rate(straggler: Straggler) -> float:
