@@ -4,8 +4,12 @@ makes one rank, or a whole group, run at a fraction of a CPU.
 Two mechanisms, the first the machine allows:
 
 - ``cgroup``: each process moved into a cgroup of its own with a CPU quota (cgroup v2
-  ``cpu.max``, or v1 ``cpu.cfs_quota_us`` under the ``cpu`` controller's mount). The kernel's
-  scheduler enforces it; the process never notices but runs slower. Undone by moving the
+  ``cpu.max``, or v1 ``cpu.cfs_quota_us`` under the ``cpu`` controller's mount): at most
+  ``fraction`` of one CPU. And a weight of ``fraction`` of a plain process's (v2 ``cpu.weight``,
+  v1 ``cpu.shares``): on a machine so loaded that every process already gets less than
+  ``fraction`` of a CPU the quota alone would not bind, the weight still makes it that much
+  slower than its peers. The kernel's scheduler enforces both; the process never notices but
+  runs slower. Undone by moving the
   process back into the cgroup it came from and removing the new one: no cgroup is left behind.
 - ``sigstop``: a thread of the caller stops and continues the processes in a duty cycle
   (SIGCONT for ``fraction`` of every 100 ms, SIGSTOP for the rest). Coarser (the process is
@@ -81,6 +85,11 @@ def _v2_cgroup_of(pid: int) -> Optional[str]:
     return None
 
 
+def _write(cgroup: str, name: str, value: str) -> None:
+    with open(os.path.join(cgroup, name), "w") as f:
+        f.write(value)
+
+
 class CpuThrottle:
     """Limits ``pids`` to ``fraction`` of one CPU each until :meth:`stop`.
 
@@ -139,13 +148,12 @@ class CpuThrottle:
             if v2:
                 with open(os.path.join(parent, "cgroup.subtree_control"), "w") as f:
                     f.write("+cpu")
-                with open(os.path.join(path, "cpu.max"), "w") as f:
-                    f.write(f"{quota_us} {period_us}")
+                _write(path, "cpu.max", f"{quota_us} {period_us}")
+                _write(path, "cpu.weight", str(max(1, int(100 * self.fraction))))
             else:
-                with open(os.path.join(path, "cpu.cfs_period_us"), "w") as f:
-                    f.write(str(period_us))
-                with open(os.path.join(path, "cpu.cfs_quota_us"), "w") as f:
-                    f.write(str(quota_us))
+                _write(path, "cpu.cfs_period_us", str(period_us))
+                _write(path, "cpu.cfs_quota_us", str(quota_us))
+                _write(path, "cpu.shares", str(max(2, int(1024 * self.fraction))))
             with open(os.path.join(path, "cgroup.procs"), "w") as f:
                 f.write(str(pid))
 

@@ -47,6 +47,9 @@ def test_a_busy_process_limited_to_a_fifth_of_a_cpu_uses_about_that_and_is_relea
     assert described["mechanism"] == mechanism.value and described["pids"] == [busy.pid]
     if mechanism is ThrottleMechanism.CGROUP:
         assert leftover_cgroups() == described["cgroups"]
+        (cgroup,) = described["cgroups"]
+        if os.path.exists(os.path.join(cgroup, "cpu.shares")):  # v1: a quota of 20 ms per 100 ms, a fifth of the weight
+            assert [open(os.path.join(cgroup, f)).read().strip() for f in ("cpu.cfs_quota_us", "cpu.shares")] == ["20000", "204"]
     limited = used_over(busy.pid, 0.8)
     # At most its share (a little slack for the duty cycle's timing); a loaded 2-core machine
     # may give it less, never more.
