@@ -29,7 +29,9 @@ class SlowOptions(FaultOptions):
     MECHANISMS: ClassVar[tuple[str, ...]] = tuple(m.value for m in ThrottleMechanism)
 
     cpu_fraction: float = 0.3
-    """The fraction of one CPU the target gets, in (0, 1): 0.3 runs a CPU-bound rank about 3x slower."""
+    """The fraction of its CPU the target keeps, in (0, 1): of the CPU it used just before the
+    fault (measured over half a second), so that on a loaded machine it still slows; 0.3 runs a
+    CPU-bound rank about 3x slower."""
 
     duration_s: float = 30.0
     """Seconds the limit holds before it is lifted."""

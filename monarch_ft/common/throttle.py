@@ -85,6 +85,30 @@ def _v2_cgroup_of(pid: int) -> Optional[str]:
     return None
 
 
+def cpu_seconds(pid: int) -> Optional[float]:
+    """A process's CPU seconds so far (every thread's user + system time); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_rates(pids: Sequence[int], seconds: float) -> dict[int, float]:
+    """Each process's CPUs in use over the next ``seconds`` (at least 0.02: a process found
+    idle gets a quota it can notice; at most the machine's CPUs)."""
+    before, t0 = {p: cpu_seconds(p) for p in pids}, time.monotonic()
+    time.sleep(seconds)
+    elapsed = time.monotonic() - t0
+    out = {}
+    for p in pids:
+        after = cpu_seconds(p)
+        used = (after - before[p]) / elapsed if after is not None and before[p] is not None else 1.0
+        out[p] = min(max(used, 0.02), float(os.cpu_count() or 1))
+    return out
+
+
 def _write(cgroup: str, name: str, value: str) -> None:
     with open(os.path.join(cgroup, name), "w") as f:
         f.write(value)
@@ -103,11 +127,15 @@ class CpuThrottle:
         RuntimeError: ``cgroup`` asked for where it cannot run (one line saying why).
     """
 
-    def __init__(self, pids: Sequence[int], fraction: float, mechanism: str = ThrottleMechanism.AUTO) -> None:
+    def __init__(self, pids: Sequence[int], fraction: float, mechanism: str = ThrottleMechanism.AUTO, measure_s: float = 0.0) -> None:
         if not 0 < fraction < 1:
             raise ValueError(f"fraction={fraction}: must be in (0, 1)")
         self.pids = list(pids)
         self.fraction = fraction
+        # Each process's CPUs in use now (measured over measure_s; 1.0 when not measured): the
+        # quota is fraction x that, so that a process on a loaded machine, which already gets
+        # less than fraction of a CPU, is still slowed to fraction of what it had.
+        self.using = cpu_rates(self.pids, measure_s) if measure_s > 0 else {pid: 1.0 for pid in self.pids}
         self.started = time.time()
         self._lock = threading.Lock()
         self._stopped = False
@@ -136,8 +164,8 @@ class CpuThrottle:
         v2 = _cgroup_v2_cpu()
         root = v2 or _cgroup_v1_cpu()
         period_us = 100_000
-        quota_us = max(1000, int(self.fraction * period_us))
         for pid in self.pids:
+            quota_us = max(1000, int(self.fraction * self.using.get(pid, 1.0) * period_us))
             origin = _v2_cgroup_of(pid) if v2 else _v1_cgroup_of(pid)
             if origin is None:
                 raise OSError(f"pid {pid} is in no cpu cgroup")
@@ -225,7 +253,12 @@ class CpuThrottle:
 
     def describe(self) -> dict:
         """What was done, for ``fault_injected``."""
-        out = {"mechanism": self.mechanism.value, "pids": self.pids, "cpu_fraction": self.fraction}
+        out = {
+            "mechanism": self.mechanism.value,
+            "pids": self.pids,
+            "cpu_fraction": self.fraction,
+            "cpus_in_use": {str(p): round(u, 3) for p, u in self.using.items()},
+        }
         if self.mechanism is ThrottleMechanism.CGROUP:
             out["cgroups"] = [path for path, _ in self._moved.values()]
         return out

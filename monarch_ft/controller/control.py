@@ -162,7 +162,9 @@ class JobControl:
         g = self._sup.state.groups[group]
         ranks = [rs for rs in g.ranks if rank is None or rs.rank == rank]
         host = self._sup.launcher.group_host(group)
-        throttle = CpuThrottle([rs.proc.pid for rs in ranks], fraction, mechanism)
+        # "A fraction of its CPU": of what it uses now (half a second's measure), so that on a
+        # loaded machine, where it already gets less than that fraction of a CPU, it still slows.
+        throttle = CpuThrottle([rs.proc.pid for rs in ranks], fraction, mechanism, measure_s=0.5)
         self._throttles.append(throttle)
 
         def lift() -> None:
