@@ -36,6 +36,10 @@ from monarch_ft.records.events import StrEnum
 from monarch_ft.records.reports import compute_seconds
 
 
+# Windows of steps kept per group (see StragglerWatch.observe).
+KEEP_WINDOWS = 10
+
+
 class SlowKind(StrEnum):
     """What a straggler is slow at."""
 
@@ -149,7 +153,10 @@ class StragglerWatch:
             times.compute[step] = compute
             times.slowest[step] = rank
         times.collective[step] = max(times.collective.get(step, 0.0), float(rec.get("xgroup_s") or 0.0))
-        times.trim(2 * window)
+        # Many windows kept: a slow group falls behind and out of quorums (TorchFT goes on
+        # without a group that does not join in time), so its steps are compared with its
+        # peers' times for the same steps, long past for them.
+        times.trim(KEEP_WINDOWS * window)
 
     def forget(self, group: int) -> None:
         """``group`` was relaunched or replaced: its times so far are another attempt's."""
@@ -162,17 +169,39 @@ def _median_of(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
 
-def _verdict(own: dict[int, float], peers: list[dict[int, float]], limits: StragglerLimits) -> Optional[tuple[float, float, tuple[int, int]]]:
-    """(own median, peers' median, (first, last step)) when every one of the group's newest
-    ``window`` steps that a peer also reported was slow against the peers' median at that
-    same step; None otherwise (or with fewer such steps)."""
+def _slow_steps(own: dict[int, float], peers: list[dict[int, float]], limits: StragglerLimits) -> Optional[tuple[list[int], list[float], list[bool]]]:
+    """The group's newest ``window`` steps that a peer also reported, the peers' median time
+    for each, and whether the group was slow at each; None with fewer such steps."""
     aligned = [s for s in sorted(own) if any(s in p for p in peers)][-limits.window :]
     if len(aligned) < limits.window:
         return None
     medians = [_median_of(p[s] for p in peers if s in p) for s in aligned]
-    if not all(own[s] > limits.factor * m and own[s] - m > limits.min_excess_s for s, m in zip(aligned, medians)):
+    return aligned, medians, [own[s] > limits.factor * m and own[s] - m > limits.min_excess_s for s, m in zip(aligned, medians)]
+
+
+def _verdict(own: dict[int, float], peers: list[dict[int, float]], limits: StragglerLimits) -> Optional[tuple[float, float, tuple[int, int]]]:
+    """(own median, peers' median, (first, last step)) when every one of the group's newest
+    ``window`` steps that a peer also reported was slow against the peers' median at that
+    same step; None otherwise (or with fewer such steps)."""
+    found = _slow_steps(own, peers, limits)
+    if found is None or not all(found[2]):
         return None
+    aligned, medians, _ = found
     return _median_of(own[s] for s in aligned), _median_of(medians), (aligned[0], aligned[-1])
+
+
+def back_to_pace(watch: "StragglerWatch", group: int, active: Iterable[int], limits: StragglerLimits) -> bool:
+    """A group named a straggler is back to its peers' pace: none of its newest ``window``
+    steps was slow (a straggler is named on a whole window of slow steps and cleared on a whole
+    window of normal ones, so one fast step does not clear it and name it again a step later).
+    A group no longer compared (not stepping, or its window restarted) counts as back."""
+    groups = {g: t for g, t in watch.groups.items() if g in set(active)}
+    if group not in groups or len(groups) < 2:
+        return True
+    found = _slow_steps(groups[group].compute, [groups[h].compute for h in groups if h != group], limits)
+    if watch.flagged.get(group) == SlowKind.LINK:
+        found = _slow_steps(groups[group].collective, [groups[h].collective for h in groups if h != group], limits)
+    return found is None or not any(found[2])
 
 
 def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits) -> list[Straggler]:
@@ -247,6 +276,7 @@ __all__ = [
     "StragglerLimits",
     "StragglerWatch",
     "eviction_pays",
+    "back_to_pace",
     "find_stragglers",
     "loss_rate",
 ]

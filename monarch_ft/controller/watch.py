@@ -35,7 +35,7 @@ from monarch_ft.controller.planner import FailureKind, KeepStraggler
 from monarch_ft.controller.recovery import Recovery
 from monarch_ft.controller.relay import ReportRelay
 from monarch_ft.controller.state import GroupState, JobState
-from monarch_ft.controller.stragglers import StragglerLimits, find_stragglers
+from monarch_ft.controller.stragglers import StragglerLimits, back_to_pace, find_stragglers
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus
 from monarch_ft.records.exits import RankExit, describe_exit
 from monarch_ft.records.layout import RunLayout
@@ -166,7 +166,7 @@ class GroupWatch:
         limits = StragglerLimits(ft.straggler_factor, ft.straggler_window)
         running = [g.index for g in state.groups if g.status == GroupStatus.RUNNING and not g.train_done]
         found = {s.group: s for s in find_stragglers(watch, running, limits)}
-        for group in [i for i in watch.flagged if i not in found]:
+        for group in [i for i in watch.flagged if i not in found and back_to_pace(watch, i, running, limits)]:
             watch.flagged.pop(group)
             watch.kept.pop(group, None)
             self.events.emit(EventKind.STRAGGLER_CLEARED, group=group)
