@@ -194,3 +194,17 @@ def test_a_group_that_falls_out_of_the_quorum_is_still_compared_with_its_peers_s
         if step in slow_steps:
             run(watch, range(step, step + 1), {1: 0.4}, {1: 0.1}, seed=step)
     assert [(s.group, s.kind, s.steps) for s in find_stragglers(watch, [0, 1, 2], LIMITS)] == [(1, SlowKind.CPU, (154, 179))]
+
+
+def test_a_straggler_is_cleared_only_after_a_whole_window_at_its_peers_pace():
+    from monarch_ft.controller.stragglers import back_to_pace
+
+    watch = StragglerWatch()
+    run(watch, range(0, 12), {0: 0.08, 1: 0.3, 2: 0.08}, {0: 0.2, 1: 0.01, 2: 0.2}, noise=0.0)
+    (s,) = find_stragglers(watch, [0, 1, 2], LIMITS)
+    watch.flagged[1] = s.kind.value
+    run(watch, range(12, 13), {0: 0.08, 1: 0.08, 2: 0.08}, {0: 0.02, 1: 0.02, 2: 0.02}, noise=0.0)  # one step at pace
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == [] and not back_to_pace(watch, 1, [0, 1, 2], LIMITS)
+    run(watch, range(13, 22), {0: 0.08, 1: 0.08, 2: 0.08}, {0: 0.02, 1: 0.02, 2: 0.02}, noise=0.0)
+    assert back_to_pace(watch, 1, [0, 1, 2], LIMITS)
+    assert back_to_pace(watch, 1, [0, 2], LIMITS)  # no longer stepping: nothing to hold it on
