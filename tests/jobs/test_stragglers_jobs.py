@@ -1,5 +1,5 @@
 """A fail-slow group in a real job: group 1's host gets 30% of its CPU (a cgroup quota) from
-step 40; under ft.straggler=evict it is named within the window, replaced by the standby on
+step 40 for 45 s; under ft.straggler=evict it is named within the window, replaced by the standby on
 another host, the job's committed steps per second come back, and the weights agree.
 
 The other policies (report names it and evicts nobody, no standby keeps it, a job about to
@@ -34,7 +34,7 @@ def test_a_slow_group_is_evicted_to_the_standby_and_the_job_regains_its_pace(run
         "launcher=local_hosts",
         "ft.straggler=evict",
         f"ft.straggler_window={WINDOW}",
-        "chaos.faults=[{kind: slow, at_step: 40, target: 1, scope: group, cpu_fraction: 0.3, duration_s: 25}]",
+        "chaos.faults=[{kind: slow, at_step: 40, target: 1, scope: group, cpu_fraction: 0.3, duration_s: 45}]",
         timeout=540,
     )
     events = read_jsonl(run_dir / "events.jsonl")
@@ -48,7 +48,12 @@ def test_a_slow_group_is_evicted_to_the_standby_and_the_job_regains_its_pace(run
     # Named, alone (no other group, before or after), within the window after the fault.
     (found,) = of("straggler_detected")
     assert (found["group"], found["slow_kind"], found["attempt"]) == (1, "cpu", 0) and found["ratio"] > 1.5, found
-    assert fault["injected_step"] <= found["steps"][0] and found["steps"][1] <= fault["injected_step"] + 3 * WINDOW, found
+    # Within the window: its whole window after the fault, and named after at most a window and
+    # a half of its own commits (a group this slow falls out of quorums: TorchFT goes on without
+    # it, and its window of committed steps spans more of the job's).
+    assert fault["injected_step"] <= found["steps"][0], found
+    own = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["group"] == 1 and m["rank"] == 0 and m.get("committed") and m.get("attempt") == 0]
+    assert len([m for m in own if fault["injected_at"] <= m["time"] <= found["time"]]) <= WINDOW * 3 // 2, found
     (evicted,) = of("straggler_evicted")
     assert evicted["group"] == 1 and evicted["loss_s"] > evicted["cost_s"]
     assert [(e["group"], e["reason"]) for e in of("group_failed")] == [(1, "straggler")]
