@@ -199,7 +199,8 @@ class FTConfig:
     collective) seconds per step exceed ``straggler_factor`` x its peers' median over
     ``straggler_window`` steps is a straggler, and every group waits for it at each allreduce.
     ``report``: the event ``straggler_detected`` names it (``status``, the drill report,
-    TensorBoard) and nothing else happens. ``evict``: also fail it and promote a ready standby in
+    TensorBoard) and nothing else happens. ``evict``: also fail a CPU straggler (a link one is only
+    reported: collective time is shared out by the ring allreduce) and promote a ready standby in
     its place, excluding its host from later placements until the slowness ends, only when a
     standby is ready and the time it costs, (its seconds - the median) x the steps left, exceeds
     one recovery (``straggler_recovery_s``): a job about to end keeps its straggler. ``off``: not

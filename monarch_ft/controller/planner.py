@@ -39,7 +39,7 @@ from monarch_ft.controller.budget import crash_loop, recent_restarts, restart_ba
 from monarch_ft.controller.fork_pool import ServerState, relaunch_path
 from monarch_ft.controller.standby_pool import recovery_path
 from monarch_ft.controller.state import GroupState, JobState
-from monarch_ft.controller.stragglers import Straggler, eviction_pays, loss_rate
+from monarch_ft.controller.stragglers import SlowKind, Straggler, eviction_pays, loss_rate
 from monarch_ft.records.decisions import JobStateLost, StateDecision, decide_state_source, needs_disk
 from monarch_ft.records.events import GiveUpReason, RecoveryPath, StrEnum
 
@@ -293,6 +293,7 @@ class KeepReason(StrEnum):
     NO_STANDBY = "no_standby"
     BUDGET = "restart_budget"
     NOT_WORTH = "not_worth_it"
+    LINK = "link"  # told by collective time alone: reported only
 
 
 @dataclass(frozen=True)
@@ -395,7 +396,7 @@ class RecoveryPlanner:
         """What to do about a group found slower than its peers (controller.stragglers).
 
         ``evict`` only when every one of these holds (else the straggler is kept, and why):
-        the policy is ``evict``; a standby is ready (without one, a relaunch on the same host
+        the policy is ``evict``; it is slow at compute (a link straggler is only reported); a standby is ready (without one, a relaunch on the same host
         would cost a cold start and come back as slow); the group's restart budget allows one
         more relaunch (an eviction must never give a group up); and the time it costs,
         ``loss_rate x steps_left``, exceeds one recovery, ``recovery_s``
@@ -413,6 +414,10 @@ class RecoveryPlanner:
         g = job.groups[straggler.group]
         if policy != "evict":
             return KeepStraggler(f"ft.straggler={policy}", group=g.index)
+        if straggler.kind is SlowKind.LINK:
+            # Told by collective time alone, which a ring allreduce shares out among its members:
+            # a hint, not grounds to fail a group (controller.stragglers).
+            return KeepStraggler("a link straggler is only reported", group=g.index, why=KeepReason.LINK)
         if not ready_standbys:
             return KeepStraggler("no standby is ready to take its place", group=g.index, why=KeepReason.NO_STANDBY)
         if self._backoff(g, True, now) is None:

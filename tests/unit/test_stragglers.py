@@ -148,6 +148,8 @@ def test_the_planner_evicts_only_under_evict_with_a_ready_standby_a_budget_and_a
     assert isinstance(no_standby, KeepStraggler) and "no standby" in no_standby.reason
     late = p.on_straggler(state, s, 50.0, "evict", [3], recovery_s=10.0, steps_left=20)
     assert isinstance(late, KeepStraggler) and "less than one recovery" in late.reason
+    link = p.on_straggler(state, Straggler(1, 0, SlowKind.LINK, 0.3, 0.1, (10, 19)), 50.0, "evict", [3], recovery_s=10.0, steps_left=200)
+    assert isinstance(link, KeepStraggler) and link.why == "link"  # reported, never evicted
     state.groups[1].restart_times = [40.0, 45.0, 49.0]
     spent = p.on_straggler(state, s, 50.0, "evict", [3], recovery_s=10.0, steps_left=200)
     assert isinstance(spent, KeepStraggler) and "ft.max_restarts=3" in spent.reason
@@ -208,3 +210,10 @@ def test_a_straggler_is_cleared_only_after_a_whole_window_at_its_peers_pace():
     run(watch, range(13, 22), {0: 0.08, 1: 0.08, 2: 0.08}, {0: 0.02, 1: 0.02, 2: 0.02}, noise=0.0)
     assert back_to_pace(watch, 1, [0, 1, 2], LIMITS)
     assert back_to_pace(watch, 1, [0, 2], LIMITS)  # no longer stepping: nothing to hold it on
+
+
+def test_a_group_that_computes_faster_and_waits_in_the_allreduce_is_no_link_straggler():
+    # A loaded drill: group 0 computed at 0.7x its peers and so waited ~3x as long in the allreduce.
+    watch = StragglerWatch()
+    run(watch, range(0, 12), {0: 0.065, 1: 0.095, 2: 0.1}, {0: 0.07, 1: 0.022, 2: 0.025})
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == []
