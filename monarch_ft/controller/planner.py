@@ -24,6 +24,12 @@ A failure's decision, in order (each rule applies whatever the later ones would 
 7. no live peer: :class:`DiskRollback` (a relaunch that loads the newest intact checkpoint);
 8. else :class:`Relaunch` after a backoff.
 
+A slow group is a decision of its own (:meth:`RecoveryPlanner.on_straggler`): under
+``ft.straggler=evict`` a CPU straggler is :class:`Evict`-ed (failed with ``FailureKind.STRAGGLER``,
+which the rules above then answer with rule 6, the ready standby) only when a standby is ready,
+its restart budget allows a relaunch, and the time it costs over the steps left exceeds one
+recovery; otherwise :class:`KeepStraggler` says why.
+
 A relaunch's start is a second decision, at launch (:meth:`RecoveryPlanner.launch`):
 :class:`WarmFork` from the host's fork server, or :class:`ColdStart` with why not warm; a
 warm fork that fails at launch is a third, recorded one (:meth:`RecoveryPlanner.fork_failed`:
