@@ -164,6 +164,18 @@ def analyze_fault(
     # checkpoint because no group held its state): zero is the point of live recovery.
     rollbacks = [e for e in ev if e["event"] == "job_rollback"]
     failed = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
+    # Throughput after: from the group's first commit with its peers after an eviction (its
+    # standby took over: the job runs at full speed again, whatever the slowness does on the
+    # old host), else from its recovery.
+    evicted = _first(ev, lambda e: e["event"] == "straggler_evicted" and e["group"] == g)
+    after_from = verdict.back_at
+    if evicted is not None:
+        back = _first(
+            commits,
+            lambda m: m["group"] == g and m.get("attempt", 0) > fault["attempt"] and set(members) <= set(m.get("participating_groups") or ()),
+        )
+        after_from = back["time"] if back else after_from
+    rates = throughput(all_metrics, t0, after_from, until=until)
     return {
         **{k: fault[k] for k in ("id", "kind", "target", "rank", "at_step", "injected_at")},
         "mode": fault.get("mode"),
@@ -193,6 +205,66 @@ def analyze_fault(
         # Steps: where the fault landed (the rank's own report, else the target's step when
         # injected), where it was caught, and how many steps it went unseen.
         **steps,
+        # A straggler evicted (ft.straggler=evict) while the fault lasted, and the job's
+        # committed steps per second around the fault (``throughput_ratio``: after / before).
+        "evicted": evicted is not None,
+        "throughput_steps_per_s": rates,
+        "throughput_ratio": rates["ratio"],
+    }
+
+
+# Steps each side of a fault the throughput is measured over (a rate over fewer is noise).
+THROUGHPUT_STEPS = 30
+
+
+def step_rate(metrics: list[dict], start: float, end: float, steps: Optional[int] = None, last: bool = False) -> Optional[float]:
+    """Committed job steps per second in [start, end): the distinct steps any group's rank 0
+    committed there, over the time they took. ``steps``: only the first (``last``: the last)
+    that many. None: fewer than 3 steps there (no rate to speak of).
+
+    Args:
+        metrics: step records (any order).
+        start, end: the window.
+        steps: at most this many steps.
+        last: take the window's last steps (the rate just before a fault), not its first.
+    """
+    first_commit: dict[int, float] = {}
+    for m in metrics:
+        if m.get("rank", 0) == 0 and m.get("committed") and start <= m["time"] < end:
+            first_commit[m["step"]] = min(m["time"], first_commit.get(m["step"], m["time"]))
+    times = sorted(first_commit.values())
+    if steps is not None:
+        times = times[-steps:] if last else times[:steps]
+    if len(times) < 3 or times[-1] <= times[0]:
+        return None
+    return (len(times) - 1) / (times[-1] - times[0])
+
+
+def throughput(metrics: list[dict], t0: float, back_at: Optional[float], since: float = float("-inf"), until: float = float("inf")) -> dict[str, Any]:
+    """Committed steps per second before a fault, while it lasted, and after its recovery.
+
+    ``before``: the last :data:`THROUGHPUT_STEPS` steps before ``t0`` (after ``since``, the
+    previous fault's end); ``during``: from ``t0`` to ``back_at``; ``after``: the first
+    :data:`THROUGHPUT_STEPS` steps from ``back_at`` (before ``until``, the next fault).
+    ``ratio``: after / before (None when either is unknown): 1 is full speed again.
+
+    Args:
+        metrics: step records.
+        t0: when the fault hit.
+        back_at: when it was recovered (for an evicted straggler: its standby back in the
+            quorum); None: never, and nothing is measured after it.
+        since: nothing before this counts for ``before``.
+        until: nothing from this on counts.
+    """
+    before = step_rate(metrics, since, t0, THROUGHPUT_STEPS, last=True)
+    during = step_rate(metrics, t0, back_at if back_at is not None else until)
+    after = step_rate(metrics, back_at, until, THROUGHPUT_STEPS) if back_at is not None else None
+    rnd = lambda x: round(x, 3) if x is not None else None  # noqa: E731
+    return {
+        "before": rnd(before),
+        "during": rnd(during),
+        "after": rnd(after),
+        "ratio": rnd(after / before) if after is not None and before else None,
     }
 
 

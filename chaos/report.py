@@ -225,8 +225,8 @@ def _plot_timeline(path: str, drill: Mapping[str, Any], metrics: Sequence[Mappin
     order = _phase_order(faults)
     t0 = _drill_start(drill, metrics)
 
-    fig = Figure(figsize=(10, 5), dpi=120, layout="constrained")
-    ax = fig.add_subplot()
+    fig = Figure(figsize=(10, 7.5), dpi=120, layout="constrained")
+    ax, rate_ax = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1])
 
     # Committed step per group, from rank 0's records.
     series: dict[Any, list[tuple[float, float]]] = {}
@@ -294,7 +294,7 @@ def _plot_timeline(path: str, drill: Mapping[str, Any], metrics: Sequence[Mappin
         if name in used_phases:
             handles.append(Patch(color=_phase_color(j), alpha=0.35, label=f"until {name}"))
 
-    ax.set_xlabel("seconds since drill start")
+    _plot_step_rate(rate_ax, metrics, t0, faults)
     ax.set_ylabel("committed step")
     ax.set_xlim(left=0)
     ax.set_ylim(bottom=0)
@@ -303,6 +303,44 @@ def _plot_timeline(path: str, drill: Mapping[str, Any], metrics: Sequence[Mappin
     if handles:
         fig.legend(handles=handles, loc="outside right upper", fontsize=8, framealpha=0.9)
     _save(fig, path)
+
+
+# Committed steps a point of the throughput panel is averaged over.
+RATE_WINDOW_STEPS = 10
+
+
+def step_rate_series(metrics: Sequence[Mapping[str, Any]], window: int = RATE_WINDOW_STEPS) -> list[tuple[float, float]]:
+    """(time, committed job steps per second over the last ``window`` steps), one point per
+    step: the job's first commit of each step (any group's rank 0)."""
+    first: dict[float, float] = {}
+    for m in metrics:
+        if m.get("type", "step") != "step" or m.get("rank", 0) != 0 or m.get("committed") is not True:
+            continue
+        t, step = _num(m.get("time")), _num(m.get("step"))
+        if t is not None and step is not None:
+            first[step] = min(t, first.get(step, t))
+    times = sorted(first.values())
+    return [(times[i], window / (times[i] - times[i - window])) for i in range(window, len(times)) if times[i] > times[i - window]]
+
+
+def _plot_step_rate(ax: Any, metrics: Sequence[Mapping[str, Any]], t0: float, faults: Sequence[Mapping[str, Any]]) -> None:
+    """The timeline's throughput panel: committed steps per second, each fault marked, and
+    the rate before it (a dotted line: where recovery should bring it back to)."""
+    pts = step_rate_series(metrics)
+    if pts:
+        ax.plot([t - t0 for t, _ in pts], [r for _, r in pts], color="0.2", lw=1.4, label=f"steps/s (last {RATE_WINDOW_STEPS})")
+    for f in faults:
+        inj = _num(f.get("injected_at"))
+        if inj is None:
+            continue
+        ax.axvline(inj - t0, color="black", ls="--", lw=1.0)
+        before = _num((f.get("throughput_steps_per_s") or {}).get("before"))
+        if before is not None:
+            ax.hlines(before, inj - t0 - 5, inj - t0 + 60, colors="tab:green", linestyles=":", lw=1.2)
+    ax.set_xlabel("seconds since drill start")
+    ax.set_ylabel("committed steps/s")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, alpha=0.3)
 
 
 def _plot_mttr(
@@ -553,6 +591,7 @@ def write_drill_report(
         + list(order)
         + ["recovered", "weights_consistent", "job steps lost", "recovered_from_group", "recovery MB", "recovery s", "recovery path", "blamed rank", "stacks"]
         + ["detected at step (latency)"]
+        + ["steps/s before", "during", "after", "throughput ratio"]
     )
     rows = []
     fired = [f for f in faults if f.get("injected") is not False]
@@ -575,12 +614,16 @@ def write_drill_report(
                 _stacks_cell(run_dir, f),
                 _cell(f.get("detected_step")) + (f" ({f['detection_latency_steps']})" if f.get("detection_latency_steps") is not None else ""),
             ]
+            + [_fmt((f.get("throughput_steps_per_s") or {}).get(k)) for k in ("before", "during", "after")]
+            + [_fmt(f.get("throughput_ratio")) + (" (evicted)" if f.get("evicted") else "")]
         )
     lines += _table(header, rows) + [""]
     lines += [
         "MB are 10^6 bytes. Recovery path: how the failed group came back (standby, warm fork, cold start; "
         "in place: no relaunch). Stacks: every thread of the hung rank and its group peers at the hang verdict. "
         "Detected at step: the training step the fault was caught at (latency: steps after the one it landed in).",
+        "Steps/s: committed job steps per second over the 30 steps before the fault, while it lasted, and over the 30 after "
+        "its recovery (an evicted straggler's: after its standby is back); the ratio is after / before.",
         "",
     ]
     lines += _scheduler_section(fired)

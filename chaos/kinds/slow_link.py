@@ -12,7 +12,7 @@ from monarch_ft.records.errors import ConfigError
 
 @dataclass
 class SlowLinkOptions(NetworkOptions):
-    LINK_STAYS: ClassVar[str] = "slow"
+    LINK_STAYS: ClassVar[str] = "slowed"
     delay_ms: float = 0.0
     """Milliseconds of latency added to the link (tc netem)."""
 

@@ -70,6 +70,9 @@ class JobStatusView:
     ended: Optional[str] = None
     # The newest good checkpoint and its age, failed saves and loads, quarantined copies.
     checkpoints: Optional[str] = None
+    # Groups named stragglers (controller.stragglers), one line each, and hosts left out of placements.
+    stragglers: list[str] = field(default_factory=list)
+    excluded_hosts: dict[str, str] = field(default_factory=dict)
 
 
 def _newest_step(layout: RunLayout, group: int, attempt: int, ranks: int) -> tuple[int, Optional[float]]:
@@ -264,6 +267,8 @@ def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
     health = CheckpointHealth.from_events(events)
     if health.newest_good or health.save_failures or health.load_failures or health.quarantined:
         view.checkpoints = health.describe(now)
+    view.stragglers = straggler_lines(events)
+    view.excluded_hosts = dict(state.get("excluded_hosts") or {})
     for e in [e for e in events if e["event"] in _FAULT_KINDS][-5:]:
         view.faults.append(
             {
@@ -275,6 +280,32 @@ def job_status(run_dir: str, now: Optional[float] = None) -> JobStatusView:
             }
         )
     return view
+
+
+def straggler_lines(events: list[dict]) -> list[str]:
+    """The groups named stragglers (``straggler_detected``), newest last, each with what became
+    of it: still slow, kept (and why), evicted, or back to its peers' pace."""
+    lines: dict[tuple[int, int], str] = {}
+    current: dict[int, tuple[int, int]] = {}
+    for e in events:
+        kind, group = e["event"], e.get("group")
+        if kind == EventKind.STRAGGLER_DETECTED:
+            key = current[group] = (group, int(e.get("attempt") or 0))
+            lines[key] = (
+                f"group {group} (attempt {key[1]}) {e['slow_kind']} straggler, {e['ratio']}x its peers: rank {e['rank']} "
+                f"{e['seconds']:.3f} s/step, median {e['median_s']:.3f} s, steps {e['steps'][0]}-{e['steps'][1]}"
+            )
+        elif group in current and current[group] in lines:
+            key = current[group]
+            if kind == EventKind.STRAGGLER_KEPT:
+                lines[key] = lines[key].split(": kept", 1)[0] + f": kept, {e['because']}"
+            elif kind == EventKind.STRAGGLER_EVICTED:
+                lines[key] = lines[key].split(": kept", 1)[0] + f": evicted, {e['because']}"
+                del current[group]
+            elif kind == EventKind.STRAGGLER_CLEARED:
+                lines[key] += ": back to its peers' pace"
+                del current[group]
+    return list(lines.values())[-5:]
 
 
 def format_status(v: JobStatusView) -> str:
@@ -302,6 +333,11 @@ def format_status(v: JobStatusView) -> str:
         lines.append(f"checkpoints: {v.checkpoints}")
     if v.standby is not None:
         lines.append(f"standby: recoveries by path {v.standby['recoveries']}, ready {v.standby['ready']}")
+    if v.stragglers:
+        lines.append("stragglers:")
+        lines += [f"  {line}" for line in v.stragglers]
+    for host, why in v.excluded_hosts.items():
+        lines.append(f"host {host} left out of placements: {why}")
     given_up = {g.index for g in v.groups if g.gave_up}
     if v.faults:
         lines.append("last faults:")

@@ -13,6 +13,7 @@ from monarch_ft.records.errors import ConfigError, require
 TRANSPORTS = ("sharded", "http")
 RECOVERY_MODES = ("live", "full_restart")
 SYNC_MODES = ("hsdp", "localsgd", "diloco")
+STRAGGLER_POLICIES = ("off", "report", "evict")
 
 
 @dataclass
@@ -229,6 +230,31 @@ class FTConfig:
     suspect_vetoes: int = 3
     """A group that votes against this many commits in a row while its state agrees with its
     peers' (its compute, not its memory, is bad) is failed as suspect and relaunched."""
+    straggler: str = "report"
+    """Fail-slow groups (monarch_ft/controller/stragglers.py): a group whose compute (or cross-group
+    collective) seconds per step exceed ``straggler_factor`` x its peers' median over
+    ``straggler_window`` steps is a straggler, and every group waits for it at each allreduce.
+    ``report``: the event ``straggler_detected`` names it (``status``, the drill report,
+    TensorBoard) and nothing else happens. ``evict``: also fail a CPU straggler (a link one is only
+    reported: collective time is shared out by the ring allreduce) and promote a ready standby in
+    its place, excluding its host from later placements until the slowness ends, only when a
+    standby is ready and the time it costs, (its seconds - the median) x the steps left, exceeds
+    one recovery (``straggler_recovery_s``): a job about to end keeps its straggler. ``off``: not
+    watched. Machine-wide load slows every group alike and names nobody."""
+
+    straggler_factor: float = 1.5
+    """A group slower than this multiple of its peers' median (compute, or collective seconds per
+    step) is a straggler. 1.5: a rank at 30% of a CPU is 3x slower; load noise on a shared 2-core
+    machine stays well within 1.5x between groups."""
+
+    straggler_window: int = 10
+    """Steps over which each group's median is taken (a straggler is named about half a window
+    after it slows down); also the fewest steps a group needs before it is judged."""
+
+    straggler_recovery_s: float = 10.0
+    """Seconds one recovery (a standby's promotion: the survivors' stall while the Lighthouse drops
+    the group, and the standby's healing) is taken to cost the job, in the eviction rule (see
+    ``straggler``). 10 s: a standby promotion's MTTR on a loaded 2-core machine is 3-8 s."""
 
     def check(self) -> None:
         """What the types cannot say about this section (each failure one line naming the fix)."""
@@ -307,6 +333,22 @@ class FTConfig:
             f"ft.hang_timeout_s={self.hang_timeout_s} must exceed ft.timeout_s={self.timeout_s}: a rank blocked in a collective "
             "until its timeout would be taken for hung; raise ft.hang_timeout_s (or use auto)",
         )
+        require(self.straggler in STRAGGLER_POLICIES, f"ft.straggler={self.straggler!r}: choose one of {', '.join(STRAGGLER_POLICIES)}")
+        require(self.straggler_factor > 1, f"ft.straggler_factor={self.straggler_factor}: must be > 1 (a multiple of the peers' median)")
+        require(self.straggler_window >= 3, f"ft.straggler_window={self.straggler_window}: must be >= 3 steps (a median of fewer is noise)")
+        require(self.straggler_recovery_s >= 0, f"ft.straggler_recovery_s={self.straggler_recovery_s}: must be >= 0")
+        if self.straggler == "off":
+            refuse_unused(
+                self,
+                "ft",
+                ("straggler_factor", "straggler_window"),
+                "with ft.straggler=off (no group is watched for slowness)",
+                "drop it, or use report or evict",
+            )
+        if self.straggler != "evict":
+            refuse_unused(
+                self, "ft", ("straggler_recovery_s",), f"with ft.straggler={self.straggler} (only evict weighs a recovery's cost)", "drop it, or use evict"
+            )
         require(self.hang_min_s > 0, f"ft.hang_min_s={self.hang_min_s}: must be > 0")
         require(self.hang_step_factor >= 1, f"ft.hang_step_factor={self.hang_step_factor}: must be >= 1 (a multiple of the p99 step time)")
         require(self.os_stall_s > 0, f"ft.os_stall_s={self.os_stall_s}: must be > 0")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import threading
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from monarch_ft.launcher.base import Capability
@@ -37,6 +38,8 @@ class JobControl:
 
     def __init__(self, sup: "Supervisor") -> None:
         self._sup = sup
+        # CPU limits this handle set (slow_cpu), lifted by their timers or at close().
+        self._throttles: list = []
 
     # ------------------------------------------------------------ reading
     @property
@@ -175,6 +178,46 @@ class JobControl:
     def partition(self, group: int, duration_s: float) -> dict:
         launcher = self._network(Capability.PARTITION)
         return launcher.partition(group, duration_s, on_restore=self._restored(group, "partition"))
+
+    def slow_cpu(self, group: int, rank: Optional[int], fraction: float, duration_s: float, mechanism: str) -> dict:
+        """Limit one rank of ``group`` (every rank: ``rank`` None) to ``fraction`` of a CPU for
+        ``duration_s`` (common.throttle.CpuThrottle); ``slowdown_ended`` is emitted when it is
+        lifted, and the group's host, if a straggler eviction left it out, may be placed on again."""
+        from monarch_ft.common.throttle import CpuThrottle
+
+        g = self._sup.state.groups[group]
+        ranks = [rs for rs in g.ranks if rank is None or rs.rank == rank]
+        host = self._sup.launcher.group_host(group)
+        # "A fraction of its CPU": of what it uses now (half a second's measure), so that on a
+        # loaded machine, where it already gets less than that fraction of a CPU, it still slows.
+        throttle = CpuThrottle([rs.proc.pid for rs in ranks], fraction, mechanism, measure_s=0.5)
+        self._throttles.append(throttle)
+
+        def lift() -> None:
+            info = throttle.stop()
+            if not info:
+                return
+            try:
+                self.emit(EventKind.SLOWDOWN_ENDED, group=group, host=host, **info)
+                self.return_host(host)
+            except Exception:
+                pass  # e.g. the event log already closed at the end of the job
+
+        timer = threading.Timer(duration_s, lift)
+        timer.daemon = True
+        timer.start()
+        return {**throttle.describe(), "host": host, "duration_s": duration_s, "ranks": [rs.rank for rs in ranks]}
+
+    def return_host(self, host: str) -> None:
+        """``host`` may be placed on again (its slowness ended): ``host_returned`` if it was left out."""
+        reason = self._sup.state.excluded_hosts.pop(host, None)
+        if reason is not None:
+            self.emit(EventKind.HOST_RETURNED, host=host, excluded_because=reason)
+
+    def close(self) -> None:
+        """Lift every CPU limit still in force (the job is ending: no cgroup is left behind)."""
+        for throttle in self._throttles:
+            throttle.stop()
 
     def slow_link(self, group: int, delay_ms: float, rate: Optional[str], duration_s: float) -> dict:
         launcher = self._network(Capability.SLOW_LINK)

@@ -17,6 +17,7 @@ from typing import Optional, Sequence
 
 from monarch_ft.records.events import StrEnum
 from monarch_ft.records.phases import Phase
+from monarch_ft.records.reports import compute_seconds
 
 
 class OsState(StrEnum):
@@ -415,10 +416,9 @@ class StepTimeLearner:
         if key not in self.seen:
             self.seen.add(key)
             return
-        total = rec.get("step_time_s")
-        if total is None:
+        if rec.get("step_time_s") is None:
             return
-        self.samples.append(max(0.0, float(total) - float(rec.get("quorum_s") or 0.0) - float(rec.get("xgroup_s") or 0.0)))
+        self.samples.append(compute_seconds(rec))
         del self.samples[: -self.window]
 
     def p99(self) -> Optional[float]:

@@ -237,7 +237,7 @@ class Supervisor:
             state=state.integrity,
         )
         self.scrub = CheckpointScrub(cfg.checkpoint.scrub_every_s, lambda: [layout.checkpoint(g.index) for g in state.groups], self.integrity.vouch)
-        self.relay = ReportRelay(state, self.events, self._metrics, cfg.ft.ranks_per_group, judge=self.integrity)
+        self.relay = ReportRelay(state, self.events, self._metrics, cfg.ft.ranks_per_group, judge=self.integrity, straggler_window=cfg.ft.straggler_window)
         self.recovery = Recovery(
             cfg, layout, state, self.planner, self.events, self.starter, self.standby, self.warm_forks, self.clock, self._save, self.nodes, judge=self.integrity
         )
@@ -403,6 +403,7 @@ class Supervisor:
                     hangs[g.index] = hang
         self.watch.judge(hangs, now)
         self._integrity_tick(now)
+        self.watch.check_stragglers(now)
         self.recovery.write_floor()
         self._lighthouse_recovered()
         self.recovery.open_launch_gates()
@@ -595,6 +596,7 @@ class Supervisor:
         # controller that attaches later builds its own.
         self.standby.stop()
         self.scrub.stop()
+        self.control.close()  # CPU limits a fault set: lifted, whatever becomes of the job
         if state.status == JobStatus.DETACHED:
             # The job keeps training: leave every rank and the Lighthouse alone. The fork
             # servers are this controller's (their forked ranks live on, adopted by init).

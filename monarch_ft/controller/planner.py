@@ -31,6 +31,12 @@ Whatever the action, a failure that implicates its node (``Failure.suspects``: e
 lost at once, or the scheduler counts it gone) adds that node to the ones every allocation is
 kept off from then on (the action's ``exclude``: controller.placement.NodePool.with_suspects).
 
+A slow group is a decision of its own (:meth:`RecoveryPlanner.on_straggler`): under
+``ft.straggler=evict`` a CPU straggler is :class:`Evict`-ed (failed with ``FailureKind.STRAGGLER``,
+which the rules above then answer with rule 6, the ready standby) only when a standby is ready,
+its restart budget allows a relaunch, and the time it costs over the steps left exceeds one
+recovery; otherwise :class:`KeepStraggler` says why.
+
 A relaunch's start is a second decision, at launch (:meth:`RecoveryPlanner.launch`):
 :class:`WarmFork` from the host's fork server, or :class:`ColdStart` with why not warm; a
 warm fork that fails at launch is a third, recorded one (:meth:`RecoveryPlanner.fork_failed`:
@@ -47,6 +53,7 @@ from monarch_ft.controller.fork_pool import ServerState, relaunch_path
 from monarch_ft.controller.placement import Suspect
 from monarch_ft.controller.standby_pool import recovery_path
 from monarch_ft.controller.state import GroupState, JobState
+from monarch_ft.controller.stragglers import SlowKind, Straggler, eviction_pays, loss_rate
 from monarch_ft.records.decisions import JobStateLost, StateDecision, decide_state_source, needs_disk
 from monarch_ft.records.events import GiveUpReason, RecoveryPath, StrEnum
 from monarch_ft.records.integrity import INTEGRITY_ROLLBACK
@@ -130,6 +137,9 @@ class FailureKind(StrEnum):
     SUSPECT = "suspect"
     # The replicas' fingerprints disagree with no majority (the job, no group): none is trusted.
     DIVERGED = INTEGRITY_ROLLBACK
+    # ft.straggler=evict: the group is slow, not failed; the controller fails it so a ready
+    # standby takes its place (RecoveryPlanner.on_straggler).
+    STRAGGLER = "straggler"
 
 
 @dataclass(frozen=True)
@@ -192,6 +202,8 @@ class ActionKind(StrEnum):
     STATE_LOST = "state_lost"
     WARM_FORK = "warm_fork"
     COLD_START = "cold_start"
+    EVICT = "evict"
+    KEEP_STRAGGLER = "keep_straggler"
 
 
 @dataclass(frozen=True)
@@ -294,6 +306,40 @@ class ColdStart(RecoveryAction):
     path: ClassVar[Optional[RecoveryPath]] = RecoveryPath.COLD_START
 
 
+@dataclass(frozen=True)
+class Evict(RecoveryAction):
+    """A straggler is failed (``ft.straggler=evict``); the failure's own decision then promotes
+    the ready standby (rule 6). ``loss_s`` the seconds it would cost over the steps left,
+    ``cost_s`` one recovery's."""
+
+    kind: ClassVar[ActionKind] = ActionKind.EVICT
+
+    group: int = -1
+    loss_s: float = 0.0
+    cost_s: float = 0.0
+
+
+class KeepReason(StrEnum):
+    """Why a straggler is kept (the loop says so again only when this changes)."""
+
+    POLICY = "policy"  # ft.straggler=report
+    NO_STANDBY = "no_standby"
+    BUDGET = "restart_budget"
+    NOT_WORTH = "not_worth_it"
+    LINK = "link"  # told by collective time alone: reported only
+
+
+@dataclass(frozen=True)
+class KeepStraggler(RecoveryAction):
+    """A straggler stays (``ft.straggler=report``, or evicting it would not pay or could not
+    promote a standby); ``reason`` says which."""
+
+    kind: ClassVar[ActionKind] = ActionKind.KEEP_STRAGGLER
+
+    group: int = -1
+    why: KeepReason = KeepReason.POLICY
+
+
 # ---------------------------------------------------------------- the planner
 class RecoveryPlanner:
     """Decides, never acts (see the module docstring for the rules and their order).
@@ -381,6 +427,56 @@ class RecoveryPlanner:
     def state_lost(self, job: JobState, disk: DiskFact) -> Optional[StateLost]:
         decision = self.state_source(job, (), disk)
         return decision if isinstance(decision, StateLost) else None
+
+    # ------------------------------------------------------------ a slow group
+    def on_straggler(
+        self,
+        job: JobState,
+        straggler: Straggler,
+        now: float,
+        policy: str,
+        ready_standbys: Sequence[int],
+        recovery_s: float,
+        steps_left: int,
+    ) -> Evict | KeepStraggler:
+        """What to do about a group found slower than its peers (controller.stragglers).
+
+        ``evict`` only when every one of these holds (else the straggler is kept, and why):
+        the policy is ``evict``; it is slow at compute (a link straggler is only reported); a standby is ready (without one, a relaunch on the same host
+        would cost a cold start and come back as slow); the group's restart budget allows one
+        more relaunch (an eviction must never give a group up); and the time it costs,
+        ``loss_rate x steps_left``, exceeds one recovery, ``recovery_s``
+        (controller.stragglers.eviction_pays).
+
+        Args:
+            job: the job's state.
+            straggler: the verdict.
+            now: the time of the decision.
+            policy: ``ft.straggler`` (report or evict).
+            ready_standbys: the ready standbys' numbers.
+            recovery_s: one recovery's cost in seconds.
+            steps_left: steps the job still has to train.
+        """
+        g = job.groups[straggler.group]
+        if policy != "evict":
+            return KeepStraggler(f"ft.straggler={policy}", group=g.index)
+        if straggler.kind is SlowKind.LINK:
+            # Told by collective time alone, which a ring allreduce shares out among its members:
+            # a hint, not grounds to fail a group (controller.stragglers).
+            return KeepStraggler("a link straggler is only reported", group=g.index, why=KeepReason.LINK)
+        if not ready_standbys:
+            return KeepStraggler("no standby is ready to take its place", group=g.index, why=KeepReason.NO_STANDBY)
+        if self._backoff(g, True, now) is None:
+            return KeepStraggler(self._budget_reason(g, now), group=g.index, why=KeepReason.BUDGET)
+        loss = loss_rate(straggler) * max(0, steps_left)
+        if not eviction_pays(straggler, recovery_s, steps_left):
+            return KeepStraggler(f"it costs {loss:.1f} s over the {steps_left} steps left, less than one recovery ({recovery_s:.1f} s)", group=g.index)
+        return Evict(
+            f"it costs {loss:.1f} s over the {steps_left} steps left, more than one recovery ({recovery_s:.1f} s)",
+            group=g.index,
+            loss_s=round(loss, 3),
+            cost_s=round(recovery_s, 3),
+        )
 
     # ------------------------------------------------------------ a relaunch's start
     def launch(self, job: JobState, group: int, fork: ForkFact) -> Optional[RecoveryAction]:

@@ -30,10 +30,14 @@ class ReportRelay:
         metrics: ``metrics.jsonl``, open for appending (every step record goes there).
         ranks_per_group: ``ft.ranks_per_group``.
         judge: the integrity checks (None: none; its state is ``state.integrity``).
+        straggler_window: ``ft.straggler_window`` (the steps kept per group for the straggler detector).
     """
 
-    def __init__(self, state: JobState, events: EventLog, metrics: IO[str], ranks_per_group: int, judge: Optional[IntegrityJudge] = None) -> None:
+    def __init__(
+        self, state: JobState, events: EventLog, metrics: IO[str], ranks_per_group: int, judge: Optional[IntegrityJudge] = None, straggler_window: int = 10
+    ) -> None:
         self.state = state
+        self.straggler_window = straggler_window
         self.events = events
         self.metrics = metrics
         self.ranks_per_group = ranks_per_group
@@ -55,6 +59,7 @@ class ReportRelay:
                     rs.last_progress, rs.last_step = now, rec["step"]
                     rs.first_step_seen = True
                     state.step_times.observe(rec)
+                    state.stragglers.observe(rec, self.straggler_window)
                     if state.first_step_time is None:
                         state.first_step_time = now
                     self.metrics.write(json.dumps(rec) + "\n")

@@ -29,6 +29,7 @@ from monarch_ft.controller.ledger import CommitLedger
 from monarch_ft.controller.placement import NodePool
 from monarch_ft.controller.snapshot import live, own
 from monarch_ft.controller.standby_pool import StandbyPoolState
+from monarch_ft.controller.stragglers import StragglerWatch
 from monarch_ft.launcher.base import RankLaunch, RankProcess
 from monarch_ft.records.events import GiveUpReason, GroupStatus, JobStatus
 from monarch_ft.records.reports import ReportTail
@@ -310,6 +311,11 @@ class JobState:
     # when groups just out of one get a grace period.
     stall_since: Optional[float] = None
     stall_grace_until: float = 0.0
+    # ---- fail-slow groups (controller.stragglers): the step times compared (this controller's
+    # own: a new one relearns them over one window), and the hosts (by address) left out of
+    # placements, with why
+    stragglers: StragglerWatch = own(default_factory=StragglerWatch)
+    excluded_hosts: dict[str, str] = field(default_factory=dict)
     # ---- the Lighthouse
     lighthouse: LighthouseState = field(default_factory=LighthouseState)
     # ---- disk checkpoints (controller.checkpoints)

@@ -30,10 +30,12 @@ from monarch_ft.controller.hangs import (
     track_cpu,
     track_os_state,
 )
-from monarch_ft.controller.planner import FailureKind
+from monarch_ft.launcher.base import Capability
+from monarch_ft.controller.planner import FailureKind, KeepStraggler
 from monarch_ft.controller.recovery import Recovery
 from monarch_ft.controller.relay import ReportRelay
 from monarch_ft.controller.state import GroupState, JobState
+from monarch_ft.controller.stragglers import StragglerLimits, back_to_pace, find_stragglers
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus
 from monarch_ft.records.exits import RankExit, describe_exit
 from monarch_ft.records.layout import RunLayout
@@ -152,6 +154,48 @@ class GroupWatch:
         )
 
     # ------------------------------------------------------------ all groups
+    def check_stragglers(self, now: float) -> None:
+        """Name the groups slower than their peers (controller.stragglers) and, under
+        ``ft.straggler=evict``, fail one when the planner says evicting it pays: the failure's
+        own decision then promotes the ready standby on another host, and the straggler's host
+        is left out of later placements (``state.excluded_hosts``) until its slowness ends."""
+        ft, state = self.cfg.ft, self.state
+        if ft.straggler == "off":
+            return
+        watch = state.stragglers
+        limits = StragglerLimits(ft.straggler_factor, ft.straggler_window)
+        running = [g.index for g in state.groups if g.status == GroupStatus.RUNNING and not g.train_done]
+        found = {s.group: s for s in find_stragglers(watch, running, limits)}
+        for group in [i for i in watch.flagged if i not in found and back_to_pace(watch, i, running, limits)]:
+            watch.flagged.pop(group)
+            watch.kept.pop(group, None)
+            self.events.emit(EventKind.STRAGGLER_CLEARED, group=group)
+        for s in found.values():
+            if s.group not in watch.flagged:
+                watch.flagged[s.group] = s.kind.value
+                self.events.emit(EventKind.STRAGGLER_DETECTED, attempt=state.groups[s.group].attempt, **s.fields())
+            elif ft.straggler != "evict":
+                continue
+            # Under evict, decided again every tick while it is slow (a standby may become ready).
+            steps_left = max(0, self.cfg.training.steps - state.job_step)
+            action = self.recovery.planner.on_straggler(state, s, now, ft.straggler, self.recovery.standby.ready_numbers(), ft.straggler_recovery_s, steps_left)
+            if isinstance(action, KeepStraggler):
+                if ft.straggler == "evict" and watch.kept.get(s.group) != action.why:
+                    watch.kept[s.group] = action.why
+                    self.events.emit(EventKind.STRAGGLER_KEPT, group=s.group, because=action.reason, why=action.why)
+                continue
+            g = state.groups[s.group]
+            launcher = self.recovery.starter.launcher
+            # Only a launcher with hosts of its own (simulated hosts) has a host to leave out.
+            host = launcher.group_host(g.index) if Capability.PARTITION in launcher.capabilities else None
+            self.events.emit(EventKind.STRAGGLER_EVICTED, group=g.index, attempt=g.attempt, because=action.reason, loss_s=action.loss_s, cost_s=action.cost_s)
+            if host is not None:
+                reason = f"group {g.index} was a {s.kind.value} straggler there ({s.ratio:.1f}x its peers)"
+                state.excluded_hosts[host] = reason
+                self.events.emit(EventKind.HOST_EXCLUDED, host=host, group=g.index, because=reason)
+            watch.forget(g.index)
+            self.recovery.fail_group(g, now, FailureKind.STRAGGLER, reason="straggler", slow_kind=s.kind.value)
+
     def judge(self, hangs: dict[int, Hang], now: float) -> None:
         """Act on this tick's hang verdicts, all groups together.
 

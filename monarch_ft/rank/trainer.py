@@ -54,7 +54,7 @@ from monarch_ft.records.exits import RankExit
 from monarch_ft.records.layout import RunLayout, read_int, read_json
 from monarch_ft.records.manifest import describe_os_error, errno_name, manifest_fingerprint, step_dir
 from monarch_ft.records.phases import Phase
-from monarch_ft.records.reports import error_record
+from monarch_ft.records.reports import compute_seconds, error_record
 
 
 @dataclass
@@ -623,6 +623,10 @@ class Trainer:
         if not apply_update:
             return
         elapsed = time.time() - start
+        timings = self.sync.take_timings()
+        # This group's own compute (forward, backward, optimizer): the straggler detector
+        # compares it across groups (the wall step is shared by every group in HSDP).
+        timings["compute_s"] = round(compute_seconds({"step_time_s": elapsed, **timings}), 6)
         extra = {}
         if committed and self.sync.hash_due(tr.state_hash_every):
             extra["state_hash"] = state_hash(self.sync.consistent_state(self.state_dict()))
@@ -652,7 +656,7 @@ class Trainer:
             sync=synced,
             healed=healed,
             mode=self.sync.mode,
-            **self.sync.take_timings(),
+            **timings,
             **extra,
         )
         if committed:

@@ -84,6 +84,19 @@ class EventKind(StrEnum):
     """A group failed (why: a rank's exit, a hang, a startup timeout...); its ranks are stopped."""
     GROUP_STOPPED = "group_stopped"
     """A group's ranks were stopped (after a failure, for a full restart, or at the job's end)."""
+    STRAGGLER_DETECTED = "straggler_detected"
+    """A group is slower than ``ft.straggler_factor`` x its peers' median over ``ft.straggler_window`` steps (controller.stragglers):
+    its slowest rank, ``slow_kind`` (cpu or link), its seconds per step, the median, the ratio."""
+    STRAGGLER_CLEARED = "straggler_cleared"
+    """A group named a straggler is back to its peers' pace (or was replaced)."""
+    STRAGGLER_EVICTED = "straggler_evicted"
+    """``ft.straggler=evict``: the straggler is failed and a ready standby takes its place (the rule's figures: its loss, one recovery's cost)."""
+    STRAGGLER_KEPT = "straggler_kept"
+    """``ft.straggler=evict`` kept a straggler, and why (no standby ready, the restart budget, it would not pay)."""
+    HOST_EXCLUDED = "host_excluded"
+    """A host (launcher slot) is left out of later placements, and why (a straggler evicted from it)."""
+    HOST_RETURNED = "host_returned"
+    """An excluded host may be placed on again (the slowness that excluded it ended)."""
     GROUP_FINISHED = "group_finished"
     """Every rank of a group exited 0: it trained every step."""
     RESTART_SCHEDULED = "restart_scheduled"
@@ -230,6 +243,8 @@ class EventKind(StrEnum):
     """The fault did not recover within ``chaos.recovery_timeout_s``."""
     LINK_RESTORED = "link_restored"
     """A network fault's link is back (it lasted ``lasted_s``)."""
+    SLOWDOWN_ENDED = "slowdown_ended"
+    """A ``slow`` fault's CPU limit is lifted (its mechanism, cgroup or sigstop, and how long it lasted)."""
 
 
 class GroupStatus(StrEnum):

@@ -54,6 +54,18 @@ class ReportTail:
         return out
 
 
+def compute_seconds(rec: dict[str, Any]) -> float:
+    """A step record's compute seconds: its wall time (``step_time_s``) less its time in the
+    quorum and commit vote (``quorum_s``) and in the cross-group collective (``xgroup_s``):
+    forward, backward and the optimizer, which every group does on its own (the wall step is
+    shared by every group in HSDP). The rank writes it as ``compute_s``; older records are
+    derived the same way."""
+    if rec.get("compute_s") is not None:
+        return float(rec["compute_s"])
+    total = float(rec.get("step_time_s") or 0.0)
+    return max(0.0, total - float(rec.get("quorum_s") or 0.0) - float(rec.get("xgroup_s") or 0.0))
+
+
 def report_finished(report_path: str) -> bool:
     """The rank reported ``rank_finished`` (it exits 0 right after)."""
     return any(r.get("type") == "event" and r.get("event") == "rank_finished" for r in ReportTail(report_path).read())

@@ -75,6 +75,8 @@ class Script:
         corrupt_from_step: from this step on, the state fingerprint in its step records
             (records.integrity; with ``ft.integrity_every`` not 0) differs from its peers': a
             silent corruption, which nothing else shows.
+        slow_at_step: from this step on its compute takes ``slow_factor`` x as long (a fail-slow
+            rank: its records' ``compute_s``; the fake quorum's pace is unchanged).
     """
 
     build_s: float = 0.5
@@ -85,6 +87,8 @@ class Script:
     hang_at_step: Optional[int] = None
     load_fails: bool = False
     corrupt_from_step: Optional[int] = None
+    slow_at_step: Optional[int] = None
+    slow_factor: float = 3.0
 
 
 class _Phase:
@@ -251,6 +255,9 @@ class FakeRank(RankProcess):
             quorum_size=len(groups),
             loss=round(10.0 / (1 + step), 4),
             step_time_s=self.world.step_s,
+            # Half the step computing, the rest in the cross-group collective.
+            compute_s=self.world.step_s / 2 * (self.script.slow_factor if self.script.slow_at_step is not None and step >= self.script.slow_at_step else 1.0),
+            xgroup_s=self.world.step_s / 2,
             state_hash=self.world.state_hash if self.world.hash_steps else None,
             fingerprint=self._fingerprint(step) if self.world.fingerprints else None,
         )

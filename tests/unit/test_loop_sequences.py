@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 import pytest
 
+from monarch_ft.cli.jobctl import job_status, straggler_lines
 from monarch_ft.controller.loop import Supervisor
 from monarch_ft.controller.state import IllegalTransition
 from monarch_ft.launcher.base import LauncherTraits
@@ -364,3 +365,73 @@ def test_a_node_down_its_group_relaunched_elsewhere_the_node_excluded_then_back_
     summary = job.sup.summary()["nodes"]
     assert [(x["node"], x["reason"], x["return_reason"]) for x in summary["exclusions"]] == [("n1", "ranks_lost", "never_down")]
     assert summary["excluded_now"] == [] and summary["placements"] == 4
+
+
+# ---------------------------------------------------------------- fail-slow groups
+def test_a_slow_group_is_named_and_under_evict_replaced_by_the_standby_once(tmp_path, world):
+    # A fake step is 0.1 s: the straggler costs 0.05 s a step, 8 s over the steps left, more than 2 s.
+    job = Job(tmp_path, world, training__steps=200, ft__replica_groups=3, ft__straggler="evict", ft__straggler_recovery_s=2.0)
+    job.launcher.script(1, 0, Script(slow_at_step=40, slow_factor=3.0))  # only its first attempt is slow
+    assert job.run() == 0
+    (found,) = job.events("straggler_detected")
+    assert (found["group"], found["slow_kind"], found["attempt"]) == (1, "cpu", 0) and found["ratio"] > job.cfg.ft.straggler_factor
+    # Named within the window: once each of its last ft.straggler_window steps was slow.
+    assert found["steps"] == [40, 40 + job.cfg.ft.straggler_window - 1] and found["ratio"] == 3.0
+    (evicted,) = job.events("straggler_evicted")
+    assert evicted["group"] == 1 and evicted["loss_s"] > evicted["cost_s"] == 2.0
+    assert [(e["group"], e["reason"]) for e in job.events("group_failed")] == [(1, "straggler")]
+    assert job.paths() == [(1, "standby")]
+    assert job.events("straggler_kept") == [] and job.state.status == JobStatus.COMPLETED
+    (line,) = job_status(job.run_dir).stragglers
+    assert (
+        line.startswith("group 1 (attempt 0) cpu straggler, 3.0x its peers: rank 0 0.150 s/step, median 0.050 s, steps 40-49") and ": evicted, it costs" in line
+    )
+
+
+def test_status_tells_what_became_of_each_straggler():
+    def detected(group, attempt):
+        return {
+            "event": "straggler_detected",
+            "group": group,
+            "attempt": attempt,
+            "slow_kind": "cpu",
+            "ratio": 3.1,
+            "rank": 1,
+            "seconds": 0.25,
+            "median_s": 0.08,
+            "steps": [40, 49],
+        }
+
+    events = [
+        detected(1, 0),
+        {"event": "straggler_kept", "group": 1, "because": "no standby is ready to take its place"},
+        {"event": "straggler_evicted", "group": 1, "because": "it costs 20.0 s over the 100 steps left, more than one recovery (10.0 s)"},
+        detected(2, 0),
+        {"event": "straggler_cleared", "group": 2},
+        detected(0, 3),
+        {"event": "straggler_kept", "group": 0, "because": "ft.straggler=report"},
+    ]
+    lines = straggler_lines(events)
+    assert lines[0] == (
+        "group 1 (attempt 0) cpu straggler, 3.1x its peers: rank 1 0.250 s/step, median 0.080 s, steps 40-49: "
+        "evicted, it costs 20.0 s over the 100 steps left, more than one recovery (10.0 s)"
+    )
+    assert lines[1].endswith("steps 40-49: back to its peers' pace") and lines[2].endswith(": kept, ft.straggler=report")
+
+
+def test_a_slow_group_under_report_is_named_once_and_kept(tmp_path, world):
+    job = Job(tmp_path, world, training__steps=120, ft__replica_groups=3)
+    job.launcher.script(1, 0, Script(slow_at_step=40, slow_factor=3.0))
+    assert job.cfg.ft.straggler == "report"  # the default
+    assert job.run() == 0
+    assert [(e["group"], e["slow_kind"]) for e in job.events("straggler_detected")] == [(1, "cpu")]
+    assert job.events("straggler_evicted") == job.events("group_failed") == job.events("straggler_kept") == []
+
+
+def test_evict_keeps_a_straggler_when_no_standby_is_ready(tmp_path, world):
+    # No standby (the point of the test): eviction would cost a relaunch on the same host.
+    job = Job(tmp_path, world, training__steps=120, ft__replica_groups=3, ft__straggler="evict", ft__standby_groups=0)
+    job.launcher.script(1, 0, Script(slow_at_step=40, slow_factor=3.0))
+    assert job.run() == 0
+    (kept,) = job.events("straggler_kept")  # said once, not every tick
+    assert kept["group"] == 1 and kept["why"] == "no_standby" and "no standby" in kept["because"] and job.events("group_failed") == []

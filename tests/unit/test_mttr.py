@@ -206,3 +206,54 @@ def test_a_recorded_integrity_rollback_is_not_a_step_going_back():
         m["quorum_id"] = 1 if m["attempt"] == 0 else 2
     assert not steps_never_go_back(metrics)
     assert steps_never_go_back(metrics, [{"event": "job_rollback", "time": 15.0, "to_step": 10, "reason": "replicas_diverged"}])
+
+
+# ---------------------------------------------------------------- throughput around a fault
+def _commits(times, first_step=0, group=0):
+    return [{"group": group, "rank": 0, "step": first_step + i, "committed": True, "time": t} for i, t in enumerate(times)]
+
+
+def test_throughput_before_during_after_and_the_ratio():
+    from chaos.mttr import step_rate, throughput
+
+    # 2 steps/s for 40 steps, a fault at t=20 slows it to 0.5 steps/s for 10 steps, then 1.8 steps/s.
+    before = [i * 0.5 for i in range(40)]
+    during = [20.0 + 2.0 * (i + 1) for i in range(10)]
+    after = [40.0 + (i + 1) / 1.8 for i in range(40)]
+    records = _commits(before + during + after) + _commits(before, group=1)  # another group's commits of the same steps count once
+    rates = throughput(records, t0=19.9, back_at=40.0)
+    assert rates["before"] == pytest.approx(2.0, rel=0.01) and rates["during"] == pytest.approx(0.5, rel=0.05)
+    assert rates["after"] == pytest.approx(1.8, rel=0.01) and rates["ratio"] == pytest.approx(0.9, rel=0.01)
+    assert throughput(records, t0=19.9, back_at=None)["after"] is None and throughput(records, t0=19.9, back_at=None)["ratio"] is None
+    assert step_rate(records, 0.0, 0.6) is None  # 2 steps: no rate
+
+
+def test_a_slow_fault_evicted_is_measured_after_its_standby_is_back(tmp_path):
+    from chaos.mttr import analyze_fault
+
+    # group 1 slowed at t=10 (step 20): the job goes at 1 step/s; evicted at t=15, its
+    # standby (attempt 1) commits with the others from t=17 at 2 steps/s again; the slowdown
+    # itself ends only at t=40.
+    records = []
+    t, step = 0.0, 0
+    while t < 60:
+        for g in range(3):
+            attempt = 1 if (g == 1 and t >= 17) else 0
+            members = [0, 2] if 15 <= t < 17 else [0, 1, 2]
+            if g in members:
+                records.append({"group": g, "rank": 0, "attempt": attempt, "step": step, "committed": True, "time": t, "participating_groups": members})
+        t += 1.0 if 10 <= t < 15 else 0.5
+        step += 1
+    events = [
+        {"event": "straggler_detected", "group": 1, "time": 14.0},
+        {"event": "straggler_evicted", "group": 1, "time": 15.0},
+        {"event": "group_failed", "group": 1, "attempt": 0, "reason": "straggler", "time": 15.0},
+        {"event": "group_launched", "group": 1, "attempt": 1, "time": 15.1},
+        {"event": "slowdown_ended", "group": 1, "time": 40.0},
+    ]
+    fault = {"id": 0, "kind": "slow", "target": 1, "rank": 0, "at_step": 20, "injected_at": 10.0, "attempt": 0, "step": 19, "members": [0, 1, 2]}
+    out = analyze_fault(fault, events, records, False, 3, 1)
+    assert out["evicted"] is True and out["recovered"] is True
+    rates = out["throughput_steps_per_s"]
+    assert rates["before"] == pytest.approx(2.0) and rates["after"] == pytest.approx(2.0) and out["throughput_ratio"] == pytest.approx(1.0)
+    assert rates["during"] < 1.5

@@ -95,6 +95,7 @@ def populated() -> JobState:
         step_times=StepTimeLearner(window=50, samples=[0.2, 0.3], seen={(1, 0, 2), (None, None, None)}),
         stall_since=60.0,
         stall_grace_until=65.0,
+        excluded_hosts={"10.77.0.2": "group 1 was a cpu straggler there (3.1x its peers)"},
         lighthouse=LighthouseState("http://h:29510", 29510, 2, 11, "111", 12, "222", LighthouseOutage(70.0, 69.0, 40)),
         unloadable={30: "failed to load"},
         recovered=Recovered(20, {"/r/checkpoint/group_0": "/r/checkpoint/group_0/step-20"}, [{"step": 30}], [{"step": 20, "error": "ENOSPC"}]),
@@ -150,7 +151,7 @@ def test_a_fully_populated_state_round_trips_through_json():
 def test_what_a_snapshot_leaves_out_is_declared_and_comes_back_as_its_default():
     # The live handles a takeover rebuilds, and this controller's own view.
     assert not_saved(RankState) == {"last_progress": OWN, "phase_seen": OWN, "os_sample": OWN, "cpu_sample": OWN, "proc": LIVE, "tail": LIVE}
-    assert not_saved(JobState) == {"ckpt_health": OWN, "verified": OWN, "watch": OWN}
+    assert not_saved(JobState) == {"ckpt_health": OWN, "verified": OWN, "watch": OWN, "stragglers": OWN}
     state = populated()
     rank = state.groups[0].ranks[0]
     rank.last_progress, rank.proc, rank.tail = 5.0, object(), object()

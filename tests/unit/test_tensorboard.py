@@ -76,7 +76,7 @@ def test_sink_writes_curves_and_markers_tensorboard_reads_back(tmp_path):
     again = TensorBoardSink(layout, 1, 1)  # the relaunched attempt: a second file in the same run
     again.record({"type": "event", "event": "weights_recovered", "step": 8, "src_replica_rank": 0, "bytes": 10, "seconds": 0.1, "time": 1010.0})
     for s in range(8, 10):
-        again.record(_step(s, quorum_s=0.01))
+        again.record(_step(s, quorum_s=0.01, compute_s=0.25))
     again.close()
     scalars, texts = read_run(layout.tensorboard(1))
     assert [s for s, _ in scalars["train/loss"]] == [0, 1, 2, 3, 4, 8, 9]
@@ -84,6 +84,7 @@ def test_sink_writes_curves_and_markers_tensorboard_reads_back(tmp_path):
     for tag in ("train/lr", "train/tokens_per_s", "train/step_time_s", "ft/quorum_size", "ft/participating_groups"):
         assert len(scalars[tag]) == 7, tag
     assert scalars["ft/quorum_s"] == [(8, 0.009999999776482582), (9, 0.009999999776482582)]
+    assert scalars["ft/compute_s"] == [(8, 0.25), (9, 0.25)]  # the group's own compute: a straggler's stands out
     assert scalars["faults/restart"] == [(8, 1.0)] and scalars["faults/heal"] == [(8, 1.0)]
     assert texts == [
         (8, "step 8: **restart** attempt 1: group_failed reason=exit rank=0 code=-9"),

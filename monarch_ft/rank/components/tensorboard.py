@@ -9,8 +9,10 @@ train one model (FSDP shards) on the same steps. Each launch attempt of the grou
 own event file to the group's run, so a restarted group's curve continues where it rejoined.
 
 Curves (x: the training step): ``train/loss``, ``train/lr``, ``train/tokens_per_s``,
-``train/step_time_s``, ``ft/quorum_size``, ``ft/participating_groups``, and where the
-mode reports them ``ft/quorum_s`` and ``ft/xgroup_s``.
+``train/step_time_s``, ``ft/compute_s`` (the group's own compute: a straggler's curve stands
+above its peers' runs; an evicted one's next attempt is marked with the reason, ``straggler``),
+``ft/quorum_size``, ``ft/participating_groups``, and where the mode reports them
+``ft/quorum_s`` and ``ft/xgroup_s``.
 
 Faults are marked because a curve alone does not say why it bends. TensorBoard has no
 annotation layer, so a marker is written twice at its step: a scalar ``faults/<kind>``
@@ -45,6 +47,7 @@ SCALARS = {
     "lr": "train/lr",
     "tokens_per_s": "train/tokens_per_s",
     "step_time_s": "train/step_time_s",
+    "compute_s": "ft/compute_s",
     "quorum_size": "ft/quorum_size",
     "quorum_s": "ft/quorum_s",
     "xgroup_s": "ft/xgroup_s",

@@ -1,0 +1,219 @@
+"""Fail-slow groups (monarch_ft.controller.stragglers) and the planner's eviction rule, on step
+records shaped like the ranks' own (step_time_s, quorum_s, xgroup_s, as a 3-group CPU job writes them)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from monarch_ft.config.ft import FTConfig
+from monarch_ft.controller.planner import Evict, KeepStraggler, RecoveryPlanner, RecoveryPolicy, RestartBudget
+from monarch_ft.controller.state import GroupState, JobState
+from monarch_ft.controller.stragglers import SlowKind, Straggler, StragglerLimits, StragglerWatch, eviction_pays, find_stragglers, loss_rate
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.events import GroupStatus
+from monarch_ft.records.reports import compute_seconds
+
+LIMITS = StragglerLimits(factor=1.5, window=10)
+
+
+def record(group: int, rank: int, step: int, compute: float, xgroup: float, attempt: int = 0, quorum: float = 0.01) -> dict:
+    """A rank's step record as the trainer writes it (compute_s left out: derived)."""
+    return {
+        "type": "step",
+        "group": group,
+        "rank": rank,
+        "attempt": attempt,
+        "step": step,
+        "committed": True,
+        "step_time_s": compute + xgroup + quorum,
+        "quorum_s": quorum,
+        "xgroup_s": xgroup,
+    }
+
+
+def run(watch: StragglerWatch, steps: range, compute: dict, xgroup: dict, ranks: int = 2, noise: float = 0.1, seed: int = 0, attempt: int = 0) -> None:
+    """Feed ``steps`` of every group's ranks: ``compute[g]``/``xgroup[g]`` are a group's seconds
+    (a callable of (rank) for a per-rank figure), each with +-``noise`` relative jitter."""
+    rnd = random.Random(seed)
+    for step in steps:
+        for g in compute:
+            for r in range(ranks):
+                c = compute[g](r) if callable(compute[g]) else compute[g]
+                x = xgroup[g](r) if callable(xgroup[g]) else xgroup[g]
+                watch.observe(record(g, r, step, c * rnd.uniform(1 - noise, 1 + noise), x * rnd.uniform(1 - noise, 1 + noise), attempt), LIMITS.window)
+
+
+def test_compute_seconds_is_the_step_less_quorum_and_collective():
+    assert compute_seconds(record(0, 0, 1, 0.08, 0.02)) == pytest.approx(0.08)
+    assert compute_seconds({"compute_s": 0.3, "step_time_s": 9.0}) == 0.3  # the rank's own figure wins
+    assert compute_seconds({"step_time_s": 0.01, "quorum_s": 0.02}) == 0.0
+
+
+def test_one_cpu_slow_group_is_named_and_its_waiting_peers_are_not_link_stragglers():
+    watch = StragglerWatch()
+    # group 1's rank 0 at 30% of a CPU: ~3.3x its compute; rank 1 waits for it inside the
+    # group (FSDP) so looks slow too, a little less; groups 0 and 2 wait in the allreduce.
+    run(watch, range(0, 12), {0: 0.08, 1: lambda r: 0.27 if r == 0 else 0.25, 2: 0.08}, {0: 0.19, 1: 0.01, 2: 0.19})
+    found = find_stragglers(watch, [0, 1, 2], LIMITS)
+    assert [(s.group, s.rank, s.kind) for s in found] == [(1, 0, SlowKind.CPU)]
+    s = found[0]
+    assert s.ratio > 2.5 and s.median_s == pytest.approx(0.08, rel=0.15)
+    assert s.fields()["slow_kind"] == "cpu" and s.fields()["steps"] == [2, 11]
+
+
+def test_machine_wide_load_slows_every_group_alike_and_names_nobody():
+    watch = StragglerWatch()
+    # Three CPU hogs: every rank 2-4x slower, with heavy step-to-step jitter (a loaded 2-core box).
+    run(watch, range(0, 200), {0: 0.25, 1: 0.27, 2: 0.23}, {0: 0.05, 1: 0.05, 2: 0.05}, noise=0.4, seed=3)
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == []
+
+
+def test_nobody_is_judged_before_a_full_window_nor_on_a_first_step_nor_on_groups_not_running():
+    watch = StragglerWatch()
+    run(watch, range(0, 10), {0: 0.08, 1: 0.5, 2: 0.08}, {0: 0.4, 1: 0.01, 2: 0.4})  # step 0 is left out: 9 steps
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == []
+    run(watch, range(10, 11), {0: 0.08, 1: 0.5, 2: 0.08}, {0: 0.4, 1: 0.01, 2: 0.4})
+    assert [s.group for s in find_stragglers(watch, [0, 1, 2], LIMITS)] == [1]
+    assert find_stragglers(watch, [0, 2], LIMITS) == []  # group 1 not running: not compared
+    assert find_stragglers(watch, [1], LIMITS) == []  # a group alone has no peers
+
+
+def test_a_tiny_absolute_difference_is_not_a_straggler():
+    watch = StragglerWatch()
+    run(watch, range(0, 12), {0: 0.001, 1: 0.004, 2: 0.001}, {0: 0.0, 1: 0.0, 2: 0.0}, noise=0.0)
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == []  # 4x, but 3 ms: noise on a tiny model
+
+
+def test_a_slow_link_is_named_as_a_link_straggler():
+    watch = StragglerWatch()
+    run(watch, range(0, 12), {0: 0.08, 1: 0.08, 2: 0.085}, {0: 0.02, 1: 0.02, 2: 0.2})
+    assert [(s.group, s.kind) for s in find_stragglers(watch, [0, 1, 2], LIMITS)] == [(2, SlowKind.LINK)]
+
+
+def test_a_new_attempt_starts_a_new_window_and_late_records_of_the_old_one_are_ignored():
+    watch = StragglerWatch()
+    run(watch, range(0, 12), {0: 0.08, 1: 0.3, 2: 0.08}, {0: 0.2, 1: 0.01, 2: 0.2})
+    assert [s.group for s in find_stragglers(watch, [0, 1, 2], LIMITS)] == [1]
+    # group 1 replaced (attempt 1, a standby on another host): normal pace from step 12
+    run(watch, range(12, 15), {1: 0.08}, {1: 0.02}, attempt=1)
+    watch.observe(record(1, 0, 14, 0.3, 0.01, attempt=0), LIMITS.window)  # a late record of the slow attempt
+    run(watch, range(12, 15), {0: 0.08, 2: 0.08}, {0: 0.02, 2: 0.02})
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == []  # its new window is not full yet
+    run(watch, range(15, 30), {0: 0.08, 1: 0.08, 2: 0.08}, {0: 0.02, 1: 0.02, 2: 0.02}, seed=1, attempt=0)
+    run(watch, range(15, 30), {1: 0.08}, {1: 0.02}, seed=2, attempt=1)
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == []
+
+
+def test_uncommitted_steps_do_not_count():
+    watch = StragglerWatch()
+    for step in range(20):
+        for g in range(3):
+            rec = record(g, 0, step, 0.5 if g == 1 else 0.08, 0.02)
+            rec["committed"] = False
+            watch.observe(rec, LIMITS.window)
+    assert watch.groups == {}
+
+
+# ---------------------------------------------------------------- the eviction rule
+def straggler(seconds: float = 0.3, median: float = 0.1, group: int = 1) -> Straggler:
+    return Straggler(group, 0, SlowKind.CPU, seconds, median, (10, 19))
+
+
+def test_eviction_pays_when_the_time_lost_over_the_steps_left_exceeds_one_recovery():
+    s = straggler(0.3, 0.1)
+    assert loss_rate(s) == pytest.approx(0.2)
+    assert eviction_pays(s, recovery_s=10.0, steps_left=100)  # 20 s lost > 10 s
+    assert not eviction_pays(s, recovery_s=10.0, steps_left=40)  # 8 s lost < 10 s
+    assert not eviction_pays(s, recovery_s=0.0, steps_left=0)
+
+
+def planner(max_restarts: int = 3) -> RecoveryPlanner:
+    return RecoveryPlanner(RecoveryPolicy("live", RestartBudget(max_restarts, 100.0, 0.5, 8.0)))
+
+
+def job() -> JobState:
+    return JobState(groups=[GroupState(i, GroupStatus.RUNNING) for i in range(3)])
+
+
+def test_the_planner_evicts_only_under_evict_with_a_ready_standby_a_budget_and_a_gain():
+    s = straggler()
+    p, state = planner(), job()
+    evict = p.on_straggler(state, s, 50.0, "evict", [3], recovery_s=10.0, steps_left=200)
+    assert isinstance(evict, Evict) and evict.group == 1 and evict.loss_s == pytest.approx(40.0) and evict.cost_s == 10.0
+    report = p.on_straggler(state, s, 50.0, "report", [3], recovery_s=10.0, steps_left=200)
+    assert isinstance(report, KeepStraggler) and report.reason == "ft.straggler=report"
+    no_standby = p.on_straggler(state, s, 50.0, "evict", [], recovery_s=10.0, steps_left=200)
+    assert isinstance(no_standby, KeepStraggler) and "no standby" in no_standby.reason
+    late = p.on_straggler(state, s, 50.0, "evict", [3], recovery_s=10.0, steps_left=20)
+    assert isinstance(late, KeepStraggler) and "less than one recovery" in late.reason
+    link = p.on_straggler(state, Straggler(1, 0, SlowKind.LINK, 0.3, 0.1, (10, 19)), 50.0, "evict", [3], recovery_s=10.0, steps_left=200)
+    assert isinstance(link, KeepStraggler) and link.why == "link"  # reported, never evicted
+    state.groups[1].restart_times = [40.0, 45.0, 49.0]
+    spent = p.on_straggler(state, s, 50.0, "evict", [3], recovery_s=10.0, steps_left=200)
+    assert isinstance(spent, KeepStraggler) and "ft.max_restarts=3" in spent.reason
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        ({"straggler": "kill"}, "ft.straggler='kill': choose one of off, report, evict"),
+        ({"straggler_factor": 1.0}, "ft.straggler_factor=1.0: must be > 1"),
+        ({"straggler_window": 2}, "ft.straggler_window=2: must be >= 3"),
+        ({"straggler": "off", "straggler_window": 20}, "ft.straggler_window=20 has no effect with ft.straggler=off"),
+        ({"straggler_recovery_s": 5.0}, "ft.straggler_recovery_s=5.0 has no effect with ft.straggler=report"),
+    ],
+)
+def test_bad_straggler_settings_are_refused_in_one_line(fields, message):
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        FTConfig(**fields).check()
+    FTConfig(straggler="evict", straggler_recovery_s=5.0).check()
+
+
+def test_bursts_of_load_on_one_group_at_a_time_name_nobody():
+    # A shared machine: now one group, now another, 2-3x slower for a few steps (other jobs'
+    # bursts), as a 3-group tiny-model drill on 2 busy cores showed. Medians over the window
+    # would name some; every step of the window must be slow.
+    watch, rnd = StragglerWatch(), random.Random(7)
+    for step in range(300):
+        burst = (step // 4) % 3 if rnd.random() < 0.6 else None
+        for g in range(3):
+            slow = 2.5 if g == burst else 1.0
+            watch.observe(record(g, 0, step, 0.02 * slow * rnd.uniform(0.7, 1.3), 0.03 * rnd.uniform(0.5, 1.5)), LIMITS.window)
+        assert find_stragglers(watch, [0, 1, 2], LIMITS) == [], step
+
+
+def test_a_group_that_falls_out_of_the_quorum_is_still_compared_with_its_peers_same_steps():
+    # As a real 3-group job at 30% CPU showed: TorchFT goes on without the slow group, which
+    # commits only now and then (steps 150-159, then 169, 177, 178, 179), while its peers commit
+    # every step: its steps are compared with theirs of the same number, 20 steps back for them.
+    watch = StragglerWatch()
+    run(watch, range(0, 150), {0: 0.06, 1: 0.06, 2: 0.06}, {0: 0.05, 1: 0.05, 2: 0.05})
+    slow_steps = [*range(150, 160), 169, 177, 178, 179]
+    for step in range(150, 181):
+        run(watch, range(step, step + 1), {0: 0.06, 2: 0.06}, {0: 0.3, 2: 0.3}, seed=step)
+        if step in slow_steps:
+            run(watch, range(step, step + 1), {1: 0.4}, {1: 0.1}, seed=step)
+    assert [(s.group, s.kind, s.steps) for s in find_stragglers(watch, [0, 1, 2], LIMITS)] == [(1, SlowKind.CPU, (154, 179))]
+
+
+def test_a_straggler_is_cleared_only_after_a_whole_window_at_its_peers_pace():
+    from monarch_ft.controller.stragglers import back_to_pace
+
+    watch = StragglerWatch()
+    run(watch, range(0, 12), {0: 0.08, 1: 0.3, 2: 0.08}, {0: 0.2, 1: 0.01, 2: 0.2}, noise=0.0)
+    (s,) = find_stragglers(watch, [0, 1, 2], LIMITS)
+    watch.flagged[1] = s.kind.value
+    run(watch, range(12, 13), {0: 0.08, 1: 0.08, 2: 0.08}, {0: 0.02, 1: 0.02, 2: 0.02}, noise=0.0)  # one step at pace
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == [] and not back_to_pace(watch, 1, [0, 1, 2], LIMITS)
+    run(watch, range(13, 22), {0: 0.08, 1: 0.08, 2: 0.08}, {0: 0.02, 1: 0.02, 2: 0.02}, noise=0.0)
+    assert back_to_pace(watch, 1, [0, 1, 2], LIMITS)
+    assert back_to_pace(watch, 1, [0, 2], LIMITS)  # no longer stepping: nothing to hold it on
+
+
+def test_a_group_that_computes_faster_and_waits_in_the_allreduce_is_no_link_straggler():
+    # A loaded drill: group 0 computed at 0.7x its peers and so waited ~3x as long in the allreduce.
+    watch = StragglerWatch()
+    run(watch, range(0, 12), {0: 0.065, 1: 0.095, 2: 0.1}, {0: 0.07, 1: 0.022, 2: 0.025})
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == []
