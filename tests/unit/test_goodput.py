@@ -1,0 +1,79 @@
+"""The goodput arithmetic (monarch_ft.records.goodput) on recorded step records and on small hand-made ones.
+
+tests/unit/fixtures/goodput/process_kill_2x1.jsonl: steps 170-190 of a real drill (2 groups x 1 rank, the
+tiny model) in which group 1 was SIGKILLed after step 179 and its standby, promoted, committed step 180
+while healing (its batch not in the update: ``participating_groups`` [0]).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from monarch_ft.records.goodput import goodput, goodput_ratio, group_commits
+
+FIXTURE = Path(__file__).parent / "fixtures" / "goodput" / "process_kill_2x1.jsonl"
+FAULT_AT = 1796346303.4335356  # the fault_injected event's time in that drill
+
+
+def _records() -> list[dict]:
+    return [json.loads(line) for line in FIXTURE.read_text().splitlines()]
+
+
+def test_recorded_drill_counts_only_the_batches_that_went_into_an_update():
+    recs = _records()
+    assert len(recs) == 42  # steps 170-190, both groups
+    commits = group_commits(recs)
+    # The healing group's step 180 is committed but not its batch: the one record left out.
+    assert len(commits) == 41
+    assert not [m for m in commits if m["group"] == 1 and m["step"] == 180]
+    times = sorted(m["time"] for m in recs)
+    whole = goodput(recs, groups=2)
+    # The first commit is the clock's origin, not counted.
+    assert whole.group_steps == 40 and whole.start == times[0] and whole.end == times[-1]
+    assert whole.rate == pytest.approx(40 / (times[-1] - times[0]))
+    before = goodput(recs, groups=2, end=FAULT_AT)
+    # Steps 170-179 of both groups precede the fault: 20 commits, the first one the origin.
+    assert before.group_steps == 19 and before.end == FAULT_AT
+    assert before.rate == pytest.approx(19 / (FAULT_AT - times[0]))
+    # The fault cost the survivors ~0.7 s of steps: goodput below the fault-free rate.
+    ratio = goodput_ratio(whole.rate, before.rate)
+    assert 0.3 < ratio < 0.9, ratio
+    # ETTR: the committed steps' own seconds over 2 groups x the window.
+    seconds = sum(m["step_time_s"] for m in commits[1:])
+    assert whole.ettr == pytest.approx(seconds / (2 * (times[-1] - times[0])))
+    assert 0 < whole.ettr < 1
+
+
+def _step(group: int, t: float, *, rank: int = 0, committed: bool = True, groups=(0, 1), step_time_s: float = 1.0) -> dict:
+    return {"group": group, "rank": rank, "time": t, "committed": committed, "participating_groups": list(groups), "step_time_s": step_time_s}
+
+
+def test_fixed_window_and_ettr_by_hand():
+    recs = [_step(0, float(t)) for t in range(0, 11)]  # group 0: t = 0..10, one 1 s step each
+    recs += [_step(1, float(t)) for t in (2, 4, 6, 8, 10)]  # group 1: half the steps
+    recs += [_step(1, 3.0, rank=1), _step(1, 5.0, committed=False), _step(1, 7.0, groups=(0,))]  # none of these counts
+    g = goodput(recs, groups=2, start=0.0, end=10.0)
+    # (0, 10]: group 0's ten steps after the origin, group 1's five.
+    assert (g.group_steps, g.seconds, g.rate) == (15, 10.0, 1.5)
+    assert g.ettr == pytest.approx(15 / 20)
+    # A window with no commit in it has rate 0, not None: the job made no progress.
+    assert goodput(recs, groups=2, start=20.0, end=30.0).rate == 0.0
+
+
+def test_no_window_no_figure():
+    assert goodput([], groups=2) is None
+    assert goodput([_step(0, 1.0)], groups=2) is None  # one commit: an origin, no window
+    assert goodput([_step(0, 1.0)], groups=2, start=5.0, end=5.0) is None
+    assert goodput_ratio(None, 2.0) is None and goodput_ratio(1.0, None) is None and goodput_ratio(1.0, 0.0) is None
+    assert goodput_ratio(1.0, 2.0) == 0.5
+
+
+def test_the_drill_uses_this_definition():
+    import chaos.drill
+    import monarch_ft.records.goodput as definition
+
+    assert chaos.drill.goodput is definition.goodput and chaos.drill.goodput_ratio is definition.goodput_ratio
+    assert not hasattr(chaos.drill, "samples_per_s")
