@@ -12,13 +12,16 @@ Arms (only the Lighthouse heartbeat settings differ; docs/design/eviction.md):
 Each round runs one drill per arm, interleaved (before, after, before, ...) so the machine's load falls
 on both alike: 2 groups x 1 rank, the tiny model, ``--faults`` faults alternating process kill and node
 fault, alternating target group. Per arm: the survivors' longest stall between committed steps around
-each fault (chaos.mttr's ``survivor_max_stall_s``), p50/p95, and MTTR p50; then after/before ratios.
+each fault (chaos.mttr's ``survivor_max_stall_s``, which also holds the survivor's own step and any
+checkpoint save next to the fault), p50/p95; the fault-to-survivors-stepping phase p50/p95; MTTR p50;
+then after/before ratios. ``--summarize OUT`` prints them again from a run's directories.
 Printed, never asserted; ``--out`` keeps each drill's run directory and a ``summary.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import subprocess
@@ -69,45 +72,74 @@ def run_drill(run_dir: str, arm: str, faults: int) -> dict:
         return json.load(f)
 
 
+def summarize(rows: dict[str, list[dict]]) -> dict:
+    """Per arm: the survivors' longest stall (p50/p95, and p50 per kind), the fault-to-survivors-stepping
+    phase (p50/p95: the part eviction shortens, without the survivor's own step around it) and MTTR p50."""
+    summary = {}
+    for arm, faults in rows.items():
+        stalls = [f["survivor_max_stall_s"] for f in faults]
+        stepping = [f["phases"]["survivors_stepping"] for f in faults if f["phases"].get("survivors_stepping") is not None]
+        summary[arm] = {
+            "faults": len(faults),
+            "stall_p50_s": percentile(stalls, 50),
+            "stall_p95_s": percentile(stalls, 95),
+            "survivors_stepping_p50_s": percentile(stepping, 50),
+            "survivors_stepping_p95_s": percentile(stepping, 95),
+            "mttr_p50_s": percentile([f["mttr_s"] for f in faults], 50),
+            "stall_p50_by_kind": {k: percentile([f["survivor_max_stall_s"] for f in faults if f["kind"] == k], 50) for k in KINDS},
+        }
+    return summary
+
+
+def print_summary(summary: dict, out: str) -> None:
+    print(f"{'arm':8} {'faults':>6} {'stall p50 (s)':>14} {'stall p95 (s)':>14} {'stepping p50':>13} {'stepping p95':>13} {'MTTR p50 (s)':>13}  by kind")
+    for arm, s in summary.items():
+        kinds = ", ".join(f"{k} {v:.3f}" for k, v in s["stall_p50_by_kind"].items() if v is not None)
+        print(
+            f"{arm:8} {s['faults']:>6} {s['stall_p50_s']:>14.3f} {s['stall_p95_s']:>14.3f} {s['survivors_stepping_p50_s']:>13.3f} "
+            f"{s['survivors_stepping_p95_s']:>13.3f} {s['mttr_p50_s']:>13.3f}  {kinds}"
+        )
+    b, a = summary["before"], summary["after"]
+    print(
+        f"after/before: stall p50 {a['stall_p50_s'] / b['stall_p50_s']:.2f}, stall p95 {a['stall_p95_s'] / b['stall_p95_s']:.2f}, "
+        f"survivors stepping p50 {a['survivors_stepping_p50_s'] / b['survivors_stepping_p50_s']:.2f}, "
+        f"MTTR p50 {a['mttr_p50_s'] / b['mttr_p50_s']:.2f} (run directories: {out})"
+    )
+
+
+def recovered_faults(drill: dict) -> list[dict]:
+    return [f for f in drill["faults"] if f.get("injected") and f.get("recovered")]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=2, help="drills per arm, interleaved")
     ap.add_argument("--faults", type=int, default=4, help="faults per drill (process kill and node fault alternate)")
     ap.add_argument("--out", default=None, help="keep the run directories here (default: a temporary folder)")
+    ap.add_argument("--summarize", default=None, metavar="OUT", help="only print the summary of an earlier run's directories")
     args = ap.parse_args()
+    if args.summarize:
+        rows = {arm: [] for arm in ARMS}
+        for path in sorted(glob.glob(os.path.join(args.summarize, "*-*", "drill.json"))):
+            arm = os.path.basename(os.path.dirname(path)).split("-", 1)[1]
+            with open(path) as f:
+                rows[arm] += recovered_faults(json.load(f))
+        print_summary(summarize(rows), args.summarize)
+        return
     out = args.out or tempfile.mkdtemp(prefix="eviction_bench_")
     os.makedirs(out, exist_ok=True)
     rows: dict[str, list[dict]] = {arm: [] for arm in ARMS}
     started = time.time()
     for r in range(args.rounds):
         for arm in ARMS:
-            drill = run_drill(os.path.join(out, f"{r}-{arm}"), arm, args.faults)
-            faults = [f for f in drill["faults"] if f.get("injected") and f.get("recovered")]
+            faults = recovered_faults(run_drill(os.path.join(out, f"{r}-{arm}"), arm, args.faults))
             rows[arm] += faults
             stalls = ", ".join(f"{f['kind']} {f['survivor_max_stall_s']:.3f}" for f in faults)
             print(f"[eviction_bench {time.time() - started:5.0f}s] round {r + 1}/{args.rounds} {arm}: survivors' stall (s) {stalls}", flush=True)
-    summary = {}
-    for arm, faults in rows.items():
-        stalls = [f["survivor_max_stall_s"] for f in faults]
-        mttrs = [f["mttr_s"] for f in faults]
-        summary[arm] = {
-            "faults": len(faults),
-            "stall_p50_s": percentile(stalls, 50),
-            "stall_p95_s": percentile(stalls, 95),
-            "mttr_p50_s": percentile(mttrs, 50),
-            "by_kind": {k: percentile([f["survivor_max_stall_s"] for f in faults if f["kind"] == k], 50) for k in KINDS},
-        }
+    summary = summarize(rows)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
-    print(f"{'arm':8} {'faults':>6} {'stall p50 (s)':>14} {'stall p95 (s)':>14} {'MTTR p50 (s)':>13}  stall p50 by kind")
-    for arm, s in summary.items():
-        kinds = ", ".join(f"{k} {v:.3f}" for k, v in s["by_kind"].items() if v is not None)
-        print(f"{arm:8} {s['faults']:>6} {s['stall_p50_s']:>14.3f} {s['stall_p95_s']:>14.3f} {s['mttr_p50_s']:>13.3f}  {kinds}")
-    b, a = summary["before"], summary["after"]
-    print(
-        f"after/before: stall p50 {a['stall_p50_s'] / b['stall_p50_s']:.2f}, stall p95 {a['stall_p95_s'] / b['stall_p95_s']:.2f}, "
-        f"MTTR p50 {a['mttr_p50_s'] / b['mttr_p50_s']:.2f} (run directories: {out})"
-    )
+    print_summary(summary, out)
 
 
 if __name__ == "__main__":

@@ -77,3 +77,32 @@ def test_the_drill_uses_this_definition():
 
     assert chaos.drill.goodput is definition.goodput and chaos.drill.goodput_ratio is definition.goodput_ratio
     assert not hasattr(chaos.drill, "samples_per_s")
+
+
+def test_bench_faults_are_seeded_poisson_arrivals_from_the_mix():
+    from chaos.goodput import KINDS, TAIL_S, faults_override, poisson_faults
+
+    assert poisson_faults(0, 90, seed=0) == []
+    faults = poisson_faults(4, 600, seed=1)
+    assert faults == poisson_faults(4, 600, seed=1) and faults != poisson_faults(4, 600, seed=2)
+    times = [f["at_s"] for f in faults]
+    assert times == sorted(times) and times[-1] < 600 - TAIL_S
+    # About rate x seconds arrivals (Poisson, mean 39 over 590 s; far tails excluded).
+    assert 20 <= len(faults) <= 60, len(faults)
+    assert {f["kind"] + (":" + f["mode"] if "mode" in f else "") for f in faults} <= set(KINDS)
+    assert faults_override([{"kind": "hang", "mode": "gil", "at_s": 1.5}]) == "chaos.faults=[{kind: hang, mode: gil, at_s: 1.5}]"
+
+
+def test_bench_cells_use_the_same_goodput_and_the_closing_line():
+    import chaos.goodput as bench
+    from chaos.goodput import Cell, cell_figures, closing_line
+
+    assert bench.goodput is goodput and bench.goodput_ratio is goodput_ratio
+    recs = _records()
+    start = min(m["time"] for m in recs)
+    cell = cell_figures("live_standby", 2.0, recs, 2, start, 1.0, faults=1, injected=1, fault_free=10.0)
+    inside = [m for m in group_commits(recs) if start < m["time"] <= start + 1.0]
+    assert cell.rate == pytest.approx(len(inside) / 1.0) and cell.ratio == pytest.approx(cell.rate / 10.0)
+    full = Cell("full_restart", 2.0, 2, 2, 1.0, 0.4567, 0.3)
+    assert closing_line([cell, full]) == f"goodput_standby_at_2pm={cell.ratio:.3f} goodput_full_restart_at_2pm=0.457"
+    assert closing_line([full]) == "goodput_standby_at_2pm=n/a goodput_full_restart_at_2pm=0.457"

@@ -1,0 +1,193 @@
+"""Goodput under a fault rate: Poisson faults at several rates, three ways to recover, one plot.
+
+    python recipes/goodput_bench.py                                  # rates 0,1,2,4 per min, 90 s cells: ~20 min
+    python recipes/goodput_bench.py --cell-s 45 --rates 0,2 --out outputs/goodput
+    python recipes/goodput_bench.py --set ft.replica_groups=3        # any job override, for every cell
+
+Each cell is one job (the drill's small job: configs/drill_common.yaml; 2 groups x 1 rank by default)
+that trains ``--cell-s`` seconds from its first commit and is then stopped (``python -m monarch_ft
+stop``). Arms (chaos/goodput.py: ARMS): ``live_standby`` (a warm standby takes a failed group's place),
+``live`` (no standby: relaunches fork from the warm fork server), ``full_restart`` (every group
+resumed from the last disk checkpoint). At each rate every arm gets the same faults: Poisson arrivals
+drawn once from ``--seed``, each of a kind drawn from process, node, SIGSTOP hang, GIL hang and an
+aborted collective. One fault-free cell (the ``live`` arm, no faults) gives the rate every ratio
+divides by, in the same run; the standby arm's own fault-free cell shows what the idle standby costs.
+
+Per cell: committed group-steps per second, its ratio to the fault-free rate (goodput) and ETTR,
+both monarch_ft.records.goodput's (the drill report's definitions), and the faults injected (a fault
+waits for the previous one's recovery, so a slow arm gets fewer at a high rate). A progress line per
+cell; ``<out>/goodput.json``, ``goodput.md`` and ``goodput.png`` (goodput against rate, one line per
+arm) rewritten after each; the last line reads ``goodput_standby_at_2pm=R goodput_full_restart_at_2pm=R``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from chaos.goodput import ARMS, KINDS, REFERENCE_ARM, Cell, cell_figures, closing_line, faults_override, poisson_faults  # noqa: E402
+from monarch_ft.records.reports import ReportTail  # noqa: E402
+
+FIRST_COMMIT_TIMEOUT_S = 300.0
+STOP_TIMEOUT_S = 300.0
+
+
+def fail(message: str, code: int = 2) -> None:
+    print(f"monarch_ft: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def drill_job_overrides() -> list[str]:
+    """The drill's small job (configs/drill_common.yaml) as overrides, for the fault-free cell, which
+    runs recipes/pretrain.py (a drill refuses to run without a fault): one job in every cell."""
+    from omegaconf import OmegaConf
+
+    common = OmegaConf.to_container(OmegaConf.load(os.path.join(REPO, "configs", "drill_common.yaml")))
+    out = [f"model={next(d['model'] for d in common['defaults'] if isinstance(d, dict) and 'model' in d)}"]
+    for section in ("training", "ft", "checkpoint"):
+        for key, value in (common.get(section) or {}).items():
+            out.append(f"{section}.{key}={value}")
+    return out
+
+
+def run_cell(run_dir: str, arm: str, faults: list[dict], seconds: float, extra: list[str]) -> tuple[list[dict], float, int]:
+    """Run one cell; returns (its step records, its first commit's time, faults injected)."""
+    base = ["ft.replica_groups=2", "ft.ranks_per_group=1", *ARMS[arm]]
+    if faults:
+        # The drill ends only when stopped: no tail after the last fault.
+        argv = [os.path.join(REPO, "recipes", "drill.py"), *base, "training.steps=1000000", "chaos.tail_steps=1000000", faults_override(faults)]
+    else:
+        argv = [os.path.join(REPO, "recipes", "pretrain.py"), *drill_job_overrides(), *base, "training.steps=1000000"]
+    argv = [sys.executable, *argv, *extra, f"hydra.run.dir={run_dir}"]
+    log = open(run_dir + ".console.log", "wb")
+    job = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    tail = ReportTail(os.path.join(run_dir, "metrics.jsonl"))
+    records: list[dict] = []
+    try:
+        deadline = time.time() + FIRST_COMMIT_TIMEOUT_S
+        first = None
+        while first is None:
+            if job.poll() is not None:
+                fail(f"the {arm} cell's job exited ({job.returncode}) before its first commit: see {run_dir}.console.log", 1)
+            if time.time() > deadline:
+                fail(f"the {arm} cell's job did not commit a step within {FIRST_COMMIT_TIMEOUT_S:.0f}s: see {run_dir}.console.log", 1)
+            records += tail.read()
+            first = min((r["time"] for r in records if r.get("committed")), default=None)
+            time.sleep(0.5)
+        time.sleep(max(0.0, first + seconds - time.time()))
+        stop = subprocess.run([sys.executable, "-m", "monarch_ft", "stop", run_dir], cwd=REPO, capture_output=True, text=True, timeout=STOP_TIMEOUT_S)
+        if stop.returncode != 0:
+            print(f"[goodput_bench] stop of {run_dir}: {stop.stdout.strip()} {stop.stderr.strip()}", flush=True)
+        job.wait(timeout=STOP_TIMEOUT_S)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        log.close()
+    records += tail.read()
+    injected = 0
+    drill = os.path.join(run_dir, "drill.json")
+    if faults and os.path.exists(drill):
+        with open(drill) as f:
+            injected = sum(1 for x in json.load(f)["faults"] if x.get("injected"))
+    return records, first, injected
+
+
+def write_outputs(out: str, cells: list[Cell], meta: dict) -> None:
+    with open(os.path.join(out, "goodput.json"), "w") as f:
+        json.dump({**meta, "cells": [asdict(c) for c in cells]}, f, indent=2)
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    lines = [
+        "| arm | faults/min | faults (injected) | group-steps/s | goodput (ratio to fault-free) | ETTR |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [f"| {c.arm} | {c.rate_per_min:g} | {c.faults} ({c.injected}) | {fmt(c.rate)} | {fmt(c.ratio)} | {fmt(c.ettr)} |" for c in cells]
+    with open(os.path.join(out, "goodput.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6, 4))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot(1, 1, 1)
+    reference = [(c.rate_per_min, c.ratio) for c in cells if c.arm == REFERENCE_ARM and c.rate_per_min == 0]
+    for arm in ARMS:
+        pts = {(c.rate_per_min, c.ratio) for c in cells if c.arm == arm and c.ratio is not None}
+        if arm == "full_restart" and pts:
+            pts |= set(reference)  # with no faults a full-restart job is the reference job
+        pts = sorted(pts)
+        if pts:
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arm)
+    ax.set_xlabel("faults per minute")
+    ax.set_ylabel("goodput / fault-free rate")
+    ax.set_ylim(0, 1.1)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    ax.set_title(f"goodput, {meta['cell_s']:g} s cells, {meta['groups']} groups")
+    fig.savefig(os.path.join(out, "goodput.png"), dpi=110, bbox_inches="tight")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rates", default="0,1,2,4", help="faults per minute, comma-separated (0: the fault-free cells)")
+    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, among {', '.join(ARMS)}")
+    ap.add_argument("--cell-s", type=float, default=90.0, help="seconds each cell trains, from its first commit")
+    ap.add_argument("--seed", type=int, default=0, help="seeds the faults' times and kinds")
+    ap.add_argument("--out", default=os.path.join("outputs", "goodput", time.strftime("%Y-%m-%d_%H-%M-%S")))
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a job override for every cell (repeatable)")
+    args = ap.parse_args()
+    try:
+        rates = sorted({float(r) for r in args.rates.split(",") if r.strip()})
+    except ValueError:
+        fail(f"--rates {args.rates!r}: give numbers of faults per minute, e.g. 0,1,2,4")
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = [a for a in arms if a not in ARMS]
+    if unknown or not arms:
+        fail(f"--arms {args.arms!r}: choose among {', '.join(ARMS)}")
+    if any(r < 0 for r in rates):
+        fail(f"--rates {args.rates!r}: a rate must be >= 0")
+    if args.cell_s < 20:
+        fail(f"--cell-s {args.cell_s:g}: must be >= 20 (a cell's last 10 s draw no faults)")
+    out = os.path.abspath(args.out)
+    os.makedirs(out, exist_ok=True)
+    groups = next((int(s.split("=", 1)[1]) for s in args.set if s.startswith("ft.replica_groups=")), 2)
+    # The fault-free reference first; a full restart without faults is that same job, so not run twice.
+    plan = [(REFERENCE_ARM, 0.0)] + [(a, r) for r in rates for a in arms if not (r == 0 and a in (REFERENCE_ARM, "full_restart"))]
+    meta = {"cell_s": args.cell_s, "seed": args.seed, "groups": groups, "kinds": list(KINDS), "overrides": args.set, "started": time.time()}
+    cells: list[Cell] = []
+    fault_free = None
+    started = time.time()
+    for n, (arm, rate) in enumerate(plan, start=1):
+        faults = poisson_faults(rate, args.cell_s, args.seed)
+        run_dir = os.path.join(out, f"{n:02d}-{arm}-{rate:g}pm")
+        records, first, injected = run_cell(run_dir, arm, faults, args.cell_s, args.set)
+        cell = cell_figures(arm, rate, records, groups, first, args.cell_s, len(faults), injected, fault_free)
+        if n == 1:
+            fault_free = cell.rate
+            cell = cell_figures(arm, rate, records, groups, first, args.cell_s, 0, 0, fault_free)
+            if not fault_free:
+                fail(f"the fault-free cell committed nothing: see {run_dir}.console.log", 1)
+        cells.append(cell)
+        write_outputs(out, cells, meta)
+        fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+        elapsed = time.time() - started
+        print(
+            f"[goodput_bench {elapsed / 60:4.1f} min] cell {n}/{len(plan)} {arm} at {rate:g}/min: faults {injected}/{len(faults)} injected, "
+            f"{fmt(cell.rate)} group-steps/s, goodput {fmt(cell.ratio)}, ETTR {fmt(cell.ettr)} (about {elapsed / n * (len(plan) - n) / 60:.1f} min left)",
+            flush=True,
+        )
+    print(f"[goodput_bench] {os.path.join(out, 'goodput.md')}, {os.path.join(out, 'goodput.png')}", flush=True)
+    print(closing_line(cells), flush=True)
+
+
+if __name__ == "__main__":
+    main()
