@@ -1,44 +1,107 @@
 """Goodput under a fault rate: Poisson faults at several rates, three ways to recover, one plot.
 
-    python recipes/goodput_bench.py                                  # rates 0,1,2,4 per min, 90 s cells: ~20 min
-    python recipes/goodput_bench.py --cell-s 45 --rates 0,2 --out outputs/goodput
-    python recipes/goodput_bench.py --set ft.replica_groups=3        # any job override, for every cell
+    python recipes/goodput_bench.py                                   # rates 0,1,2,4 per min, 90 s cells: ~20 min
+    python recipes/goodput_bench.py goodput.cell_s=45 'goodput.rates=[0,2]' hydra.run.dir=outputs/goodput
+    python recipes/goodput_bench.py ft.replica_groups=3               # a job override applies to every cell
 
 Each cell is one job (the drill's small job: configs/drill_common.yaml; 2 groups x 1 rank by default)
-that trains ``--cell-s`` seconds from its first commit and is then stopped (``python -m monarch_ft
+that trains ``goodput.cell_s`` seconds from its first commit and is then stopped (``python -m monarch_ft
 stop``). Arms (chaos/goodput.py: ARMS): ``live_standby`` (a warm standby takes a failed group's place),
 ``live`` (no standby: relaunches fork from the warm fork server), ``full_restart`` (every group
 resumed from the last disk checkpoint). At each rate every arm gets the same faults: Poisson arrivals
-drawn once from ``--seed``, each of a kind drawn from process, node, SIGSTOP hang, GIL hang and an
+drawn once from ``goodput.seed``, each of a kind drawn from process, node, SIGSTOP hang, GIL hang and an
 aborted collective. One fault-free cell (the ``live`` arm, no faults) gives the rate every ratio
 divides by, in the same run; the standby arm's own fault-free cell shows what the idle standby costs.
 
 Per cell: committed group-steps per second, its ratio to the fault-free rate (goodput) and ETTR,
 both monarch_ft.records.goodput's (the drill report's definitions), and the faults injected (a fault
 waits for the previous one's recovery, so a slow arm gets fewer at a high rate). A progress line per
-cell; ``<out>/goodput.json``, ``goodput.md`` and ``goodput.png`` (goodput against rate, one line per
+cell; ``<run>/goodput.json``, ``goodput.md`` and ``goodput.png`` (goodput against rate, one line per
 arm) rewritten after each; the last line reads ``goodput_standby_at_2pm=R goodput_full_restart_at_2pm=R``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
+from typing import List
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from hydra.core.config_store import ConfigStore  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+from chaos.config import DrillConfig  # noqa: E402
 from chaos.goodput import ARMS, KINDS, REFERENCE_ARM, Cell, cell_figures, closing_line, faults_override, poisson_faults  # noqa: E402
+from monarch_ft.cli.hydra_entry import hydra_main  # noqa: E402
+from monarch_ft.records.errors import ConfigError  # noqa: E402
 from monarch_ft.records.reports import ReportTail  # noqa: E402
 
 FIRST_COMMIT_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 300.0
+MIN_CELL_S = 20.0
+
+
+@dataclass
+class GoodputConfig:
+    """The goodput bench's cells (``recipes/goodput_bench.py`` only): rates x arms, each cell one job."""
+
+    rates: List[float] = field(default_factory=lambda: [0.0, 1.0, 2.0, 4.0])
+    """Faults per minute, one cell per arm at each (0: the fault-free cells)."""
+
+    arms: List[str] = field(default_factory=lambda: list(ARMS))
+    """How a failed group comes back: ``live_standby`` (a warm standby), ``live`` (no standby: a warm
+    fork), ``full_restart`` (every group from the last disk checkpoint)."""
+
+    cell_s: float = 90.0
+    """Seconds each cell trains, from its first commit (at least 20: a cell's last 10 s draw no faults)."""
+
+    seed: int = 0
+    """Seeds the faults' times and kinds (the same for every arm at a rate)."""
+
+    def check(self) -> None:
+        """Refuse cells that cannot run, before any runs (ConfigError, one line naming the fix)."""
+        unknown = [a for a in self.arms if a not in ARMS]
+        if unknown or not self.arms:
+            raise ConfigError(f"goodput.arms={list(self.arms)}: choose among {', '.join(ARMS)}")
+        if not self.rates or any(r < 0 for r in self.rates):
+            raise ConfigError(f"goodput.rates={list(self.rates)}: give faults per minute, each >= 0, e.g. [0,1,2,4]")
+        if self.cell_s < MIN_CELL_S:
+            raise ConfigError(f"goodput.cell_s={self.cell_s:g}: must be >= {MIN_CELL_S:g} (a cell's last 10 s draw no faults)")
+
+
+@dataclass
+class GoodputBenchConfig(DrillConfig):
+    """The goodput bench: a drill's job (every section of :class:`DrillConfig`) and its cells."""
+
+    goodput: GoodputConfig = field(default_factory=GoodputConfig)
+    """The cells: rates x arms."""
+
+
+ConfigStore.instance().store(name="goodput_bench_schema", node=GoodputBenchConfig)
+
+# What each arm or each cell sets itself: given on the command line, it would be overwritten.
+SET_BY_CELLS = ("ft.recovery", "ft.standby_groups", "training.steps", "chaos.")
+
+
+def job_overrides(task: list[str]) -> list[str]:
+    """The command line's job overrides, passed to every cell's job (ConfigError for a key a cell sets)."""
+    out = []
+    for o in task:
+        key = o.lstrip("+~").split("=", 1)[0]
+        if key.startswith("goodput.") or key.startswith("hydra."):
+            continue
+        if any(key == k or (k.endswith(".") and key.startswith(k)) for k in SET_BY_CELLS):
+            raise ConfigError(f"{key} has no effect in the goodput bench (each arm and cell sets it: goodput.arms, goodput.rates): drop it")
+        out.append(o)
+    return out
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -59,9 +122,9 @@ def drill_job_overrides() -> list[str]:
     return out
 
 
-def run_cell(run_dir: str, arm: str, faults: list[dict], seconds: float, extra: list[str]) -> tuple[list[dict], float, int]:
+def run_cell(run_dir: str, arm: str, faults: list[dict], seconds: float, base: list[str], extra: list[str]) -> tuple[list[dict], float, int]:
     """Run one cell; returns (its step records, its first commit's time, faults injected)."""
-    base = ["ft.replica_groups=2", "ft.ranks_per_group=1", *ARMS[arm]]
+    base = [*base, *ARMS[arm]]
     if faults:
         # The drill ends only when stopped: no tail after the last fault.
         argv = [os.path.join(REPO, "recipes", "drill.py"), *base, "training.steps=1000000", "chaos.tail_steps=1000000", faults_override(faults)]
@@ -136,46 +199,39 @@ def write_outputs(out: str, cells: list[Cell], meta: dict) -> None:
     fig.savefig(os.path.join(out, "goodput.png"), dpi=110, bbox_inches="tight")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rates", default="0,1,2,4", help="faults per minute, comma-separated (0: the fault-free cells)")
-    ap.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated, among {', '.join(ARMS)}")
-    ap.add_argument("--cell-s", type=float, default=90.0, help="seconds each cell trains, from its first commit")
-    ap.add_argument("--seed", type=int, default=0, help="seeds the faults' times and kinds")
-    ap.add_argument("--out", default=os.path.join("outputs", "goodput", time.strftime("%Y-%m-%d_%H-%M-%S")))
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a job override for every cell (repeatable)")
-    args = ap.parse_args()
+@hydra_main("goodput_bench")
+def main(cfg: DictConfig) -> None:
+    job: GoodputBenchConfig = OmegaConf.to_object(cfg)
+    # A SIGTERM unwinds like Ctrl-C: the cell's job is killed on the way out (run_cell's finally).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    g = job.goodput
     try:
-        rates = sorted({float(r) for r in args.rates.split(",") if r.strip()})
-    except ValueError:
-        fail(f"--rates {args.rates!r}: give numbers of faults per minute, e.g. 0,1,2,4")
-    arms = [a for a in args.arms.split(",") if a]
-    unknown = [a for a in arms if a not in ARMS]
-    if unknown or not arms:
-        fail(f"--arms {args.arms!r}: choose among {', '.join(ARMS)}")
-    if any(r < 0 for r in rates):
-        fail(f"--rates {args.rates!r}: a rate must be >= 0")
-    if args.cell_s < 20:
-        fail(f"--cell-s {args.cell_s:g}: must be >= 20 (a cell's last 10 s draw no faults)")
-    out = os.path.abspath(args.out)
+        g.check()
+        extra = job_overrides(list(HydraConfig.get().overrides.task))
+    except ConfigError as e:
+        fail(str(e))
+    out = os.path.abspath(HydraConfig.get().runtime.output_dir)
     os.makedirs(out, exist_ok=True)
-    groups = next((int(s.split("=", 1)[1]) for s in args.set if s.startswith("ft.replica_groups=")), 2)
+    groups = job.ft.replica_groups
+    base = [f"ft.replica_groups={groups}", f"ft.ranks_per_group={job.ft.ranks_per_group}"]
+    rates = sorted(set(g.rates))
     # The fault-free reference first; a full restart without faults is that same job, so not run twice.
-    plan = [(REFERENCE_ARM, 0.0)] + [(a, r) for r in rates for a in arms if not (r == 0 and a in (REFERENCE_ARM, "full_restart"))]
-    meta = {"cell_s": args.cell_s, "seed": args.seed, "groups": groups, "kinds": list(KINDS), "overrides": args.set, "started": time.time()}
+    plan = [(REFERENCE_ARM, 0.0)] + [(a, r) for r in rates for a in g.arms if not (r == 0 and a in (REFERENCE_ARM, "full_restart"))]
+    meta = {"cell_s": g.cell_s, "seed": g.seed, "groups": groups, "kinds": list(KINDS), "overrides": extra, "started": time.time()}
     cells: list[Cell] = []
     fault_free = None
     started = time.time()
+    print(f"[goodput_bench] {len(plan)} cells of {g.cell_s:g} s: {', '.join(f'{a}@{r:g}/min' for a, r in plan)}; results in {out}", flush=True)
     for n, (arm, rate) in enumerate(plan, start=1):
-        faults = poisson_faults(rate, args.cell_s, args.seed)
+        faults = poisson_faults(rate, g.cell_s, g.seed)
         run_dir = os.path.join(out, f"{n:02d}-{arm}-{rate:g}pm")
-        records, first, injected = run_cell(run_dir, arm, faults, args.cell_s, args.set)
-        cell = cell_figures(arm, rate, records, groups, first, args.cell_s, len(faults), injected, fault_free)
+        records, first, injected = run_cell(run_dir, arm, faults, g.cell_s, base, extra)
+        cell = cell_figures(arm, rate, records, groups, first, g.cell_s, len(faults), injected, fault_free)
         if n == 1:
             fault_free = cell.rate
-            cell = cell_figures(arm, rate, records, groups, first, args.cell_s, 0, 0, fault_free)
             if not fault_free:
                 fail(f"the fault-free cell committed nothing: see {run_dir}.console.log", 1)
+            cell = cell_figures(arm, rate, records, groups, first, g.cell_s, 0, 0, fault_free)
         cells.append(cell)
         write_outputs(out, cells, meta)
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731

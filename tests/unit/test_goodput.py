@@ -106,3 +106,30 @@ def test_bench_cells_use_the_same_goodput_and_the_closing_line():
     full = Cell("full_restart", 2.0, 2, 2, 1.0, 0.4567, 0.3)
     assert closing_line([cell, full]) == f"goodput_standby_at_2pm={cell.ratio:.3f} goodput_full_restart_at_2pm=0.457"
     assert closing_line([full]) == "goodput_standby_at_2pm=n/a goodput_full_restart_at_2pm=0.457"
+
+
+def _bench_recipe():
+    import importlib.util
+    import sys
+
+    name = "_goodput_bench_recipe_test"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[2] / "recipes" / "goodput_bench.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def test_bench_config_checks_itself_and_refuses_keys_its_cells_set():
+    from monarch_ft.records.errors import ConfigError
+
+    recipe = _bench_recipe()
+    recipe.GoodputConfig().check()
+    for bad, says in (({"cell_s": 5.0}, "goodput.cell_s=5"), ({"arms": ["nope"]}, "goodput.arms"), ({"rates": [-1.0]}, "goodput.rates")):
+        with pytest.raises(ConfigError, match=says):
+            recipe.GoodputConfig(**bad).check()
+    assert recipe.job_overrides(["goodput.cell_s=30", "ft.timeout_s=5", "hydra.run.dir=x"]) == ["ft.timeout_s=5"]
+    for key in ("ft.recovery=live", "ft.standby_groups=0", "chaos.seed=1", "training.steps=10"):
+        with pytest.raises(ConfigError, match="has no effect in the goodput bench"):
+            recipe.job_overrides([key])
