@@ -5,7 +5,8 @@ A cell is one job of ``seconds`` wall time (from its first commit) under one arm
 rate. Every arm of a rate gets the same faults (one seeded draw), so arms differ only in how they
 recover. The fault-free rate every ratio divides by is measured in the same run, by a cell with no
 faults under the ``live`` arm (no standby: the standby's own cost then shows in the standby arm's
-fault-free cell, below 1).
+fault-free cell, below 1), run first and again last: their mean, so that a machine whose load drifts
+during the run (a shared one) does not skew every ratio one way.
 """
 
 from __future__ import annotations
@@ -28,15 +29,12 @@ ARMS = {
 # The arm the fault-free cell runs (its rate divides every cell's goodput).
 REFERENCE_ARM = "live"
 
-# The mix drawn from, uniformly: process, node, SIGSTOP and GIL hangs, a collective aborted.
-KINDS = ("process_kill", "node", "hang", "hang:gil", "collective")
-
 # No fault is drawn in a cell's last seconds: one injected there would be cut off by the cell's end
 # before its recovery, which the next cell's fault-free start would not see either.
 TAIL_S = 10.0
 
 
-def poisson_faults(rate_per_min: float, seconds: float, seed: int, kinds: Iterable[str] = KINDS) -> list[dict]:
+def poisson_faults(rate_per_min: float, seconds: float, seed: int, kinds: Iterable[str]) -> list[dict]:
     """The faults of a cell: Poisson arrivals at ``rate_per_min`` in ``[0, seconds - TAIL_S)``, each of a
     kind drawn uniformly from ``kinds`` (``kind:mode``), as ``chaos.faults`` entries with ``at_s``."""
     kinds = list(kinds)

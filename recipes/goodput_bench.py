@@ -10,8 +10,9 @@ stop``). Arms (chaos/goodput.py: ARMS): ``live_standby`` (a warm standby takes a
 ``live`` (no standby: relaunches fork from the warm fork server), ``full_restart`` (every group
 resumed from the last disk checkpoint). At each rate every arm gets the same faults: Poisson arrivals
 drawn once from ``goodput.seed``, each of a kind drawn from process, node, SIGSTOP hang, GIL hang and an
-aborted collective. One fault-free cell (the ``live`` arm, no faults) gives the rate every ratio
-divides by, in the same run; the standby arm's own fault-free cell shows what the idle standby costs.
+aborted collective (``goodput.kinds``). A fault-free cell (the ``live`` arm, no faults), run first and
+again last, gives the rate every ratio divides by (their mean), in the same run; the standby arm's own
+fault-free cell shows what the idle standby costs.
 
 Per cell: committed group-steps per second, its ratio to the fault-free rate (goodput) and ETTR,
 both monarch_ft.records.goodput's (the drill report's definitions), and the faults injected (a fault
@@ -39,7 +40,7 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from chaos.config import DrillConfig  # noqa: E402
-from chaos.goodput import ARMS, KINDS, REFERENCE_ARM, Cell, cell_figures, closing_line, faults_override, poisson_faults  # noqa: E402
+from chaos.goodput import ARMS, REFERENCE_ARM, Cell, cell_figures, closing_line, faults_override, poisson_faults  # noqa: E402
 from monarch_ft.cli.hydra_entry import hydra_main  # noqa: E402
 from monarch_ft.records.errors import ConfigError  # noqa: E402
 from monarch_ft.records.reports import ReportTail  # noqa: E402
@@ -60,6 +61,10 @@ class GoodputConfig:
     """How a failed group comes back: ``live_standby`` (a warm standby), ``live`` (no standby: a warm
     fork), ``full_restart`` (every group from the last disk checkpoint)."""
 
+    kinds: List[str] = field(default_factory=lambda: ["process_kill", "node", "hang", "hang:gil", "collective"])
+    """The fault kinds drawn from, uniformly, a mode after a colon: process, node, SIGSTOP hang, a rank
+    sleeping with the GIL held, an aborted collective."""
+
     cell_s: float = 90.0
     """Seconds each cell trains, from its first commit (at least 20: a cell's last 10 s draw no faults)."""
 
@@ -73,6 +78,13 @@ class GoodputConfig:
             raise ConfigError(f"goodput.arms={list(self.arms)}: choose among {', '.join(ARMS)}")
         if not self.rates or any(r < 0 for r in self.rates):
             raise ConfigError(f"goodput.rates={list(self.rates)}: give faults per minute, each >= 0, e.g. [0,1,2,4]")
+        from chaos.kinds import fault_kinds
+
+        kinds = fault_kinds()
+        for text in self.kinds:
+            kind, _, mode = text.partition(":")
+            if kind not in kinds or (mode and mode not in kinds[kind].modes):
+                raise ConfigError(f"goodput.kinds: {text!r}: choose among {', '.join(kinds)} (a mode after a colon, e.g. hang:gil)")
         if self.cell_s < MIN_CELL_S:
             raise ConfigError(f"goodput.cell_s={self.cell_s:g}: must be >= {MIN_CELL_S:g} (a cell's last 10 s draw no faults)")
 
@@ -173,6 +185,8 @@ def write_outputs(out: str, cells: list[Cell], meta: dict) -> None:
         "| arm | faults/min | faults (injected) | group-steps/s | goodput (ratio to fault-free) | ETTR |",
         "|---|---|---|---|---|---|",
     ]
+    refs = ", ".join(f"{r:.3f}" for r in meta.get("fault_free_rates", []))
+    lines += [f"| fault-free reference ({REFERENCE_ARM}, first and last cell) | 0 | 0 | {fmt(meta.get('fault_free_rate'))} (mean of {refs}) | 1 | |"]
     lines += [f"| {c.arm} | {c.rate_per_min:g} | {c.faults} ({c.injected}) | {fmt(c.rate)} | {fmt(c.ratio)} | {fmt(c.ettr)} |" for c in cells]
     with open(os.path.join(out, "goodput.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -182,11 +196,10 @@ def write_outputs(out: str, cells: list[Cell], meta: dict) -> None:
     fig = Figure(figsize=(6, 4))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    reference = [(c.rate_per_min, c.ratio) for c in cells if c.arm == REFERENCE_ARM and c.rate_per_min == 0]
     for arm in ARMS:
         pts = {(c.rate_per_min, c.ratio) for c in cells if c.arm == arm and c.ratio is not None}
-        if arm == "full_restart" and pts:
-            pts |= set(reference)  # with no faults a full-restart job is the reference job
+        if pts and arm in (REFERENCE_ARM, "full_restart"):
+            pts.add((0.0, 1.0))  # with no faults both are the reference job itself
         pts = sorted(pts)
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=arm)
@@ -215,30 +228,40 @@ def main(cfg: DictConfig) -> None:
     groups = job.ft.replica_groups
     base = [f"ft.replica_groups={groups}", f"ft.ranks_per_group={job.ft.ranks_per_group}"]
     rates = sorted(set(g.rates))
-    # The fault-free reference first; a full restart without faults is that same job, so not run twice.
-    plan = [(REFERENCE_ARM, 0.0)] + [(a, r) for r in rates for a in g.arms if not (r == 0 and a in (REFERENCE_ARM, "full_restart"))]
-    meta = {"cell_s": g.cell_s, "seed": g.seed, "groups": groups, "kinds": list(KINDS), "overrides": extra, "started": time.time()}
+    # The fault-free reference first and again last (their mean divides every cell: a drifting load
+    # skews no ratio one way); a full restart without faults is that same job, so not run twice.
+    cells_planned = [(a, r) for r in rates for a in g.arms if not (r == 0 and a in (REFERENCE_ARM, "full_restart"))]
+    plan = [(REFERENCE_ARM, 0.0), *cells_planned, (REFERENCE_ARM, 0.0)]
+    meta = {"cell_s": g.cell_s, "seed": g.seed, "groups": groups, "kinds": list(g.kinds), "overrides": extra, "started": time.time()}
+    measured: list[tuple[str, float, list[dict], float, int, int]] = []
+    references: list[float] = []
     cells: list[Cell] = []
-    fault_free = None
     started = time.time()
     print(f"[goodput_bench] {len(plan)} cells of {g.cell_s:g} s: {', '.join(f'{a}@{r:g}/min' for a, r in plan)}; results in {out}", flush=True)
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
     for n, (arm, rate) in enumerate(plan, start=1):
-        faults = poisson_faults(rate, g.cell_s, g.seed)
-        run_dir = os.path.join(out, f"{n:02d}-{arm}-{rate:g}pm")
+        faults = poisson_faults(rate, g.cell_s, g.seed, g.kinds)
+        reference = n in (1, len(plan))
+        run_dir = os.path.join(out, f"{n:02d}-{'reference' if reference else arm}-{rate:g}pm")
         records, first, injected = run_cell(run_dir, arm, faults, g.cell_s, base, extra)
-        cell = cell_figures(arm, rate, records, groups, first, g.cell_s, len(faults), injected, fault_free)
-        if n == 1:
-            fault_free = cell.rate
-            if not fault_free:
+        raw = cell_figures(arm, rate, records, groups, first, g.cell_s, len(faults), injected, None)
+        if reference:
+            if not raw.rate:
                 fail(f"the fault-free cell committed nothing: see {run_dir}.console.log", 1)
-            cell = cell_figures(arm, rate, records, groups, first, g.cell_s, 0, 0, fault_free)
-        cells.append(cell)
-        write_outputs(out, cells, meta)
-        fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+            references.append(raw.rate)
+            meta["fault_free_rates"] = references
+        else:
+            measured.append((arm, rate, records, first, len(faults), injected))
+        fault_free = sum(references) / len(references)
+        # Every ratio again against the mean of the references so far (the last cell settles them).
+        cells = [cell_figures(a, r, rec, groups, t0, g.cell_s, nf, ni, fault_free) for a, r, rec, t0, nf, ni in measured]
+        write_outputs(out, cells, {**meta, "fault_free_rate": fault_free})
         elapsed = time.time() - started
+        shown = raw if reference else cells[-1]
         print(
-            f"[goodput_bench {elapsed / 60:4.1f} min] cell {n}/{len(plan)} {arm} at {rate:g}/min: faults {injected}/{len(faults)} injected, "
-            f"{fmt(cell.rate)} group-steps/s, goodput {fmt(cell.ratio)}, ETTR {fmt(cell.ettr)} (about {elapsed / n * (len(plan) - n) / 60:.1f} min left)",
+            f"[goodput_bench {elapsed / 60:4.1f} min] cell {n}/{len(plan)} {'fault-free reference' if reference else arm} at {rate:g}/min: "
+            f"faults {injected}/{len(faults)} injected, {fmt(shown.rate)} group-steps/s, goodput {fmt(shown.ratio)}, ETTR {fmt(shown.ettr)} "
+            f"(about {elapsed / n * (len(plan) - n) / 60:.1f} min left)",
             flush=True,
         )
     print(f"[goodput_bench] {os.path.join(out, 'goodput.md')}, {os.path.join(out, 'goodput.png')}", flush=True)

@@ -80,11 +80,13 @@ def test_the_drill_uses_this_definition():
 
 
 def test_bench_faults_are_seeded_poisson_arrivals_from_the_mix():
-    from chaos.goodput import KINDS, TAIL_S, faults_override, poisson_faults
+    from chaos.goodput import TAIL_S, faults_override, poisson_faults
 
-    assert poisson_faults(0, 90, seed=0) == []
-    faults = poisson_faults(4, 600, seed=1)
-    assert faults == poisson_faults(4, 600, seed=1) and faults != poisson_faults(4, 600, seed=2)
+    KINDS = _bench_recipe().GoodputConfig().kinds
+
+    assert poisson_faults(0, 90, seed=0, kinds=KINDS) == []
+    faults = poisson_faults(4, 600, seed=1, kinds=KINDS)
+    assert faults == poisson_faults(4, 600, seed=1, kinds=KINDS) and faults != poisson_faults(4, 600, seed=2, kinds=KINDS)
     times = [f["at_s"] for f in faults]
     assert times == sorted(times) and times[-1] < 600 - TAIL_S
     # About rate x seconds arrivals (Poisson, mean 39 over 590 s; far tails excluded).
