@@ -47,7 +47,9 @@ def poisson_faults(rate_per_min: float, seconds: float, seed: int, kinds: Iterab
         if t >= seconds - TAIL_S:
             return faults
         kind, _, mode = rng.choice(kinds).partition(":")
-        faults.append({"kind": kind, **({"mode": mode} if mode else {}), "at_s": round(t, 3)})
+        # On schedule, standby ready or not: a fault rate does not wait for the standby to be rebuilt
+        # (a fault then takes the path with no standby, as it would in production).
+        faults.append({"kind": kind, **({"mode": mode} if mode else {}), "at_s": round(t, 3), "wait_standby": False})
 
 
 def faults_override(faults: list[dict]) -> str:

@@ -1,6 +1,6 @@
 """Goodput under a fault rate: Poisson faults at several rates, three ways to recover, one plot.
 
-    python recipes/goodput_bench.py                                   # rates 0,1,2,4 per min, 90 s cells: ~20 min
+    python recipes/goodput_bench.py                                   # rates 0,1,2,4 per min, 90 s cells: 12 cells, ~25 min
     python recipes/goodput_bench.py goodput.cell_s=45 'goodput.rates=[0,2]' hydra.run.dir=outputs/goodput
     python recipes/goodput_bench.py ft.replica_groups=3               # a job override applies to every cell
 
@@ -165,8 +165,14 @@ def run_cell(run_dir: str, arm: str, faults: list[dict], seconds: float, base: l
         job.wait(timeout=STOP_TIMEOUT_S)
     finally:
         if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
+            # Interrupted: the controller stops its job on SIGTERM (its ranks run in sessions of their
+            # own, which a SIGKILL of its process group would leave running until their lease).
+            job.send_signal(signal.SIGTERM)
+            try:
+                job.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
         log.close()
     records += tail.read()
     injected = 0
@@ -207,7 +213,8 @@ def write_outputs(out: str, cells: list[Cell], meta: dict) -> None:
     ax.set_ylabel("goodput / fault-free rate")
     ax.set_ylim(0, 1.1)
     ax.grid(alpha=0.3)
-    ax.legend()
+    if ax.lines:
+        ax.legend()
     ax.set_title(f"goodput, {meta['cell_s']:g} s cells, {meta['groups']} groups")
     fig.savefig(os.path.join(out, "goodput.png"), dpi=110, bbox_inches="tight")
 

@@ -92,6 +92,7 @@ def test_bench_faults_are_seeded_poisson_arrivals_from_the_mix():
     # About rate x seconds arrivals (Poisson, mean 39 over 590 s; far tails excluded).
     assert 20 <= len(faults) <= 60, len(faults)
     assert {f["kind"] + (":" + f["mode"] if "mode" in f else "") for f in faults} <= set(KINDS)
+    assert not any(f["wait_standby"] for f in faults)  # a rate does not wait for a standby to be rebuilt
     assert faults_override([{"kind": "hang", "mode": "gil", "at_s": 1.5}]) == "chaos.faults=[{kind: hang, mode: gil, at_s: 1.5}]"
 
 
