@@ -48,6 +48,7 @@ from monarch_ft.records.reports import ReportTail  # noqa: E402
 FIRST_COMMIT_TIMEOUT_S = 300.0
 STOP_TIMEOUT_S = 300.0
 MIN_CELL_S = 20.0
+NEVER_S = 1e9
 
 
 @dataclass
@@ -138,8 +139,11 @@ def run_cell(run_dir: str, arm: str, faults: list[dict], seconds: float, base: l
     """Run one cell; returns (its step records, its first commit's time, faults injected)."""
     base = [*base, *ARMS[arm]]
     if faults:
-        # The drill ends only when stopped: no tail after the last fault.
-        argv = [os.path.join(REPO, "recipes", "drill.py"), *base, "training.steps=1000000", "chaos.tail_steps=1000000", faults_override(faults)]
+        # The drill ends only when stopped. A drill asks to finish chaos.tail_steps after its last fault
+        # recovered, and a stop keeps a finish step already asked for: a last fault that never comes due
+        # keeps the drill from asking (the drill then reports it not injected, and exits 1).
+        never = {"kind": faults[0]["kind"], "at_s": NEVER_S}
+        argv = [os.path.join(REPO, "recipes", "drill.py"), *base, "training.steps=1000000", faults_override([*faults, never])]
     else:
         argv = [os.path.join(REPO, "recipes", "pretrain.py"), *drill_job_overrides(), *base, "training.steps=1000000"]
     argv = [sys.executable, *argv, *extra, f"hydra.run.dir={run_dir}"]
@@ -179,7 +183,7 @@ def run_cell(run_dir: str, arm: str, faults: list[dict], seconds: float, base: l
     drill = os.path.join(run_dir, "drill.json")
     if faults and os.path.exists(drill):
         with open(drill) as f:
-            injected = sum(1 for x in json.load(f)["faults"] if x.get("injected"))
+            injected = sum(1 for x in json.load(f)["faults"] if x.get("injected") and (x.get("at_s") or 0) < NEVER_S)
     return records, first, injected
 
 
