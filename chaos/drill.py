@@ -20,6 +20,7 @@ from chaos.schedule import build_faults
 from monarch_ft.controller.preflight import preflight
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.integrity import INTEGRITY_ROLLBACK
+from monarch_ft.records.goodput import goodput, goodput_ratio
 from monarch_ft.records.layout import RunLayout
 from monarch_ft.records.reports import ReportTail
 
@@ -79,7 +80,11 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         )
     integrity_rollbacks = [e for e in events if e["event"] == EventKind.JOB_ROLLBACK and e.get("reason") == INTEGRITY_ROLLBACK]
     first_fault = min((f["injected_at"] for f in injector.injected), default=None)
-    rate, goodput = samples_per_s(metrics, until=first_fault), samples_per_s(metrics)
+    # One definition of goodput, the goodput bench's too (monarch_ft.records.goodput): "fault free"
+    # is the same rate from the first commit to the first fault.
+    groups = cfg.ft.replica_groups
+    before, whole = goodput(metrics, groups, end=first_fault), goodput(metrics, groups)
+    rate, good = (before.rate if before else None), (whole.rate if whole else None)
     drill = {
         "recovery": cfg.ft.recovery,
         # Warm standby groups (ft.standby_groups, where this build has them): a sweep axis.
@@ -104,8 +109,9 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         # Goodput counts batches that went into committed updates (a step with 1 of 2
         # groups counts once), per second; "fault free" is the same rate before the first fault.
         "fault_free_batches_per_s": rate,
-        "goodput_batches_per_s": goodput,
-        "goodput_ratio": (goodput / rate) if goodput and rate else None,
+        "goodput_batches_per_s": good,
+        "goodput_ratio": goodput_ratio(good, rate),
+        "ettr": whole.ettr if whole else None,
         "weights_consistent": summary["weights_consistent"],
         "steps_never_go_back": steps_never_go_back(metrics, integrity_rollbacks),
         # Committed steps given up on purpose: two replicas disagreed with no majority, and the
@@ -121,19 +127,6 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     with open(os.path.join(run_dir, "drill.json"), "w") as f:
         json.dump(drill, f, indent=2)
     return drill
-
-
-def samples_per_s(metrics: list[dict], until: float | None = None) -> float | None:
-    """Group-batches committed per second: each group counts in a committed step only if
-    its gradients were part of it (it is among the step's participating groups)."""
-    commits = sorted(
-        (m for m in metrics if m["rank"] == 0 and m.get("committed") and (until is None or m["time"] < until)),
-        key=lambda m: m["time"],
-    )
-    if len(commits) < 2 or commits[-1]["time"] <= commits[0]["time"]:
-        return None
-    useful = sum(1 for m in commits[1:] if m["group"] in (m.get("participating_groups") or []))
-    return useful / (commits[-1]["time"] - commits[0]["time"])
 
 
 def drill_ok(drill: dict) -> bool:

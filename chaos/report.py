@@ -561,7 +561,8 @@ def write_drill_report(
     para += (
         f". Goodput {_fmt(drill.get('goodput_batches_per_s'))} group-batches/s committed against "
         f"{_fmt(drill.get('fault_free_batches_per_s'))} before the first fault "
-        f"(ratio {_fmt(drill.get('goodput_ratio'))})."
+        f"(ratio {_fmt(drill.get('goodput_ratio'))}; ETTR {_fmt(drill.get('ettr'))}: "
+        "monarch_ft/records/goodput.py)."
     )
     if baseline is None:
         para += " The full-restart baseline was not run, so the baseline columns read n/a."

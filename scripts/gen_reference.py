@@ -55,8 +55,9 @@ CANDIDATES: dict[str, list[str]] = {
     "RecoveryPath": ["monarch_ft.records.events"],
     "RankExit": ["monarch_ft.records.exits"],
 }
-# The MTTR bench's own section lives in its recipe (a script, imported by path).
+# The benches' own sections live in their recipes (scripts, imported by path).
 BENCH_RECIPE = os.path.join(REPO, "recipes", "mttr_bench.py")
+GOODPUT_RECIPE = os.path.join(REPO, "recipes", "goodput_bench.py")
 
 
 def find(name: str) -> Any:
@@ -76,14 +77,14 @@ def find(name: str) -> Any:
     raise SystemExit(f"gen_reference: error: {name} is in none of {', '.join(tried)}: add its module to CANDIDATES in scripts/gen_reference.py")
 
 
-def bench_config() -> type:
-    """``BenchConfig`` of recipes/mttr_bench.py (a script, not a package module)."""
-    spec = importlib.util.spec_from_file_location("_mttr_bench_recipe", BENCH_RECIPE)
+def bench_config(path: str = BENCH_RECIPE, name: str = "BenchConfig") -> type:
+    """``BenchConfig`` of recipes/mttr_bench.py, or another recipe's class (a script, not a package module)."""
+    spec = importlib.util.spec_from_file_location(f"_{os.path.basename(path)[:-3]}_recipe", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses and inspect look the module up there
     spec.loader.exec_module(module)
-    return module.BenchConfig
+    return getattr(module, name)
 
 
 # -- the docs of a class's members ------------------------------------------------------------
@@ -258,12 +259,13 @@ def render_config() -> str:
         "",
         "Every key a recipe takes on its command line (`key=value`, Hydra's syntax), with its type, its default and",
         "what it does. `recipes/pretrain.py` takes the job's sections; `recipes/drill.py` adds `chaos`;",
-        "`recipes/mttr_bench.py` adds `chaos` and `bench`. A key that is not here, or a value of the wrong type, is",
+        "`recipes/mttr_bench.py` adds `chaos` and `bench`; `recipes/goodput_bench.py` adds `goodput`. A key that is not here,",
+        "or a value of the wrong type, is",
         "refused before anything starts (one `monarch_ft: error:` line, exit 2).",
         "",
         "Sections: "
         + ", ".join(f"[`{f.name}`](#{f.name})" for f in dataclasses.fields(job_cls) if dataclasses.is_dataclass(_default(f)))
-        + ", [`chaos`](#chaos) (drills), [`bench`](#bench) (the MTTR bench).",
+        + ", [`chaos`](#chaos) (drills), [`bench`](#bench) (the MTTR bench), [`goodput`](#goodput) (the goodput bench).",
         "",
     ]
     for f in dataclasses.fields(job_cls):
@@ -299,6 +301,8 @@ def render_config() -> str:
         out += section(f"`kind: {name}`", f"{first} {facts}".strip(), own or ["No options of its own."], level=4)
     bench = bench_config()
     out += section("bench", class_doc(bench) or "The MTTR bench's sweep (`recipes/mttr_bench.py` only).", field_lines(bench, "bench."))
+    cells = bench_config(GOODPUT_RECIPE, "GoodputConfig")
+    out += section("goodput", class_doc(cells), field_lines(cells, "goodput."))
     return "\n".join(out).rstrip() + "\n"
 
 

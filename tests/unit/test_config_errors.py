@@ -50,6 +50,8 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
         ("data.path=/nonexistent/tokens.npy", "data.path=/nonexistent/tokens.npy: no such file"),
         ("ft.standby_groups=-1", "ft.standby_groups=-1: must be >= 0"),
         ("ft.restart_window_s=0", "ft.restart_window_s=0.0: must be > 0"),
+        ("ft.heartbeat_interval_ms=100", "ft.heartbeat_timeout_ms=200: must be at least 4 x ft.heartbeat_interval_ms=100"),
+        ("ft.heartbeat_interval_ms=0", "ft.heartbeat_interval_ms=0: must be > 0"),
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):

@@ -398,6 +398,9 @@ def build_manager(
         timeout=timeout,
         quorum_timeout=timedelta(seconds=cfg.quorum_timeout_s),
         connect_timeout=timedelta(seconds=cfg.connect_timeout_s),
+        # Frequent heartbeats let the Lighthouse evict a dead group after a short ft.heartbeat_timeout_ms
+        # (its only way to drop one): the survivors stall about that long (docs/design/eviction.md).
+        heartbeat_interval=timedelta(milliseconds=cfg.heartbeat_interval_ms),
         rank=rank,
         world_size=world_size,
         store_addr=store_addr,
