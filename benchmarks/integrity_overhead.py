@@ -27,7 +27,6 @@ printed, never asserted.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -38,6 +37,8 @@ from collections import deque
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+
+from monarch_ft.records.layout import read_jsonl  # noqa: E402
 
 JOB = [
     "model=tiny",
@@ -57,18 +58,6 @@ CASES = {
 }
 
 
-def _read(path: str) -> list[dict]:
-    out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    return out
-
-
 def _pct(values: list[float], q: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(q * len(values)))] if values else float("nan")
@@ -83,8 +72,8 @@ def run_case(name: str, steps: int, out_dir: str) -> dict:
         code = subprocess.run(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT).returncode
     if code != 0:
         raise SystemExit(f"integrity_overhead: error: the {name} job exited {code}; see {run}.console.log")
-    metrics = _read(os.path.join(run, "metrics.jsonl"))
-    events = _read(os.path.join(run, "events.jsonl"))
+    metrics = read_jsonl(os.path.join(run, "metrics.jsonl"))
+    events = read_jsonl(os.path.join(run, "events.jsonl"))
     walls: list[float] = []
     last: dict[tuple, float] = {}
     for m in sorted(metrics, key=lambda m: m["time"]):

@@ -34,6 +34,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from monarch_ft.records.layout import read_jsonl  # noqa: E402
+
 WQ = "model.layers.0.attention.wq.weight"
 FAULTS = (
     "chaos.faults=["
@@ -62,18 +64,6 @@ JOB = [
 # default) a step saved every 10 steps is purged ~20 steps after it was written, a few seconds
 # here, and a ckpt_corrupt could be purged unseen (harmless, but never detected: not recovered).
 DRILL_ONLY = ["checkpoint.keep_latest_k=5"]
-
-
-def _read(path: str) -> list[dict]:
-    out = []
-    if os.path.exists(path):
-        with open(path) as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass
-    return out
 
 
 def _run(recipe: str, run: str, extra: list[str]) -> tuple[int, float]:
@@ -110,8 +100,8 @@ def main() -> None:
         raise SystemExit(f"sdc_drill: error: a run did not finish; see {drill_dir}.console.log and {clean_dir}.console.log")
 
     drill = json.load(open(os.path.join(drill_dir, "drill.json")))
-    events = _read(os.path.join(drill_dir, "events.jsonl"))
-    metrics = _read(os.path.join(drill_dir, "metrics.jsonl"))
+    events = read_jsonl(os.path.join(drill_dir, "events.jsonl"))
+    metrics = read_jsonl(os.path.join(drill_dir, "metrics.jsonl"))
     print()
     print("| fault | target | landed at step | caught at step | latency (steps) | detected (s) | MTTR (s) | recovered | weights equal |")
     print("|---|---:|---:|---:|---:|---:|---:|---|---|")
@@ -127,7 +117,7 @@ def main() -> None:
     healthy = [m for m in metrics if (m["group"], m["attempt"]) not in corrupt]
     bad = [m for m in healthy if any(m.get(k) is not None and not math.isfinite(m[k]) for k in ("loss", "grad_norm"))]
     ours = mean_loss(metrics, args.steps - 50, args.steps)
-    clean = mean_loss(_read(os.path.join(clean_dir, "metrics.jsonl")), args.steps - 50, args.steps)
+    clean = mean_loss(read_jsonl(os.path.join(clean_dir, "metrics.jsonl")), args.steps - 50, args.steps)
     ratio = ours / clean
     interval = [e["every"] for e in events if e["event"] == "integrity_interval"]
     print()
