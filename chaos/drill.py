@@ -31,11 +31,11 @@ def _read_jsonl(path: str) -> list[dict]:
 
 def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     """Run the job with the faults injected; returns the drill dict (also drill.json)."""
-    from monarch_ft.controller.loop import Supervisor
-
     faults = build_faults(cfg.chaos)
     preflight(cfg)
     validate_chaos(cfg, faults)
+    from monarch_ft.controller.loop import Supervisor  # after the checks: a bad drill is told at once
+
     injector = ChaosInjector(
         faults,
         cfg.chaos.seed,

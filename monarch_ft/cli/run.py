@@ -18,6 +18,7 @@ from monarch_ft.config.ft import FTConfig
 from monarch_ft.config.job import JobConfig
 from monarch_ft.config.launcher import LauncherConfig
 from monarch_ft.config.model import ModelConfig
+from monarch_ft.controller.preflight import preflight
 from monarch_ft.launcher import options_types
 from monarch_ft.records.errors import ConfigError
 
@@ -49,10 +50,16 @@ def to_job_config(cfg: DictConfig) -> JobConfig:
 
 
 def run_job(cfg: DictConfig, hooks=None) -> int:
-    from monarch_ft.controller.loop import Supervisor
-
     try:
-        supervisor = Supervisor(to_job_config(cfg), run_dir(), hooks=hooks)
+        job = to_job_config(cfg)
+        if not job.controller.attach:
+            # A bad config is told before the controller's own imports (numpy, the data
+            # pipeline: a third of a second): the Supervisor checks it again, cheaply. Not on
+            # attach, where the job's saved config is the one that counts (Takeover.attach_config).
+            preflight(job)
+        from monarch_ft.controller.loop import Supervisor
+
+        supervisor = Supervisor(job, run_dir(), hooks=hooks)
         code = supervisor.run()
     except ConfigError as e:
         print(f"monarch_ft: error: {e}", file=sys.stderr)
