@@ -191,6 +191,16 @@ class CpuThrottle:
         cannot be moved)."""
         left = []
         for pid, (path, origin_procs) in list(self._moved.items()):
+            # The quota lifted first: a process moved out of a cgroup while it is throttled (its
+            # share of the period spent) can sit unscheduled after the move, its old runqueue's
+            # unthrottle timer gone with the removed cgroup (seen here: no CPU for 0.4 s after
+            # a release, one time in four).
+            for name, unlimited in (("cpu.max", "max"), ("cpu.cfs_quota_us", "-1")):
+                if os.path.exists(os.path.join(path, name)):
+                    try:
+                        _write(path, name, unlimited)
+                    except OSError:
+                        pass
             try:
                 with open(os.path.join(path, "cgroup.procs")) as f:
                     inside = [int(p) for p in f.read().split()]
