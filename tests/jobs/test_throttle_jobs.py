@@ -13,6 +13,9 @@ import pytest
 
 from monarch_ft.common.throttle import CpuThrottle, ThrottleMechanism, cgroup_problem, leftover_cgroups
 
+# Real cgroups and busy processes measured over seconds: the integration tier, not the fast one.
+pytestmark = pytest.mark.slow
+
 
 def cpu_seconds(pid: int) -> float:
     with open(f"/proc/{pid}/stat") as f:

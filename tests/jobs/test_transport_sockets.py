@@ -25,6 +25,9 @@ from monarch_ft.transport import (
     rdma_discovery,
 )
 
+# Real sockets, threads and their timeouts (seconds of waiting): the integration tier, not the fast one.
+pytestmark = pytest.mark.slow
+
 T = timedelta(seconds=20)
 
 
