@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -311,3 +312,28 @@ class Launcher(ABC):
 
     def close(self) -> None:
         """Release whatever the launcher holds (allocations, connections)."""
+
+
+def restore_later(seconds: float, restore: Callable[[], Optional[dict]], on_restore: Optional[Callable[[dict], None]]) -> threading.Timer:
+    """A daemon timer, not yet started, that ends a timed fault (a link or a node brought back)
+    after ``seconds`` and hands what ``restore`` returns to ``on_restore``. The caller records it
+    (so an early restore can cancel it) before it starts it.
+
+    Args:
+        seconds: how long the fault lasts.
+        restore: brings it back now; returns what was done, or None when it was already back.
+        on_restore: told of the restore (the event log); an error there is dropped, since the
+            job may have ended and closed its log before the timer fired.
+    """
+
+    def fire() -> None:
+        info = restore()
+        if info is not None and on_restore is not None:
+            try:
+                on_restore(info)
+            except Exception:
+                pass  # e.g. the event log already closed at the end of the job
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    return timer

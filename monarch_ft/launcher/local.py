@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 from monarch_ft.common.process import die_with_parent
 from monarch_ft.launcher.hosts import on_host
-from monarch_ft.launcher.base import AdoptedProcess, Capability, ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
+from monarch_ft.launcher.base import AdoptedProcess, Capability, ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess, restore_later
 
 
 @dataclass
@@ -215,17 +215,7 @@ class LocalLauncher(Launcher):
             started = time.time()
             self._faults[group] = {"kind": kind, "undo": undo, "started": started}
 
-        def restore() -> None:
-            info = self.restore_link(group)
-            if info is not None and on_restore is not None:
-                try:
-                    on_restore(info)
-                except Exception:
-                    pass  # e.g. the event log already closed at the end of the job
-
-        timer = threading.Timer(seconds, restore)
-        timer.daemon = True
-        self._timers[group] = timer
+        timer = self._timers[group] = restore_later(seconds, lambda: self.restore_link(group), on_restore)
         timer.start()
         h = self.hosts.hosts[self._slot(group)]
         return {"netns": h.netns, "veth": h.veth, "duration_s": seconds, **details}

@@ -59,7 +59,7 @@ from typing import Any, Callable, List, Optional
 from monarch_ft import REPO_ROOT
 from monarch_ft.common.net import route_to
 from monarch_ft.common.process import pid_space, start_ticks
-from monarch_ft.launcher.base import AdoptedProcess, Capability, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess
+from monarch_ft.launcher.base import AdoptedProcess, Capability, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess, restore_later
 from monarch_ft.launcher.slurm_nodes import bring_up, read_record, take_down
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import NodeHealth
@@ -838,17 +838,7 @@ class SlurmLauncher(Launcher):
             self._downs[sim.name] = {"started": started}
         details = take_down(sim)
 
-        def restore() -> None:
-            info = self.restore_node(sim.name)
-            if info is not None and on_restore is not None:
-                try:
-                    on_restore(info)
-                except Exception:
-                    pass  # e.g. the event log already closed at the end of the job
-
-        timer = threading.Timer(seconds, restore)
-        timer.daemon = True
-        self._downs[sim.name]["timer"] = timer
+        timer = self._downs[sim.name]["timer"] = restore_later(seconds, lambda: self.restore_node(sim.name), on_restore)
         timer.start()
         return {**details, "duration_s": seconds}
 

@@ -30,22 +30,6 @@ def _env():
     return env
 
 
-@pytest.fixture
-def transports():
-    made = []
-
-    def make(**kw):
-        kw.setdefault("backend", "tcp")
-        kw.setdefault("chunk_size", 4096)
-        t = ShardedTransport(timeout=T, **kw)
-        made.append(t)
-        return t
-
-    yield make
-    for t in made:
-        t.shutdown()
-
-
 @pytest.mark.slow
 def test_round_trip_from_other_process():
     code = textwrap.dedent(
