@@ -38,6 +38,19 @@ CKPT = ["checkpoint.interval=5"]
 NO_PEER = [*CKPT, NO_STANDBY]
 
 
+def _finish_once_both_are_back(proc, run_dir, since: float) -> tuple[list[dict], dict]:
+    """Both groups committing in one quorum after ``since``, then the job asked to finish 5 steps
+    on: it ends completed, weights agreeing, no step going back; its events and summary."""
+    commits = lambda: [m for m in read_jsonl(run_dir / "metrics.jsonl") if m.get("committed")]
+    together = lambda: [m for m in commits() if m["time"] > since and sorted(m.get("participating_groups") or []) == [0, 1]]
+    wait_for(together, 240, "both groups back in one quorum")
+    request_finish(str(run_dir), max(m["step"] for m in commits()) + 5)
+    assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-4000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["weights_consistent"] is True and summary["step_regressions"] == []
+    return read_jsonl(run_dir / "events.jsonl"), summary
+
+
 def _rank_pids(events: list[dict], group: int) -> list[int]:
     launched = [e for e in events if e["event"] == "rank_launched" and e["group"] == group]
     newest = max(e["attempt"] for e in launched)
@@ -173,16 +186,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_older_step(run_dir):
             _rewrite_same_size(_shards(path)[-1])
 
     killed2, damaged2, older2 = _stop_damage_kill(run_dir, groups, damage2)
-    metrics_path = run_dir / "metrics.jsonl"
-    commits = lambda: [m for m in read_jsonl(metrics_path) if m.get("committed")]
-    together = lambda: [m for m in commits() if m["time"] > killed2 and sorted(m.get("participating_groups") or []) == [0, 1]]
-    wait_for(together, 240, "both groups back in one quorum")
-    request_finish(str(run_dir), max(m["step"] for m in commits()) + 5)
-    assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-4000:]
-
-    events = read_jsonl(run_dir / "events.jsonl")
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["weights_consistent"] is True and summary["step_regressions"] == []
+    events, summary = _finish_once_both_are_back(proc, run_dir, killed2)
     quarantined = [e for e in events if e["event"] == "checkpoint_quarantined"]
     # Round 1: both truncated copies caught before any load, and the job went back to the older step.
     round1 = [e for e in quarantined if killed1 < e["time"] < killed2]
@@ -238,15 +242,7 @@ def test_ckpt_corrupt_on_every_group_is_caught_by_the_manifest_and_the_fingerpri
 
     killed, damaged, older = _stop_damage_kill(run_dir, groups, damage)
     assert verify_step(step_dir(folders[0], damaged)) is None, "the resealed copy passes its manifest's checksums"
-    commits = lambda: [m for m in read_jsonl(run_dir / "metrics.jsonl") if m.get("committed")]
-    together = lambda: [m for m in commits() if m["time"] > killed and sorted(m.get("participating_groups") or []) == [0, 1]]
-    wait_for(together, 240, "both groups back in one quorum")
-    request_finish(str(run_dir), max(m["step"] for m in commits()) + 5)
-    assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-4000:]
-
-    events = read_jsonl(run_dir / "events.jsonl")
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["weights_consistent"] is True and summary["step_regressions"] == []
+    events, summary = _finish_once_both_are_back(proc, run_dir, killed)
     quarantined = [e for e in _after(events, "checkpoint_quarantined", killed) if e["step"] == damaged]
     assert any(e["group"] == 1 and "does not match its checksum" in e["problem"] for e in quarantined), quarantined
     # Group 0's copy passed its manifest, so it was chosen and copied where group 1's had been set
