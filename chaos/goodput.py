@@ -5,8 +5,10 @@ A cell is one job of ``seconds`` wall time (from its first commit) under one arm
 rate. Every arm of a rate gets the same faults (one seeded draw), so arms differ only in how they
 recover. The fault-free rate every ratio divides by is measured in the same run, by a cell with no
 faults under the ``live`` arm (no standby: the standby's own cost then shows in the standby arm's
-fault-free cell, below 1), run first and again last: their mean, so that a machine whose load drifts
-during the run (a shared one) does not skew every ratio one way.
+fault-free cell, below 1), run before each rate's cells and once more after the last (:func:`plan_cells`):
+a cell divides by the mean of the two references around it. A shared machine's load drifts over a
+half-hour run (two references 20 minutes apart once read 6.0 and 16.9 group-steps/s here); references
+a few minutes either side of a cell see the load it saw.
 """
 
 from __future__ import annotations
@@ -32,6 +34,48 @@ REFERENCE_ARM = "live"
 # No fault is drawn in a cell's last seconds: one injected there would be cut off by the cell's end
 # before its recovery, which the next cell's fault-free start would not see either.
 TAIL_S = 10.0
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One cell of the plan.
+
+    Args:
+        arm, rate_per_min: which cell (a reference is ``REFERENCE_ARM`` at 0).
+        reference: a fault-free reference cell.
+        before, after: for a measured cell, the plan indices of the references around it.
+    """
+
+    arm: str
+    rate_per_min: float
+    reference: bool = False
+    before: int = -1
+    after: int = -1
+
+
+def plan_cells(rates: Iterable[float], arms: Iterable[str]) -> list[Planned]:
+    """The cells in running order: a fault-free reference, one rate's arms, a reference, the next rate's
+    arms, ..., a reference. Rate 0 runs with the lowest other rate (its only cell is the standby arm's
+    own cost: ``live`` and ``full_restart`` without faults are the reference job itself)."""
+    rates, arms = sorted(set(rates)), list(arms)
+    blocks = [[(a, r) for a in arms if not (r == 0 and a in (REFERENCE_ARM, "full_restart"))] for r in rates]
+    if len(blocks) > 1 and rates[0] == 0:
+        blocks = [blocks[0] + blocks[1], *blocks[2:]]
+    blocks = [b for b in blocks if b]
+    plan: list[Planned] = [Planned(REFERENCE_ARM, 0.0, reference=True)]
+    for block in blocks:
+        before = len(plan) - 1
+        after = before + len(block) + 1
+        plan += [Planned(a, r, before=before, after=after) for a, r in block]
+        plan.append(Planned(REFERENCE_ARM, 0.0, reference=True))
+    return plan
+
+
+def reference_rate(cell: Planned, measured: dict[int, float]) -> Optional[float]:
+    """The fault-free rate ``cell`` divides by: the mean of the references around it measured so far
+    (``measured``: plan index -> group-steps/s), None before the first."""
+    around = [measured[i] for i in (cell.before, cell.after) if i in measured]
+    return sum(around) / len(around) if around else None
 
 
 def poisson_faults(rate_per_min: float, seconds: float, seed: int, kinds: Iterable[str]) -> list[dict]:

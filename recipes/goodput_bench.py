@@ -1,6 +1,6 @@
 """Goodput under a fault rate: Poisson faults at several rates, three ways to recover, one plot.
 
-    python recipes/goodput_bench.py                                   # rates 0,1,2,4 per min, 90 s cells: 12 cells, ~25 min
+    python recipes/goodput_bench.py                                   # rates 0,1,2,4 per min, 75 s cells: 14 cells, ~27 min
     python recipes/goodput_bench.py goodput.cell_s=45 'goodput.rates=[0,2]' hydra.run.dir=outputs/goodput
     python recipes/goodput_bench.py ft.replica_groups=3               # a job override applies to every cell
 
@@ -10,9 +10,10 @@ stop``). Arms (chaos/goodput.py: ARMS): ``live_standby`` (a warm standby takes a
 ``live`` (no standby: relaunches fork from the warm fork server), ``full_restart`` (every group
 resumed from the last disk checkpoint). At each rate every arm gets the same faults: Poisson arrivals
 drawn once from ``goodput.seed``, each of a kind drawn from process, node, SIGSTOP hang, GIL hang and an
-aborted collective (``goodput.kinds``). A fault-free cell (the ``live`` arm, no faults), run first and
-again last, gives the rate every ratio divides by (their mean), in the same run; the standby arm's own
-fault-free cell shows what the idle standby costs.
+aborted collective (``goodput.kinds``). A fault-free cell (the ``live`` arm, no faults) runs before each
+rate's cells and once after the last; a cell's ratio divides by the mean of the two around it, measured
+minutes apart in the same run (chaos/goodput.py: plan_cells); the standby arm's own fault-free cell
+shows what the idle standby costs.
 
 Per cell: committed group-steps per second, its ratio to the fault-free rate (goodput) and ETTR,
 both monarch_ft.records.goodput's (the drill report's definitions), and the faults injected (a fault
@@ -40,7 +41,7 @@ from hydra.core.hydra_config import HydraConfig  # noqa: E402
 from omegaconf import DictConfig, OmegaConf  # noqa: E402
 
 from chaos.config import DrillConfig  # noqa: E402
-from chaos.goodput import ARMS, REFERENCE_ARM, Cell, cell_figures, closing_line, faults_override, poisson_faults  # noqa: E402
+from chaos.goodput import ARMS, REFERENCE_ARM, Cell, Planned, cell_figures, closing_line, faults_override, plan_cells, poisson_faults, reference_rate  # noqa: E402
 from monarch_ft.cli.hydra_entry import hydra_main  # noqa: E402
 from monarch_ft.records.errors import ConfigError  # noqa: E402
 from monarch_ft.records.reports import ReportTail  # noqa: E402
@@ -66,7 +67,7 @@ class GoodputConfig:
     """The fault kinds drawn from, uniformly, a mode after a colon: process, node, SIGSTOP hang, a rank
     sleeping with the GIL held, an aborted collective."""
 
-    cell_s: float = 90.0
+    cell_s: float = 75.0
     """Seconds each cell trains, from its first commit (at least 20: a cell's last 10 s draw no faults)."""
 
     seed: int = 0
@@ -196,7 +197,7 @@ def write_outputs(out: str, cells: list[Cell], meta: dict) -> None:
         "|---|---|---|---|---|---|",
     ]
     refs = ", ".join(f"{r:.3f}" for r in meta.get("fault_free_rates", []))
-    lines += [f"| fault-free reference ({REFERENCE_ARM}, first and last cell) | 0 | 0 | {fmt(meta.get('fault_free_rate'))} (mean of {refs}) | 1 | |"]
+    lines += [f"| fault-free references ({REFERENCE_ARM}, around each rate's cells) | 0 | 0 | {fmt(meta.get('fault_free_rate'))} (mean of {refs}) | 1 | |"]
     lines += [f"| {c.arm} | {c.rate_per_min:g} | {c.faults} ({c.injected}) | {fmt(c.rate)} | {fmt(c.ratio)} | {fmt(c.ettr)} |" for c in cells]
     with open(os.path.join(out, "goodput.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -238,39 +239,34 @@ def main(cfg: DictConfig) -> None:
     os.makedirs(out, exist_ok=True)
     groups = job.ft.replica_groups
     base = [f"ft.replica_groups={groups}", f"ft.ranks_per_group={job.ft.ranks_per_group}"]
-    rates = sorted(set(g.rates))
-    # The fault-free reference first and again last (their mean divides every cell: a drifting load
-    # skews no ratio one way); a full restart without faults is that same job, so not run twice.
-    cells_planned = [(a, r) for r in rates for a in g.arms if not (r == 0 and a in (REFERENCE_ARM, "full_restart"))]
-    plan = [(REFERENCE_ARM, 0.0), *cells_planned, (REFERENCE_ARM, 0.0)]
+    plan = plan_cells(g.rates, g.arms)
     meta = {"cell_s": g.cell_s, "seed": g.seed, "groups": groups, "kinds": list(g.kinds), "overrides": extra, "started": time.time()}
-    measured: list[tuple[str, float, list[dict], float, int, int]] = []
-    references: list[float] = []
+    measured: list[tuple[Planned, list[dict], float, int, int]] = []
+    references: dict[int, float] = {}
     cells: list[Cell] = []
     started = time.time()
-    print(f"[goodput_bench] {len(plan)} cells of {g.cell_s:g} s: {', '.join(f'{a}@{r:g}/min' for a, r in plan)}; results in {out}", flush=True)
+    names = [("reference" if p.reference else f"{p.arm}@{p.rate_per_min:g}/min") for p in plan]
+    print(f"[goodput_bench] {len(plan)} cells of {g.cell_s:g} s: {', '.join(names)}; results in {out}", flush=True)
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    for n, (arm, rate) in enumerate(plan, start=1):
-        faults = poisson_faults(rate, g.cell_s, g.seed, g.kinds)
-        reference = n in (1, len(plan))
-        run_dir = os.path.join(out, f"{n:02d}-{'reference' if reference else arm}-{rate:g}pm")
-        records, first, injected = run_cell(run_dir, arm, faults, g.cell_s, base, extra)
-        raw = cell_figures(arm, rate, records, groups, first, g.cell_s, len(faults), injected, None)
-        if reference:
+    for n, cell in enumerate(plan, start=1):
+        faults = poisson_faults(cell.rate_per_min, g.cell_s, g.seed, g.kinds)
+        run_dir = os.path.join(out, f"{n:02d}-{'reference' if cell.reference else cell.arm}-{cell.rate_per_min:g}pm")
+        records, first, injected = run_cell(run_dir, cell.arm, faults, g.cell_s, base, extra)
+        if cell.reference:
+            raw = cell_figures(cell.arm, 0.0, records, groups, first, g.cell_s, 0, 0, None)
             if not raw.rate:
                 fail(f"the fault-free cell committed nothing: see {run_dir}.console.log", 1)
-            references.append(raw.rate)
-            meta["fault_free_rates"] = references
+            references[n - 1] = raw.rate
+            meta["fault_free_rates"] = [references[i] for i in sorted(references)]
         else:
-            measured.append((arm, rate, records, first, len(faults), injected))
-        fault_free = sum(references) / len(references)
-        # Every ratio again against the mean of the references so far (the last cell settles them).
-        cells = [cell_figures(a, r, rec, groups, t0, g.cell_s, nf, ni, fault_free) for a, r, rec, t0, nf, ni in measured]
-        write_outputs(out, cells, {**meta, "fault_free_rate": fault_free})
+            measured.append((cell, records, first, len(faults), injected))
+        # Every ratio again against the references measured so far (a block's closing one settles it).
+        cells = [cell_figures(p.arm, p.rate_per_min, rec, groups, t0, g.cell_s, nf, ni, reference_rate(p, references)) for p, rec, t0, nf, ni in measured]
+        write_outputs(out, cells, {**meta, "fault_free_rate": sum(references.values()) / len(references)})
         elapsed = time.time() - started
-        shown = raw if reference else cells[-1]
+        shown, what = (raw, "fault-free reference") if cell.reference else (cells[-1], cell.arm)
         print(
-            f"[goodput_bench {elapsed / 60:4.1f} min] cell {n}/{len(plan)} {'fault-free reference' if reference else arm} at {rate:g}/min: "
+            f"[goodput_bench {elapsed / 60:4.1f} min] cell {n}/{len(plan)} {what} at {cell.rate_per_min:g}/min: "
             f"faults {injected}/{len(faults)} injected, {fmt(shown.rate)} group-steps/s, goodput {fmt(shown.ratio)}, ETTR {fmt(shown.ettr)} "
             f"(about {elapsed / n * (len(plan) - n) / 60:.1f} min left)",
             flush=True,

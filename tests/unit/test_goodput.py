@@ -111,6 +111,30 @@ def test_bench_cells_use_the_same_goodput_and_the_closing_line():
     assert closing_line([full]) == "goodput_standby_at_2pm=n/a goodput_full_restart_at_2pm=0.457"
 
 
+def test_each_rates_cells_run_between_two_fault_free_references_and_divide_by_their_mean():
+    from chaos.goodput import REFERENCE_ARM, plan_cells, reference_rate
+
+    arms = ["live_standby", "live", "full_restart"]
+    plan = plan_cells([4, 0, 2, 1, 2], arms)
+    shown = [("ref" if p.reference else f"{p.arm}@{p.rate_per_min:g}") for p in plan]
+    # Rate 0 has one cell (the idle standby's cost) and runs with rate 1; each later rate has a block of its own.
+    assert shown == [
+        "ref", "live_standby@0", "live_standby@1", "live@1", "full_restart@1",
+        "ref", "live_standby@2", "live@2", "full_restart@2",
+        "ref", "live_standby@4", "live@4", "full_restart@4", "ref",
+    ]  # fmt: skip
+    assert all(p.arm == REFERENCE_ARM and p.rate_per_min == 0 for p in plan if p.reference)
+    for p in plan:
+        if not p.reference:
+            assert plan[p.before].reference and plan[p.after].reference and p.before < plan.index(p) < p.after
+            assert not any(q.reference for q in plan[p.before + 1 : p.after])
+    cell = plan[6]  # live_standby@2: between the references at 5 and 9
+    assert reference_rate(cell, {0: 1.0}) is None
+    assert reference_rate(cell, {0: 1.0, 5: 6.0}) == 6.0
+    assert reference_rate(cell, {0: 1.0, 5: 6.0, 9: 8.0}) == 7.0
+    assert [p.reference for p in plan_cells([2], arms)] == [True, False, False, False, True]
+
+
 def _bench_recipe():
     import importlib.util
     import sys
