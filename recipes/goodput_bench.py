@@ -140,9 +140,9 @@ def run_cell(run_dir: str, arm: str, faults: list[dict], seconds: float, base: l
     """Run one cell; returns (its step records, its first commit's time, faults injected)."""
     base = [*base, *ARMS[arm]]
     if faults:
-        # The drill ends only when stopped. A drill asks to finish chaos.tail_steps after its last fault
-        # recovered, and a stop keeps a finish step already asked for: a last fault that never comes due
-        # keeps the drill from asking (the drill then reports it not injected, and exits 1).
+        # The drill ends only when stopped: a drill asks to finish chaos.tail_steps after its last
+        # fault recovered, so a last fault that never comes due keeps it training until the cell's
+        # time is up (the drill then reports that fault not injected, and exits 1).
         never = {"kind": faults[0]["kind"], "at_s": NEVER_S}
         argv = [os.path.join(REPO, "recipes", "drill.py"), *base, "training.steps=1000000", faults_override([*faults, never])]
     else:

@@ -66,6 +66,7 @@ from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus, JobStatus
 from monarch_ft.records.exits import describe_exit
 from monarch_ft.records.layout import RunLayout, atomic_write, atomic_write_json, read_jsonl
+from monarch_ft.records.lease import lower_finish
 from monarch_ft.records.manifest import step_dir
 
 # How long the watch loop sleeps between ticks.
@@ -276,8 +277,9 @@ class Supervisor:
         self.takeover.request_detach()
 
     def finish_at(self, step: int) -> None:
-        """Ask every group to finish training at ``step`` (before training.steps)."""
-        request_finish(self.run_dir, step)
+        """Ask every group to finish training at ``step`` (before training.steps), or at the
+        earlier step already asked for."""
+        step = request_finish(self.run_dir, step)
         self.events.emit(EventKind.FINISH_REQUESTED, step=step)
 
     def capture_stacks(self, groups: Optional[list[int]] = None, tag: str = "on-demand") -> dict[str, str]:
@@ -659,9 +661,7 @@ class Supervisor:
         )
 
 
-def request_finish(run_dir: str, step: int) -> None:
-    """Make every group of the job running in ``run_dir`` finish at ``step``.
-
-    The ranks read this file once (see rank.trainer.StopAt), so it is written whole.
-    """
-    atomic_write(RunLayout(run_dir).stop_at_step, str(step))
+def request_finish(run_dir: str, step: int) -> int:
+    """Make every group of the job running in ``run_dir`` finish at ``step``, unless an earlier
+    step is already asked for (records.lease.lower_finish); returns the step in force."""
+    return lower_finish(RunLayout(run_dir).stop_at_step, step)

@@ -113,16 +113,17 @@ def state_hash(tree: Any) -> str:
 
 
 class StopAt:
-    """``training.steps``, or an earlier step the supervisor asks every group to stop at
-    (a file it writes once); every group reads the same number, so they stop together."""
+    """``training.steps``, or an earlier step the controller asks every group to stop at.
+    The file's number only comes down (records.lease.lower_finish: a ``stop`` after a drill
+    asked for a later finish); it is read every step and the lowest seen kept, so every group
+    ends on the same number (a few bytes read per step)."""
 
     def __init__(self, path: str, steps: int) -> None:
-        self.path, self.default = path, steps
+        self.path = path
         self._value = steps
 
     def steps(self) -> int:
-        if self._value == self.default:
-            self._value = min(self.default, read_int(self.path, self.default))
+        self._value = min(self._value, read_int(self.path, self._value))
         return self._value
 
 

@@ -17,7 +17,7 @@ import os
 import time
 from typing import Optional
 
-from monarch_ft.records.layout import read_int
+from monarch_ft.records.layout import atomic_write, read_int
 
 # Steps past the one a rank is at when it notices: every group, at most a step apart in
 # a quorum, reads the file before it gets there.
@@ -59,6 +59,21 @@ def finish_at(stop_at_path: str, step: int) -> int:
     finally:
         os.remove(tmp)
     return target
+
+
+def lower_finish(stop_at_path: str, step: int) -> int:
+    """The controller's request that every group finish at ``step``: written unless a step no
+    later is already in force, so the file's number only ever comes down (a ``stop`` during a
+    drill that asked for a later finish finishes now). Ranks re-read it every step and keep
+    the lowest they saw (rank.trainer.StopAt), so a group that read the old number still
+    reads the new one before it gets there (groups in a quorum are at most a step apart and
+    the controller asks ``FINISH_MARGIN`` ahead). One writer only: the controller (the ranks'
+    own :func:`finish_at` runs only when no controller is there). Returns the step in force."""
+    current = read_int(stop_at_path, -1)
+    if 0 <= current <= step:
+        return current
+    atomic_write(stop_at_path, str(step))
+    return step
 
 
 class LeaseWatch:

@@ -16,7 +16,7 @@ from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import GroupStatus
 from monarch_ft.records.layout import RunLayout
-from monarch_ft.records.lease import finish_at, lease_expired, stop_unanswered
+from monarch_ft.records.lease import finish_at, lease_expired, lower_finish, stop_unanswered
 
 
 def test_identity_is_pid_and_start_time():
@@ -80,6 +80,22 @@ def test_finish_at_first_writer_wins(tmp_path):
     assert finish_at(path, 11) == 12  # a later rank reads the step in force
     assert open(path).read() == "12"
     assert sorted(os.listdir(tmp_path)) == ["stop_at_step"]
+
+
+def test_a_stop_lowers_a_finish_step_already_asked_for_and_every_rank_reads_the_lowest(tmp_path):
+    from monarch_ft.rank.trainer import StopAt
+
+    path = str(tmp_path / "stop_at_step")
+    rank = StopAt(path, 1000)
+    assert rank.steps() == 1000
+    assert lower_finish(path, 500) == 500  # a drill asks for a late finish
+    assert rank.steps() == 500
+    assert lower_finish(path, 40) == 40  # then a stop: it finishes now, not at 500
+    late = StopAt(path, 1000)  # a rank that never saw 500
+    assert rank.steps() == 40 and late.steps() == 40
+    assert lower_finish(path, 60) == 40  # never raised
+    assert finish_at(path, 100) == 40  # nor by a rank's lease
+    assert rank.steps() == late.steps() == 40
 
 
 def test_run_lock_refuses_a_second_controller(tmp_path):
