@@ -3,6 +3,7 @@
 #
 #   scripts/gpu_check.sh [--cross-group nccl|gloo] LOG_DIR    # on a GPU machine (< 5 min on one H200)
 #   scripts/gpu_check.sh --cpu LOG_DIR                        # the same checks on CPU with gloo (dry run)
+#   scripts/gpu_check.sh --only 1,6 ... LOG_DIR                # only those checks (default: every check, 1-6)
 #
 # One line per check ("check N name: ok (...)", "FAIL: reason" or "skip: reason"), then
 # "gpu_checks passed=N failed=M"; exit 0 only when nothing failed. Every run's directory and
@@ -14,7 +15,7 @@
 set -u -o pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-USAGE="usage: scripts/gpu_check.sh [--cpu] [--cross-group nccl|gloo] LOG_DIR"
+USAGE="usage: scripts/gpu_check.sh [--cpu] [--cross-group nccl|gloo] [--only N,N...] LOG_DIR"
 
 die() { # one line, non-zero exit
     echo "gpu_check: $1" >&2
@@ -23,6 +24,7 @@ die() { # one line, non-zero exit
 
 MODE=cuda
 XGROUP=
+ONLY=1,2,3,4,5,6
 LOG=
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -33,6 +35,12 @@ while [ $# -gt 0 ]; do
             shift
             ;;
         --cross-group=*) XGROUP="${1#*=}" ;;
+        --only)
+            [ $# -ge 2 ] || die "--only needs check numbers, e.g. --only 1,6 ($USAGE)"
+            ONLY="$2"
+            shift
+            ;;
+        --only=*) ONLY="${1#*=}" ;;
         -h | --help)
             echo "$USAGE"
             exit 0
@@ -46,6 +54,8 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ -n "$LOG" ] || die "no log folder given ($USAGE)"
+# --only: check numbers 1-6, comma-separated; the others print "skip: not selected".
+[[ "$ONLY" =~ ^[1-6](,[1-6])*$ ]] || die "--only $ONLY: give check numbers 1-6, comma-separated (e.g. --only 1,6)"
 case "$XGROUP" in
     "") XGROUP=$([ "$MODE" = cpu ] && echo gloo || echo nccl) ;;
     nccl) [ "$MODE" = cuda ] || die "--cross-group nccl needs a GPU; --cpu runs gloo across groups" ;;
@@ -144,7 +154,7 @@ drill() { # drill NAME FAULTS [OVERRIDES...]: two groups of one rank, the faults
         ft.replica_groups=2 ft.ranks_per_group=1 ft.standby_groups=0 chaos.tail_steps=5 "chaos.faults=$faults" "$@" "hydra.run.dir=$LOG/$name"
 }
 
-say "gpu_check: mode=$MODE gpus=$GPUS torch=$TORCH_VERSION cuda=$TORCH_CUDA cross_group=$XGROUP ${XARGS[*]} logs=$LOG"
+say "gpu_check: mode=$MODE gpus=$GPUS torch=$TORCH_VERSION cuda=$TORCH_CUDA cross_group=$XGROUP ${XARGS[*]} checks=$ONLY logs=$LOG"
 
 # 1. The environment: the device, the backend, torchft's process group for it.
 check_env() {
@@ -207,12 +217,17 @@ check_overhead() {
     record 6 ft_overhead "$(verdict 6_ft_overhead overhead "$LOG/6_ft_overhead.console.log")"
 }
 
-check_env
-check_train
-check_kill
-check_collective
-check_standby
-check_overhead
+# Every check unless --only names some: the others are listed as skipped, so the output still
+# accounts for all six.
+CHECKS=(check_env check_train check_kill check_collective check_standby check_overhead)
+NAMES=(environment train process_kill collective standby ft_overhead)
+for n in 1 2 3 4 5 6; do
+    if [[ ",$ONLY," == *",$n,"* ]]; then
+        "${CHECKS[$((n - 1))]}"
+    else
+        record "$n" "${NAMES[$((n - 1))]}" "skip: not selected (--only $ONLY)"
+    fi
+done
 
 say "gpu_checks passed=$PASSED failed=$FAILED"
 [ "$FAILED" -eq 0 ]

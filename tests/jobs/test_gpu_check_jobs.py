@@ -1,4 +1,4 @@
-"""scripts/gpu_check.sh: its dry run on CPU for real (every check's job runs), and a failed check named."""
+"""scripts/gpu_check.sh: its dry run on CPU for real (the checks no other test covers), and a failed check named."""
 
 from __future__ import annotations
 
@@ -35,33 +35,34 @@ def _script(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_cpu_dry_run_runs_every_check(tmp_path):
+def test_cpu_dry_run_of_the_checks_no_other_test_covers(tmp_path):
+    """The script for real on CPU, with the checks nothing else here runs: the environment
+    (torchft's process group configured, an allreduce, an abort) and the overhead benchmark's
+    smoke size (the suite's only run of it). Checks 2-5 train and drill as the job tests do
+    (tests/jobs/test_pretrain.py, test_chaos_drill.py, test_standby_jobs.py); their verdicts
+    on recorded runs of theirs are in tests/unit/test_gpu_check.py."""
     logs = tmp_path / "logs"
-    res = _script("--cpu", str(logs), timeout=420)
+    res = _script("--cpu", "--only", "1,6", str(logs), timeout=420)
     out = res.stdout
     assert res.returncode == 0, out + res.stderr
     lines = out.splitlines()
     checks = {int(m.group(1)): (m.group(2), m.group(3)) for m in (re.match(r"check (\d) (\w+): (.*)", line) for line in lines) if m}
     assert sorted(checks) == [1, 2, 3, 4, 5, 6], out
-    for n in (1, 2, 3, 4):
-        assert checks[n][1].startswith("ok ("), (n, checks[n])
-    assert "torchft ProcessGroupGloo configured" in checks[1][1]
-    assert re.search(r"50 steps on cpu; .*loss [\d.]+ -> [\d.]+", checks[2][1]), checks[2]
-    assert "healed from group 0" in checks[3][1] and "weights bit-identical" in checks[3][1], checks[3]
-    assert "abort through gloo: step discarded, no restart" in checks[4][1] and "group 1 replaced" in checks[4][1], checks[4]
-    assert checks[5][1].startswith("ok (") and "replaced by a standby" in checks[5][1], checks[5]
-    # The overhead benchmark's smoke size (the suite's only run of it): its table and closing line.
+    assert checks[1][1].startswith("ok (") and "torchft ProcessGroupGloo configured" in checks[1][1], checks[1]
+    # The others are listed, skipped, and nothing of them ran.
+    names = {2: "train", 3: "process_kill", 4: "collective", 5: "standby"}
+    for n, name in names.items():
+        assert checks[n] == (name, "skip: not selected (--only 1,6)"), checks[n]
+        assert not list(logs.glob(f"{n}_*")), n
+    # The overhead benchmark's smoke size: its table and closing line.
     assert re.match(r"ok \(overhead_hsdp=[\d.]+ .*overhead_diloco=[\d.]+ .*loss_ratio_diloco=[\d.]+", checks[6][1]), checks[6]
     table = (logs / "6_ft_overhead.console.log").read_text()
     for label in ("no-FT", "hsdp", "diloco"):  # localsgd is left to the GPU run (gpu_check.sh)
         assert f"| {label}" in table, table[-2000:]
     assert "| localsgd" not in table
-    assert lines[-1] == "gpu_checks passed=6 failed=0", out
-    # The logs stay: each job's run directory and console, and this output.
+    assert lines[-1] == "gpu_checks passed=2 failed=0", out
+    # The output stays with the logs.
     assert (logs / "gpu_check.txt").read_text() == out
-    for name in ("2_train", "3_process_kill", "4_collective", "5_standby"):
-        assert (logs / f"{name}.console.log").stat().st_size > 0, name
-    assert (logs / "3_process_kill" / "drill.json").exists() and (logs / "2_train" / "metrics.jsonl").exists()
 
 
 @pytest.mark.slow

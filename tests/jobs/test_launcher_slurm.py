@@ -13,13 +13,11 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from monarch_ft.controller.loop import request_finish
 from monarch_ft.launcher import RankLaunch, build_launcher
 from monarch_ft.testing.jobs import (
     FAST,
     assert_weights_agree_after,
     console,
-    events_of,
     finish_job,
     job_processes,
     need_netns,
@@ -196,84 +194,6 @@ def _steps(metrics, group):
     return [m for m in metrics if m["group"] == group and m["rank"] == 0 and m["committed"]]
 
 
-def test_sigkilled_rank_relaunched_as_new_slurm_job_heals_from_peer_then_a_standby_job_takes_over(cluster, run_dir):
-    """One job, two faults on group 1: the first while the warm standby (a Slurm job of its
-    own, ft.standby_groups=1) is still building takes the cold path (a new job, healed from
-    the peer); the second, once the standby is ready, promotes it (issue 10: each launcher
-    promotes a standby). At the end no job is left in the queue and no process of the run."""
-    proc = start_job(
-        run_dir,
-        *FAST,
-        "launcher=slurm",
-        f"launcher.options.slurm_conf={cluster.conf}",
-        "ft.replica_groups=2",
-        "ft.ranks_per_group=2",
-        "training.steps=100000",
-        "training.state_hash_every=1",
-        "ft.standby_groups=1",
-        # Not a test of startup hangs: groups and standbys start slowly on 2 shared, loaded cores.
-        "ft.startup_timeout_s=600",
-    )
-    metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
-    try:
-        # Both groups stepping in one quorum (a fault with no live peer left would lose the job).
-        wait_for(lambda: len([m for m in _steps(read_jsonl(metrics_path), 1) if len(m["participating_groups"]) == 2]) >= 5, 300, "group 1 to step with group 0")
-        victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
-        assert victim["pid"] and victim["host"] == cluster.node
-        os.kill(victim["pid"], signal.SIGKILL)
-        wait_for(lambda: events_of(run_dir, "group_stepping", group=1, attempt=1), 300, "group 1 back (cold)")
-        wait_for(lambda: events_of(run_dir, "standby_ready", standby=0), 300, "the standby job ready")
-        (again,) = events_of(run_dir, "rank_launched", group=1, rank=0, attempt=1)
-        os.kill(again["pid"], signal.SIGKILL)
-        wait_for(lambda: events_of(run_dir, "group_stepping", group=1, attempt=2), 120, "group 1 back (standby)")
-        wait_for(lambda: len([m for m in _steps(read_jsonl(metrics_path), 1) if m["attempt"] == 2]) >= 3, 120, "group 1's commits after the promotion")
-        # Well ahead: metrics.jsonl lags the ranks by the supervisor's stalls, and a stop step a rank
-        # already passed splits its group (one rank stops, its peer waits in a quorum).
-        request_finish(str(run_dir), max(m["step"] for m in read_jsonl(metrics_path)) + 15)
-        code = finish_job(proc, run_dir, 180)
-    except AssertionError:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(60)
-        raise AssertionError(console(run_dir)[-3000:])
-    assert code == 0, console(run_dir)[-3000:]
-
-    events = read_jsonl(events_path)
-    started = [e for e in events if e["event"] == "job_started"][0]
-    assert started["launcher"] == "slurm" and started["hosts"] == [cluster.node]
-    exited = [e for e in events if e["event"] == "rank_exited" and e["group"] == 1 and e.get("signal") == "SIGKILL"]
-    assert exited and exited[0]["rank"] == 1
-    assert any(e["event"] == "group_failed" and e["group"] == 1 for e in events)
-    assert [e for e in events if e["event"] == "group_launched" and e["group"] == 1 and e["attempt"] == 1], "group 1 was not relaunched"
-    jobs = {a: json.loads((run_dir / "logs" / f"g1r0.a{a}.log.pid").read_text())["job_id"] for a in (0, 1)}
-    assert jobs[0] != jobs[1], "the relaunched group is a new Slurm job"
-    healed = [e for e in events if e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] == 1]
-    assert {e["rank"] for e in healed} == {0, 1}, "both ranks of the new group heal from a peer"
-    assert all(e["src_group"] == 0 and e["bytes"] > 0 for e in healed)
-    assert not any(e["event"] == "group_launched" and e["group"] == 0 and e["attempt"] > 0 for e in events)
-    # The second fault went through the standby: its own Slurm job (neither of group 1's),
-    # niced below the training ranks, whose processes healed from the peer as group 1.
-    paths = {(e["group"], e["attempt"]): e["path"] for e in events if e["event"] == "recovery_path"}
-    assert paths == {(1, 1): "cold_start", (1, 2): "standby"}, paths
-    (promoted,) = [e for e in events if e["event"] == "standby_promoted"]
-    assert promoted["standby"] == 0 and promoted["group"] == 1 and promoted["attempt"] == 2
-    sb = {r: json.loads((run_dir / "logs" / f"sb0r{r}.log.pid").read_text()) for r in (0, 1)}
-    assert sb[0]["job_id"] == sb[1]["job_id"] and sb[0]["job_id"] not in jobs.values()
-    assert {e["rank"]: e["pid"] for e in events if e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] == 2} == {
-        r: sb[r]["pid"] for r in (0, 1)
-    }
-    assert json.loads((run_dir / "slurm" / "sb0.json").read_text())["ranks"][0]["niceness"] == 10
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["weights_consistent"] is True and summary["status"] == "completed"
-    assert summary["groups"]["1"]["restarts"] == 2
-    assert summary["standby"]["promoted"] == 1 and summary["standby"]["launched"] >= 2, summary["standby"]
-    assert_weights_agree_after(run_dir, 1, 2)
-    # every job of the run ended, the standbys' too (close() waits for them); no process of the run is left
-    out = cluster.run("squeue", "--noheader", "-o", "%i|%T").stdout.strip()
-    assert not out, out
-    assert not job_processes(run_dir), [p.cmdline()[:4] for p in job_processes(run_dir)]
-
-
 def test_controller_sigkilled_then_attached_readopts_slurm_jobs_by_id(cluster, run_dir):
     """The supervisor SIGKILLed mid-run; a rank SIGKILLed while nobody supervises; a new
     controller re-adopts the live group's Slurm job by its id (never restarted), fails the
@@ -335,8 +255,11 @@ def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path,
     standby is ready (an excluding relaunch), the second through the standby. Each time the
     controller sees the ranks lost, excludes the node at once (long before Slurm counts it not
     responding), and never places a job on it while it is out; the first node comes back
-    (slurmd restarted, resumed), returns to the pool and is used again. Weights agree, squeue
-    is empty, nothing is left running, every namespace is removed."""
+    (slurmd restarted, resumed), returns to the pool and is used again. The promoted standby is
+    a Slurm job of its own, niced, its processes the ones that healed. Weights agree, squeue
+    is empty, nothing is left running, every namespace is removed. (A rank's SIGKILL through
+    Slurm: test_exit_codes_and_signals_per_rank; a group relaunched as a new Slurm job healed
+    from its peer: the attach test.)"""
     need_netns()
     cluster = LocalSlurmCluster(str(tmp_path / "slurm"), cpus=2, nodes=4)
     with cluster:
@@ -400,6 +323,19 @@ def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path,
     assert f"--exclude={down[0]}" in relaunch, relaunch
     assert all(f["recovered"] and f["weights_consistent"] is not False for f in drill["faults"])
     assert drill["weights_consistent"] and drill["steps_lost"] == 0 and drill["steps_never_go_back"]
+    # The standby that took the second fault's group: a Slurm job of its own (none of the
+    # groups'), niced below the training ranks, whose processes healed from the peer as the group,
+    # in step with it from then on.
+    (promoted,) = [e for e in events if e["event"] == "standby_promoted"]
+    k, group, attempt = promoted["standby"], promoted["group"], promoted["attempt"]
+    assert group == faults[1]["target"], (promoted, faults[1])
+    sb = {r: json.loads((run_dir / "logs" / f"sb{k}r{r}.log.pid").read_text()) for r in (0, 1)}
+    group_jobs = {json.loads(p.read_text())["job_id"] for p in (run_dir / "logs").glob("g*.log.pid")}
+    assert sb[0]["job_id"] == sb[1]["job_id"] and sb[0]["job_id"] not in group_jobs, (sb, group_jobs)
+    healed = {e["rank"]: e["pid"] for e in events if e["event"] == "weights_recovered" and e["group"] == group and e["attempt"] == attempt}
+    assert healed == {r: sb[r]["pid"] for r in (0, 1)}, (healed, sb)
+    assert json.loads((run_dir / "slurm" / f"sb{k}.json").read_text())["ranks"][0]["niceness"] == 10
+    assert_weights_agree_after(run_dir, group, attempt)
     # Slurm's own detection beside ours, in the drill's analysis.
     for f in drill["faults"]:
         sched = f["scheduler"]

@@ -21,52 +21,6 @@ def _steps(metrics, group):
     return [m for m in metrics if m["group"] == group and m["rank"] == 0 and m["committed"]]
 
 
-def test_two_groups_two_ranks_train_to_identical_weights(run_dir):
-    code = run_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=20")
-    assert code == 0, console(run_dir)[-3000:]
-    summary = json.loads((run_dir / "summary.json").read_text())
-    events = read_jsonl(run_dir / "events.jsonl")
-    metrics = read_jsonl(run_dir / "metrics.jsonl")
-    assert summary["status"] == "completed"
-    assert set(summary["groups"]) == {"0", "1"}
-
-    # Every group and rank reported, and together they cover every step once committed.
-    for field in ("group", "rank", "step", "loss", "tokens_per_s", "quorum_size", "participating_groups", "time"):
-        assert all(field in m for m in metrics), field
-    for g in (0, 1):
-        for r in (0, 1):
-            assert any(m["group"] == g and m["rank"] == r for m in metrics)
-        assert summary["groups"][str(g)]["final_step"] == 20
-    committed = sorted({m["step"] for m in metrics if m["committed"]})
-    assert committed == list(range(committed[0], 20)) and committed[0] <= 1
-
-    # Loss falls: the mean of the last steps is below the mean of the first ones.
-    losses = [m["loss"] for m in sorted(metrics, key=lambda m: m["step"]) if m["committed"]]
-    assert sum(losses[-6:]) / 6 < sum(losses[:6]) / 6 - 0.3, losses
-
-    # All replicas end bit-identical: one state hash per rank index, equal across groups.
-    assert summary["weights_consistent"] is True
-    finished = [e for e in events if e["event"] == "rank_finished"]
-    assert len(finished) == 4
-    for r in (0, 1):
-        assert len({e["state_hash"] for e in finished if e["rank"] == r}) == 1
-
-    kinds = [e["event"] for e in events]
-    for kind in (
-        "job_started",
-        "lighthouse_started",
-        "group_launched",
-        "rank_launched",
-        "quorum_change",
-        "group_finished",
-        "lighthouse_stopped",
-        "job_finished",
-    ):
-        assert kind in kinds, kind
-    assert kinds.count("group_finished") == 2
-    assert all(isinstance(e["time"], float) for e in events)
-
-
 def test_sigkilled_rank_group_restarts_and_heals_from_peer(run_dir):
     proc = start_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=2", "training.steps=100000", "metrics.tensorboard=true")
     metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
@@ -111,6 +65,32 @@ def test_sigkilled_rank_group_restarts_and_heals_from_peer(run_dir):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["weights_consistent"] is True
     assert summary["groups"]["1"]["restarts"] == 1
+
+    # The job as a whole, across the fault: every group and rank reported every field, and
+    # together they committed every step once up to the step both groups finished at.
+    assert summary["status"] == "completed" and set(summary["groups"]) == {"0", "1"}
+    for field in ("group", "rank", "step", "loss", "tokens_per_s", "quorum_size", "participating_groups", "time"):
+        assert all(field in m for m in metrics), field
+    assert {(0, 0), (0, 1), (1, 0), (1, 1)} <= {(m["group"], m["rank"]) for m in metrics}
+    final = summary["groups"]["0"]["final_step"]
+    assert summary["groups"]["1"]["final_step"] == final == summary["job_step"], summary["groups"]
+    committed = sorted({m["step"] for m in metrics if m["committed"]})
+    assert committed == list(range(committed[0], final)) and committed[0] <= 1
+    # Loss falls: the mean of the last steps is below the mean of the first ones.
+    losses = [m["loss"] for m in sorted(metrics, key=lambda m: m["step"]) if m["committed"]]
+    assert sum(losses[-6:]) / 6 < sum(losses[:6]) / 6 - 0.3, losses
+    # Every replica ends bit-identical: one rank_finished per group and rank (the relaunched
+    # group's from its new ranks), one state hash per rank index, equal across groups.
+    finished = [e for e in events if e["event"] == "rank_finished"]
+    assert sorted((e["group"], e["rank"]) for e in finished) == [(0, 0), (0, 1), (1, 0), (1, 1)], finished
+    for r in (0, 1):
+        assert len({e["state_hash"] for e in finished if e["rank"] == r}) == 1
+    kinds = [e["event"] for e in events]
+    every = ("job_started", "lighthouse_started", "group_launched", "rank_launched", "quorum_change", "group_finished", "lighthouse_stopped", "job_finished")
+    for kind in every:
+        assert kind in kinds, kind
+    assert kinds.count("group_finished") == 2
+    assert all(isinstance(e["time"], float) for e in events)
 
     # metrics.tensorboard: one run per group, read back as TensorBoard reads it. The survivor's
     # curve is every step its rank 0 reported, with the group's departure and return marked;
@@ -168,10 +148,15 @@ def test_resume_from_disk_checkpoint(run_dir):
 @pytest.mark.parametrize("transport", ["http"])
 def test_torchft_transports_heal_a_killed_group(run_dir, transport):
     # The relaunch path (a warm fork) with TorchFT's transport: the standby path is the test above.
-    proc = start_job(run_dir, *FAST, NO_STANDBY, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=250", f"ft.transport={transport}")
-    wait_for(lambda: len(_steps(read_jsonl(run_dir / "metrics.jsonl"), 1)) >= 5, 120, "group 1 to step")
+    proc = start_job(run_dir, *FAST, NO_STANDBY, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000", f"ft.transport={transport}")
+    metrics_path = run_dir / "metrics.jsonl"
+    wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 120, "group 1 to step")
     victim = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "rank_launched" and e["group"] == 1][-1]
     os.kill(victim["pid"], signal.SIGKILL)
+    # Once the relaunched group commits with its peer, the job finishes 5 steps on.
+    back = lambda: [m for m in _steps(read_jsonl(metrics_path), 1) if m["attempt"] >= 1 and m["participating_groups"] == [0, 1]]
+    wait_for(back, 180, "group 1 back in the quorum")
+    request_finish(str(run_dir), max(m["step"] for m in _steps(read_jsonl(metrics_path), 0)) + 5)
     assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-3000:]
     events = read_jsonl(run_dir / "events.jsonl")
     healed = [e for e in events if e["event"] == "weights_recovered" and e["group"] == 1 and e["attempt"] == 1]
