@@ -45,11 +45,14 @@ sys.path.insert(0, REPO)
 KINDS = ("process_kill", "node")
 FIGURES = (
     ("mttr_p50_s", "MTTR p50 (s)"),
+    ("mttr_p50_steps", "MTTR p50 (in step times p50)"),
     ("stall_p50_s", "survivors' stall p50 (s)"),
     ("controller_cpu_per_tick_ms", "controller CPU per tick (ms)"),
     ("quorum_p50_ms", "quorum p50 (ms)"),
     ("rss_peak_mb", "peak RSS, all processes (MB)"),
     ("controller_cpu_per_tick_per_group_ms", "controller CPU per tick per group (ms)"),
+    ("step_p50_s", "step time p50 (s)"),
+    ("detected_p50_s", "fault told p50 (s)"),
 )
 
 
@@ -86,14 +89,25 @@ def cell_figures(groups: int, drill: dict, summary: dict, metrics: list[dict], r
     stalls = [f["survivor_max_stall_s"] for f in faults if f.get("survivor_max_stall_s") is not None]
     loop = (summary.get("controller") or {}).get("watch_loop") or {}
     per_tick = loop.get("cpu_s_per_tick")
-    quorum = [r["quorum_s"] for r in metrics if r.get("type", "step") == "step" and r.get("committed") and r.get("quorum_s") is not None]
+    committed = [r for r in metrics if r.get("type", "step") == "step" and r.get("committed")]
+    quorum = [r["quorum_s"] for r in committed if r.get("quorum_s") is not None]
+    step_p50 = percentile([r["step_time_s"] for r in committed if r.get("step_time_s") is not None], 50)
+    mttr_p50 = percentile(mttrs, 50)
+    phase = lambda name: percentile([f["phases"][name] for f in faults if (f.get("phases") or {}).get(name) is not None], 50)  # noqa: E731
     ms = lambda s: None if s is None else round(s * 1000.0, 3)  # noqa: E731
     return {
         "groups": groups,
         "faults": len(drill.get("faults", [])),
         "recovered": len(faults),
         "mttr_s": mttrs,
-        "mttr_p50_s": percentile(mttrs, 50),
+        "mttr_p50_s": mttr_p50,
+        # The controller's own part of a recovery: the fault told, the replacement up (p50 of each phase's end).
+        "detected_p50_s": phase("detected"),
+        "replacement_up_p50_s": phase("replacement_up"),
+        # A committed step's wall time (p50): on a small machine the ranks share its cores, so
+        # a step, and every quorum round of a recovery with it, grows with the groups.
+        "step_p50_s": step_p50,
+        "mttr_p50_steps": round(mttr_p50 / step_p50, 2) if mttr_p50 is not None and step_p50 else None,
         "stall_p50_s": percentile(stalls, 50),
         "stall_p95_s": percentile(stalls, 95),
         "controller_ticks": loop.get("ticks"),
@@ -130,6 +144,8 @@ def closing_line(cells: list[dict]) -> str:
         f"{name}_{hi}_over_{lo}={ratio(cells, key)}"
         for name, key in (
             ("mttr_p50", "mttr_p50_s"),
+            ("mttr_p50_steps", "mttr_p50_steps"),
+            ("step_p50", "step_p50_s"),
             ("stall_p50", "stall_p50_s"),
             ("controller_cpu_per_tick_per_group", "controller_cpu_per_tick_per_group_ms"),
             ("quorum_p50", "quorum_p50_ms"),
@@ -250,14 +266,16 @@ def fmt(v: Any, spec: str = ".3f") -> str:
 
 def table(cells: list[dict]) -> str:
     head = (
-        "| groups | faults recovered | MTTR p50 (s) | stall p50 (s) | stall p95 (s) | controller CPU/tick (ms) | per group (ms) | controller CPU share "
+        "| groups | faults recovered | MTTR p50 (s) | step p50 (s) | MTTR p50 (steps) | told p50 (s) | replacement up p50 (s) | stall p50 (s) | stall p95 (s) "
+        "| controller CPU/tick (ms) | per group (ms) | controller CPU share "
         "| ticks | quorum p50 (ms) | quorum p95 (ms) | peak RSS (MB) | per group (MB) | load start / end | cell (s) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for c in sorted(cells, key=lambda c: c["groups"]):
         load = f"{fmt((c.get('load_start') or [None])[0], '.1f')} / {fmt((c.get('load_end') or [None])[0], '.1f')}"
         lines.append(
-            f"| {c['groups']} | {c['recovered']}/{c['faults']} | {fmt(c['mttr_p50_s'])} | {fmt(c['stall_p50_s'])} | {fmt(c['stall_p95_s'])} "
+            f"| {c['groups']} | {c['recovered']}/{c['faults']} | {fmt(c['mttr_p50_s'])} | {fmt(c['step_p50_s'])} | {fmt(c['mttr_p50_steps'], '.1f')} "
+            f"| {fmt(c['detected_p50_s'])} | {fmt(c['replacement_up_p50_s'])} | {fmt(c['stall_p50_s'])} | {fmt(c['stall_p95_s'])} "
             f"| {fmt(c['controller_cpu_per_tick_ms'], '.2f')} | {fmt(c['controller_cpu_per_tick_per_group_ms'], '.2f')} "
             f"| {fmt(c['controller_cpu_share'], '.2f')} "
             f"| {fmt(c['controller_ticks'], 'd')} | {fmt(c['quorum_p50_ms'], '.1f')} | {fmt(c['quorum_p95_ms'], '.1f')} | {fmt(c['rss_peak_mb'], '.0f')} "
@@ -274,12 +292,12 @@ def write_outputs(out: str, cells: list[dict], meta: dict) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(13, 7))
+    fig = Figure(figsize=(13, 10))
     FigureCanvasAgg(fig)
     xs = sorted(c["groups"] for c in cells)
     by = {c["groups"]: c for c in cells}
     for i, (key, title) in enumerate(FIGURES):
-        ax = fig.add_subplot(2, 3, i + 1)
+        ax = fig.add_subplot(3, 3, i + 1)
         pts = [(x, by[x][key]) for x in xs if by[x].get(key) is not None]
         if pts:
             ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o")
