@@ -39,7 +39,7 @@ def test_cell_figures_from_a_recorded_cell():
     assert cell["step_p50_s"] == 0.5 and cell["mttr_p50_steps"] == 4.0
     assert abs(cell["stall_p95_s"] - 0.58) < 1e-9
     assert cell["controller_cpu_per_tick_ms"] == 4.0 and cell["controller_cpu_per_tick_per_group_ms"] == 1.0
-    assert abs(cell["controller_cpu_share"] - 0.067) < 1e-9
+    assert abs(cell["controller_cpu_share"] - 0.067) < 1e-9 and cell["controller_tick_ms"] == 60.0
     assert cell["quorum_steps"] == 3 and cell["quorum_p50_ms"] == 20.0
     assert cell["rss_peak_mb"] == 4000.0 and cell["rss_peak_by_role_mb"] == {"ranks": 2000.0}
 
