@@ -3,6 +3,7 @@
     python benchmarks/scale_bench.py                          # 2, 4, 8, 16 groups, 3 faults each
     python benchmarks/scale_bench.py --groups 2,4 --out outputs/scale
     python benchmarks/scale_bench.py --summarize outputs/scale  # the table and plot again from recorded cells
+    python benchmarks/scale_bench.py --controller-only 2,4,8,16,32,64   # the controller alone, no process
 
 One cell per group count: the same drill (``recipes/drill.py``) of ``--groups`` groups x 1 rank, the
 tiny model, ``launcher=local_hosts`` (each group on its own simulated host), the drill's defaults
@@ -26,6 +27,12 @@ The machine's load average is recorded at each cell's start and end. ``<out>/sca
 ``scale.md`` and ``scale.png`` (each figure against group count) are written after every cell; a
 progress line per cell; the closing line gives the largest cell over the smallest
 (``mttr_p50_16_over_2=R controller_cpu_per_tick_per_group_16_over_2=R``). Printed, never asserted.
+
+``--controller-only`` measures the controller's cost apart from the machine's load: the real watch
+loop on the fake launcher and clock of the fast tests (``monarch_ft.testing.fakes``: every group steps
+each 0.1 s of fake time and writes real report records, no process started) for ``--steps`` steps per
+group count, its CPU seconds per tick from the same ``controller.watch_loop`` (the fake ranks' writes,
+in the same process, are counted with it).
 """
 
 from __future__ import annotations
@@ -314,6 +321,38 @@ def write_outputs(out: str, cells: list[dict], meta: dict) -> None:
     fig.savefig(os.path.join(out, "scale.png"), dpi=100)
 
 
+def controller_only(counts: list[int], steps: int) -> None:
+    """The controller's CPU per tick on the fakes, per group count (see the module docstring)."""
+    import socket
+    import tempfile
+
+    import numpy as np
+
+    from monarch_ft.controller.loop import Supervisor
+    from monarch_ft.records.layout import read_json
+    from monarch_ft.testing.fakes import FakeClock, FakeLauncher, fake_job_config
+
+    print("| groups | ticks | controller CPU/tick (ms) | per group (ms) |")
+    print("|---|---|---|---|")
+    rows = []
+    for n in counts:
+        with tempfile.TemporaryDirectory(prefix=f"scale_fake{n}_") as d, socket.create_server(("127.0.0.1", 0)) as lighthouse:
+            tokens = os.path.join(d, "tokens.npy")
+            np.save(tokens, (np.arange(4096) % 1000).astype(np.uint16))
+            cfg = fake_job_config(tokens, f"127.0.0.1:{lighthouse.getsockname()[1]}", ft__replica_groups=n, training__steps=steps)
+            cfg.launcher.max_ranks_per_core = n  # nothing runs: the guard is for real ranks
+            clock = FakeClock()
+            run_dir = os.path.join(d, "run")
+            launcher = FakeLauncher(clock, run_dir, step_s=0.1)
+            Supervisor(cfg, run_dir, launcher=launcher, echo=False, clock=clock, fork_server=launcher.fork_server).run()
+            loop = read_json(os.path.join(run_dir, "summary.json"))["controller"]["watch_loop"]
+        per_tick = loop["cpu_s_per_tick"] * 1000.0
+        rows.append((n, per_tick / n))
+        print(f"| {n} | {loop['ticks']} | {per_tick:.2f} | {per_tick / n:.3f} |", flush=True)
+    if len(rows) > 1:
+        print(f"controller_cpu_per_tick_per_group_{rows[-1][0]}_over_{rows[0][0]}={rows[-1][1] / rows[0][1]:.3f}")
+
+
 def git_commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -333,6 +372,10 @@ def main() -> None:
     ap.add_argument("--cell-timeout-s", type=float, default=900, help="a cell still running after this is stopped")
     ap.add_argument("--out", default=None, help="where the cells' run directories and the results go (default outputs/scale/<time>)")
     ap.add_argument("--summarize", default=None, metavar="OUT", help="only print the table of an earlier run's cells")
+    ap.add_argument(
+        "--controller-only", default=None, metavar="COUNTS", help="the controller alone on the fake launcher at these group counts (e.g. 2,4,8,16,32,64)"
+    )
+    ap.add_argument("--steps", type=int, default=200, help="steps per --controller-only run")
     ap.add_argument("extra", nargs="*", help="more drill overrides for every cell (key=value)")
     args = ap.parse_args()
     try:
@@ -343,6 +386,14 @@ def main() -> None:
     if not counts or min(counts) < 2:
         print("monarch_ft: error: --groups: every cell needs at least 2 groups (a fault needs a survivor), e.g. --groups 2,4", file=sys.stderr)
         sys.exit(2)
+    if args.controller_only:
+        try:
+            only = [int(x) for x in args.controller_only.split(",") if x.strip()]
+        except ValueError:
+            print(f"monarch_ft: error: --controller-only={args.controller_only}: give comma-separated integers, e.g. 2,4,8,16", file=sys.stderr)
+            sys.exit(2)
+        controller_only(only, args.steps)
+        return
     if args.summarize:
         cells = [read_cell(os.path.join(args.summarize, f"g{n}"), n) for n in counts if os.path.isdir(os.path.join(args.summarize, f"g{n}"))]
         from monarch_ft.records.layout import read_json
