@@ -341,6 +341,7 @@ def controller_only(counts: list[int], steps: int) -> None:
             np.save(tokens, (np.arange(4096) % 1000).astype(np.uint16))
             cfg = fake_job_config(tokens, f"127.0.0.1:{lighthouse.getsockname()[1]}", ft__replica_groups=n, training__steps=steps)
             cfg.launcher.max_ranks_per_core = n  # nothing runs: the guard is for real ranks
+            cfg.training.state_hash_every = 1  # as the drills: a state hash per committed step, kept 200 steps in the job's state
             clock = FakeClock()
             run_dir = os.path.join(d, "run")
             launcher = FakeLauncher(clock, run_dir, step_s=0.1)
