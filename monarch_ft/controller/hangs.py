@@ -179,8 +179,8 @@ class HangLimits:
         """How long ``r`` may go without a record. In a checkpoint save, as long as the save
         may take (its phase budget): pickling a state dict holds the GIL and the writes wait on
         the disk, so the liveness thread beats late, and every group saves at the same step. On
-        2 cores, 4 groups saving at once left healthy ranks silent 3.0-3.6 s and were failed at the
-        3 s hang timeout, 16 groups more often (benchmarks/scale_bench.py). A rank frozen in a
+        2 cores, 4 groups saving at once left healthy ranks silent 3.0-3.6 s, and the 3 s hang
+        timeout failed them; 16 groups more often (benchmarks/scale_bench.py). A rank frozen in a
         save is still told at once by :meth:`frozen`; one stuck there by :meth:`phase_budget`."""
         if not r.started:
             return self.startup_timeout_s
