@@ -365,8 +365,11 @@ class Supervisor:
         return exit_code
 
     def _watch(self) -> int:
+        cost = self.state.watch.cost
+        cost.start(self.clock.time())
         while True:
             code = self.tick(self.clock.time())
+            cost.tick(self.clock.time())
             if code is not None:
                 return code
             self.clock.sleep(TICK_S)

@@ -18,6 +18,7 @@ in :data:`TRANSITIONS`.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -249,6 +250,47 @@ class LighthouseState:
 
 
 @dataclass
+class WatchCost:
+    """What the watch loop costs this controller process: its ticks, and its own CPU seconds
+    and wall seconds while the loop ran (from :meth:`start` to the last :meth:`tick`).
+
+    Why: the controller is one process for the whole job, and it does some work per group
+    every tick (reading each rank's report, judging hangs, saving the job's state). Its CPU
+    seconds per tick, against the number of groups, say whether it keeps up as the job grows
+    (``benchmarks/scale_bench.py``); summary.json's ``controller.watch_loop`` carries them
+    (:func:`monarch_ft.controller.summary.job_summary`).
+    The CPU seconds are the whole process's (``time.process_time``: its threads too, the
+    hooks a drill runs each tick included). After a takeover they are the last controller's.
+    """
+
+    ticks: int = 0
+    cpu_start: Optional[float] = None
+    wall_start: Optional[float] = None
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+    def start(self, now: float) -> None:
+        """The loop begins at ``now`` (the loop's clock)."""
+        self.cpu_start, self.wall_start = time.process_time(), now
+
+    def tick(self, now: float) -> None:
+        """One more tick, ended at ``now``."""
+        if self.cpu_start is None or self.wall_start is None:
+            self.start(now)
+        self.ticks += 1
+        self.cpu_s = time.process_time() - (self.cpu_start or 0.0)
+        self.wall_s = now - (self.wall_start or now)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ticks": self.ticks,
+            "cpu_s": round(self.cpu_s, 3),
+            "cpu_s_per_tick": round(self.cpu_s / self.ticks, 6) if self.ticks else None,
+            "wall_s": round(self.wall_s, 3),
+        }
+
+
+@dataclass
 class WatchState:
     """This controller's own loop: never carried over (a new controller starts its own)."""
 
@@ -266,6 +308,8 @@ class WatchState:
     floor_written: int = -1
     # The transport peers last written for the ranks (RunLayout.transport_peers).
     peers_published: Optional[dict] = None
+    # Its ticks and its CPU seconds (summary.json's controller.watch_loop).
+    cost: WatchCost = field(default_factory=WatchCost)
 
 
 @dataclass

@@ -32,6 +32,7 @@ recovery's own duration exceeds what the recovery costs; see :func:`eviction_pay
 
 from __future__ import annotations
 
+import bisect
 import statistics
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -173,21 +174,53 @@ def _median_of(values: Iterable[float]) -> float:
     return statistics.median(list(values))
 
 
-def _slow_steps(own: dict[int, float], peers: list[dict[int, float]], limits: StragglerLimits) -> Optional[tuple[list[int], list[float], list[bool]]]:
+def _by_step(times: Iterable[dict[int, float]]) -> dict[int, list[float]]:
+    """Every compared group's time at each step, sorted: built once per judgement, so that
+    judging G groups costs G x (steps kept) and not G x G x (steps kept) (each group's peers
+    looked up step by step, as it first was: 16 groups spent a tenth of the controller's tick
+    there; benchmarks/scale_bench.py)."""
+    table: dict[int, list[float]] = {}
+    for t in times:
+        for step, seconds in t.items():
+            table.setdefault(step, []).append(seconds)
+    for values in table.values():
+        values.sort()
+    return table
+
+
+def _median_without(values: list[float], own: float) -> float:
+    """The median of sorted ``values`` with one ``own`` taken out (its peers' median at a step):
+    what ``statistics.median`` gives for the list without it, without copying it."""
+    i = bisect.bisect_left(values, own)
+    n = len(values) - 1
+
+    def at(k: int) -> float:
+        return values[k] if k < i else values[k + 1]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+
+def _slow_steps(own: dict[int, float], table: dict[int, list[float]], limits: StragglerLimits) -> Optional[tuple[list[int], list[float], list[bool]]]:
     """The group's newest ``window`` steps that a peer also reported, the peers' median time
-    for each, and whether the group was slow at each; None with fewer such steps."""
-    aligned = [s for s in sorted(own) if any(s in p for p in peers)][-limits.window :]
+    for each, and whether the group was slow at each; None with fewer such steps.
+
+    Args:
+        own: the group's times per step.
+        table: every compared group's times per step, the group's own among them (:func:`_by_step`).
+        limits: the window, factor and floor.
+    """
+    aligned = [s for s in sorted(own) if len(table.get(s, ())) > 1][-limits.window :]
     if len(aligned) < limits.window:
         return None
-    medians = [_median_of(p[s] for p in peers if s in p) for s in aligned]
+    medians = [_median_without(table[s], own[s]) for s in aligned]
     return aligned, medians, [own[s] > limits.factor * m and own[s] - m > limits.min_excess_s for s, m in zip(aligned, medians)]
 
 
-def _verdict(own: dict[int, float], peers: list[dict[int, float]], limits: StragglerLimits) -> Optional[tuple[float, float, tuple[int, int]]]:
+def _verdict(own: dict[int, float], table: dict[int, list[float]], limits: StragglerLimits) -> Optional[tuple[float, float, tuple[int, int]]]:
     """(own median, peers' median, (first, last step)) when every one of the group's newest
     ``window`` steps that a peer also reported was slow against the peers' median at that
     same step; None otherwise (or with fewer such steps)."""
-    found = _slow_steps(own, peers, limits)
+    found = _slow_steps(own, table, limits)
     if found is None or not all(found[2]):
         return None
     aligned, medians, _ = found
@@ -199,12 +232,14 @@ def back_to_pace(watch: "StragglerWatch", group: int, active: Iterable[int], lim
     steps was slow (a straggler is named on a whole window of slow steps and cleared on a whole
     window of normal ones, so one fast step does not clear it and name it again a step later).
     A group no longer compared (not stepping, or its window restarted) counts as back."""
-    groups = {g: t for g, t in watch.groups.items() if g in set(active)}
+    active = set(active)
+    groups = {g: t for g, t in watch.groups.items() if g in active}
     if group not in groups or len(groups) < 2:
         return True
-    found = _slow_steps(groups[group].compute, [groups[h].compute for h in groups if h != group], limits)
     if watch.flagged.get(group) == SlowKind.LINK:
-        found = _slow_steps(groups[group].collective, [groups[h].collective for h in groups if h != group], limits)
+        found = _slow_steps(groups[group].collective, _by_step(t.collective for t in groups.values()), limits)
+    else:
+        found = _slow_steps(groups[group].compute, _by_step(t.compute for t in groups.values()), limits)
     return found is None or not any(found[2])
 
 
@@ -223,7 +258,8 @@ def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: Stragg
     Returns:
         The stragglers, compute ones first; [] while fewer than two groups are compared.
     """
-    groups = {g: t for g, t in watch.groups.items() if g in set(active)}
+    active = set(active)
+    groups = {g: t for g, t in watch.groups.items() if g in active}
     if len(groups) < 2:
         return []
 
@@ -234,14 +270,16 @@ def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: Stragg
         return Straggler(g, rank, kind, found[0], found[1], (first, last))
 
     out = []
+    compute = _by_step(t.compute for t in groups.values())
     for g in sorted(groups):
-        found = _verdict(groups[g].compute, [groups[h].compute for h in groups if h != g], limits)
+        found = _verdict(groups[g].compute, compute, limits)
         if found is not None:
             out.append(straggler(g, SlowKind.CPU, found))
     if out:
         return out
+    collective = _by_step(t.collective for t in groups.values())
     for g in sorted(groups):
-        found = _verdict(groups[g].collective, [groups[h].collective for h in groups if h != g], limits)
+        found = _verdict(groups[g].collective, collective, limits)
         if found is None:
             continue
         # Not merely waiting for the others: its own compute is not below theirs (a group that

@@ -59,6 +59,7 @@ def job_summary(state: JobState, cfg: Any, launcher: dict, lighthouse: str, stan
         controller: its controllers and the spans without one (``Takeover.summary``).
         now: the end's time.
     """
+    controller = {**controller, "watch_loop": state.watch.cost.as_dict()}
     hashes_by_rank: dict[int, dict[int, Optional[str]]] = {}
     groups = {}
     for g in state.groups:
@@ -105,7 +106,8 @@ def job_summary(state: JobState, cfg: Any, launcher: dict, lighthouse: str, stan
         "checkpoint": state.ckpt_health.as_dict(now),
         # Warm standby groups: launched, promoted, lost, and time with none ready.
         "standby": standby,
-        # Its controllers and the spans it ran without one (monarch_ft.controller.takeover).
+        # Its controllers and the spans it ran without one (monarch_ft.controller.takeover);
+        # what the watch loop cost this controller process (WatchCost).
         "controller": controller,
         # A cluster's nodes: every exclusion and its return, placements (controller.placement).
         "nodes": state.nodes.summary(),

@@ -217,3 +217,40 @@ def test_a_group_that_computes_faster_and_waits_in_the_allreduce_is_no_link_stra
     watch = StragglerWatch()
     run(watch, range(0, 12), {0: 0.065, 1: 0.095, 2: 0.1}, {0: 0.07, 1: 0.022, 2: 0.025})
     assert find_stragglers(watch, [0, 1, 2], LIMITS) == []
+
+
+def test_peers_median_without_copying_matches_statistics_median():
+    import statistics
+
+    from monarch_ft.controller.stragglers import _median_without
+
+    rng = random.Random(3)
+    for n in range(2, 20):
+        values = sorted(rng.choice([0.1, 0.2, 0.2, 0.3, rng.random()]) for _ in range(n))
+        for own in set(values):
+            rest = list(values)
+            rest.remove(own)
+            assert _median_without(values, own) == statistics.median(rest)
+
+
+def test_slow_steps_against_peers_step_by_step():
+    """The per-step table (built once per judgement) gives what comparing each group with each
+    peer step by step gives, on groups with gaps (steps a peer missed) and ties."""
+    import statistics
+
+    from monarch_ft.controller.stragglers import _by_step, _slow_steps
+
+    def reference(own, peers, limits):
+        aligned = [s for s in sorted(own) if any(s in p for p in peers)][-limits.window :]
+        if len(aligned) < limits.window:
+            return None
+        medians = [statistics.median([p[s] for p in peers if s in p]) for s in aligned]
+        return aligned, medians, [own[s] > limits.factor * m and own[s] - m > limits.min_excess_s for s, m in zip(aligned, medians)]
+
+    rng = random.Random(7)
+    limits = StragglerLimits(window=5)
+    for _ in range(50):
+        groups = [{s: rng.choice([0.1, 0.2, 0.5, rng.random()]) for s in range(30) if rng.random() > 0.3} for _ in range(rng.randint(2, 9))]
+        table = _by_step(groups)
+        for i, own in enumerate(groups):
+            assert _slow_steps(own, table, limits) == reference(own, groups[:i] + groups[i + 1 :], limits)
