@@ -51,6 +51,9 @@ PROBE_BYTES = 256 << 10
 # A link straggler's probe also exceeds its peers' median by this much (on a busy machine a
 # healthy probe's answer waits a few ms for its process to be scheduled).
 PROBE_MIN_EXCESS_S = 0.02
+# The job's collective time must exceed its floor by this much, too, to start a round (on a
+# loaded 2-core machine it wanders 20-30 ms above its floor; a 20 Mbit/s link added a second).
+TRIGGER_MIN_RISE_S = 0.05
 # Steps each group's newest collective and compute time are taken over to tell a rise (fewer
 # than a window: a slow link can cost a second a step, and a probe round is cheap).
 TRIGGER_STEPS = 3
@@ -338,13 +341,14 @@ def probe_due(watch: StragglerWatch, active: Iterable[int], limits: StragglerLim
     The rule, at most once per :data:`PROBE_GAP_S`:
 
     - the job's collective seconds per step exceed ``factor`` x its floor (and
-      :data:`PROBE_MIN_EXCESS_S` more) while its compute stays within ``factor`` x its own floor,
+      :data:`TRIGGER_MIN_RISE_S` more) while its compute stays within ``factor`` x its own floor,
       and no group is a CPU straggler (one that others wait for lengthens their collective:
       that rise is explained);
     - or a link straggler is named (a round tells whether it cleared);
     - or ``interval_s`` (``ft.link_probe_s``; 0: never) passed since the last round.
 
-    Its cost: a round moves :data:`PROBE_BYTES` each way per rank, one rank at a time.
+    Its cost: a round moves :data:`PROBE_BYTES` each way per rank (twice: the faster counts),
+    one rank at a time: 20-60 ms for three ranks on healthy links here, 1.7 s with one at 20 Mbit/s.
     """
     active = list(active)
     pace = job_pace(watch, active)
@@ -353,7 +357,7 @@ def probe_due(watch: StragglerWatch, active: Iterable[int], limits: StragglerLim
         coll, comp = pace
         if watch.collective_floor_s is not None and watch.compute_floor_s is not None:
             floor, compute_floor = watch.collective_floor_s, max(watch.compute_floor_s, limits.min_excess_s)
-            rose = coll > limits.factor * floor and coll - floor > PROBE_MIN_EXCESS_S and comp <= limits.factor * compute_floor
+            rose = coll > limits.factor * floor and coll - floor > TRIGGER_MIN_RISE_S and comp <= limits.factor * compute_floor
         watch.collective_floor_s = coll if watch.collective_floor_s is None else min(watch.collective_floor_s, coll)
         watch.compute_floor_s = comp if watch.compute_floor_s is None else min(watch.compute_floor_s, comp)
     if now - watch.last_probe_at < PROBE_GAP_S:
