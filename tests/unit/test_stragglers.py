@@ -306,3 +306,20 @@ def test_machine_wide_load_or_a_cpu_straggler_explains_a_rise_and_starts_no_roun
     assert probe_due(watch, [0, 1, 2], LIMITS, now=60.0, interval_s=0) is None
     # The periodic round still runs (a link slow from the start shows no rise).
     assert probe_due(watch, [0, 1, 2], LIMITS, now=60.0, interval_s=30.0) == ProbeReason.PERIODIC
+
+
+def test_an_evicted_straggler_s_slurm_node_is_excluded_as_a_node_fault_s_and_returns_after_probation():
+    from monarch_ft.controller.placement import Suspect
+    from monarch_ft.controller.planner import Failure, FailureKind, Promote
+    from monarch_ft.records.events import ExclusionReason, NodeHealth, ReturnReason
+
+    state = job()
+    state.nodes.probation_s = 600.0
+    state.nodes.states = {"n0": "idle", "n1": "mixed", "n2": "mixed", "n3": "idle"}
+    failure = Failure(FailureKind.STRAGGLER, 1, suspects=(Suspect("n1", ExclusionReason.STRAGGLER),))
+    action = planner().decide(state, failure, 50.0, ready_standbys=[3])
+    assert isinstance(action, Promote) and action.exclude == ("n1",)  # the standby's node is another one
+    state.nodes.exclude("n1", ExclusionReason.STRAGGLER, 50.0, group=1, attempt=0)
+    assert state.nodes.observe({"n1": NodeHealth.UP}, 600.0) == []
+    (back,) = state.nodes.observe({"n1": NodeHealth.UP}, 650.0)
+    assert back.reason is ReturnReason.NEVER_DOWN and state.nodes.summary()["exclusions"][0]["reason"] == "straggler"
