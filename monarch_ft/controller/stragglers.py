@@ -25,7 +25,8 @@ rises while its compute does not, each rank's link is timed with a fixed payload
 (:data:`PROBE_BYTES`; :mod:`monarch_ft.controller.link_probe`, :func:`probe_due` says when), and
 a group whose link is slower than ``factor`` x its peers' median is a **link** straggler
 (:func:`find_link_stragglers`). A link slowed machine-wide slows every group's probe alike: nobody
-is named. A group slow at compute is not judged on its link (a throttled rank answers a probe late).
+is named. A group slow at compute over a window is not judged on its link (a throttled rank answers a
+probe late).
 
 Eviction (``ft.straggler=evict``) pays when the time the straggler costs the job over the
 recovery's own duration exceeds what the recovery costs; see :func:`eviction_pays`.
@@ -321,11 +322,14 @@ def job_pace(watch: StragglerWatch, active: Iterable[int], steps: int = TRIGGER_
     return _median_of(coll), _median_of(comp)
 
 
-def cpu_suspects(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits, steps: int = TRIGGER_STEPS) -> set[int]:
-    """Groups whose compute over their newest ``steps`` steps exceeds ``factor`` x their peers':
-    slow at compute, if not yet for a whole window. Their ranks may answer a probe late (a CPU
-    quota, a stopped process), so they are not judged on their link."""
-    own = {g: m for g, t in watch.groups.items() if g in set(active) for m in [_newest_median(t.compute, steps)] if m is not None}
+def cpu_suspects(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits) -> set[int]:
+    """Groups whose median compute over their newest ``window`` steps exceeds ``factor`` x their
+    peers' (and ``min_excess_s`` more): slow at compute, if not yet on every step of a window.
+    Their ranks may answer a probe late (a CPU quota, a stopped process), so they are not judged
+    on their link. A whole window's median, not a few steps': on a loaded 2-core machine a
+    group's compute of 10-100 ms is 2x its peers' for three steps at a time (a run so left the
+    slow-link group unjudged, twice)."""
+    own = {g: m for g, t in watch.groups.items() if g in set(active) for m in [_newest_median(t.compute, limits.window)] if m is not None}
     out = set()
     for g, m in own.items():
         peers = [v for h, v in own.items() if h != g]

@@ -136,4 +136,6 @@ def test_a_slow_link_is_found_by_probing_named_alone_and_evicted_to_the_standby(
     (returned,) = of("host_returned")
     assert returned["host"] == injected["host"] and returned["time"] >= restored["time"]
     assert fault["evicted"] is True and fault["recovered"] and fault["weights_consistent"] is True and drill["weights_consistent"], fault
+    (line,) = [x for x in job_status(str(run_dir)).stragglers if " link straggler" in x]
+    assert line.startswith("group 1 (attempt 0) link straggler") and " per 256 KiB (" in line and ": evicted," in line, line
     print(f"named {found['seconds']} s vs {found['median_s']} s ({found['mbit_s']} Mbit/s), {len(rounds)} probe rounds, {fault['throughput_steps_per_s']}")

@@ -263,10 +263,18 @@ def test_a_link_slowed_everywhere_or_by_a_few_milliseconds_names_nobody():
 def test_a_group_slow_at_compute_is_not_judged_on_its_link():
     # A throttled rank answers the probe late: not a link straggler, nor anyone's peer.
     watch = StragglerWatch()
-    run(watch, range(0, 5), {0: 0.08, 1: 0.3, 2: 0.08}, {0: 0.2, 1: 0.01, 2: 0.2})
+    run(watch, range(0, 11), {0: 0.08, 1: 0.3, 2: 0.08}, {0: 0.2, 1: 0.01, 2: 0.2})
     skip = cpu_suspects(watch, [0, 1, 2], LIMITS)
     assert skip == {1}
     assert find_link_stragglers(probes({0: 0.004, 1: 0.2, 2: 0.005}), LIMITS, skip=skip) == []
+
+
+def test_a_few_slow_compute_steps_on_a_loaded_machine_do_not_spare_a_slow_link():
+    # As a run at load average 30 showed: the slow-link group computed 2x its peers for 3 steps.
+    watch = StragglerWatch()
+    run(watch, range(0, 12), {0: 0.04, 1: 0.04, 2: 0.04}, {0: 1.0, 1: 1.0, 2: 1.0}, noise=0.3)
+    run(watch, range(12, 15), {0: 0.03, 1: 0.08, 2: 0.03}, {0: 1.0, 1: 1.0, 2: 1.0}, noise=0.0)
+    assert cpu_suspects(watch, [0, 1, 2], LIMITS) == set()
 
 
 def test_a_group_s_figure_is_its_slowest_rank_s_slower_way():
