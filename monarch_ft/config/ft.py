@@ -263,8 +263,8 @@ class FTConfig:
 
     link_probe_s: float = 60.0
     """Seconds between two periodic probes of every rank's link (monarch_ft/controller/link_probe.py),
-    besides those a rise of the collective time starts; 0: only those. A probe moves 256 KiB each
-    way per rank, one rank at a time: about 9 KB/s per rank at 60 s. The periodic one finds a link
+    besides those a rise of the collective time starts; 0: only those. A round moves 256 KiB twice
+    each way per rank (1 MiB), one rank at a time: about 17 KB/s per rank at 60 s. The periodic one finds a link
     slow from the start (no rise to see); such a straggler is named, but an eviction weighs the
     rise it caused, none, so it is kept."""
 
