@@ -1,5 +1,7 @@
 """``slow_link``: the group's host link gets latency (tc netem) and/or a rate limit (netem or
-tbf) for ``duration_s``; the job may absorb it without dropping the group."""
+tbf) for ``duration_s``; the job may absorb it without dropping the group. A fail-slow fault:
+the link probe names the group a link straggler (controller.stragglers), and under
+``ft.straggler=evict`` its standby on another host takes its place."""
 
 from __future__ import annotations
 

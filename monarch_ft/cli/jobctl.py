@@ -291,10 +291,13 @@ def straggler_lines(events: list[dict]) -> list[str]:
         kind, group = e["event"], e.get("group")
         if kind == EventKind.STRAGGLER_DETECTED:
             key = current[group] = (group, int(e.get("attempt") or 0))
-            lines[key] = (
-                f"group {group} (attempt {key[1]}) {e['slow_kind']} straggler, {e['ratio']}x its peers: rank {e['rank']} "
-                f"{e['seconds']:.3f} s/step, median {e['median_s']:.3f} s, steps {e['steps'][0]}-{e['steps'][1]}"
-            )
+            head = f"group {group} (attempt {key[1]}) {e['slow_kind']} straggler, {e['ratio']}x its peers: rank {e['rank']} "
+            if e.get("probe_bytes"):
+                # A link straggler: its probe's time for the payload (the slower way), at step.
+                probe = f"{e['seconds']:.3f} s per {e['probe_bytes'] >> 10} KiB ({e.get('mbit_s')} Mbit/s)"
+                lines[key] = head + f"{probe}, median {e['median_s']:.4f} s, step {e['steps'][0]}"
+            else:
+                lines[key] = head + f"{e['seconds']:.3f} s/step, median {e['median_s']:.3f} s, steps {e['steps'][0]}-{e['steps'][1]}"
         elif group in current and current[group] in lines:
             key = current[group]
             if kind == EventKind.STRAGGLER_KEPT:

@@ -239,16 +239,18 @@ class FTConfig:
     """A group that votes against this many commits in a row while its state agrees with its
     peers' (its compute, not its memory, is bad) is failed as suspect and relaunched."""
     straggler: str = "report"
-    """Fail-slow groups (monarch_ft/controller/stragglers.py): a group whose compute (or cross-group
-    collective) seconds per step exceed ``straggler_factor`` x its peers' median over
-    ``straggler_window`` steps is a straggler, and every group waits for it at each allreduce.
-    ``report``: the event ``straggler_detected`` names it (``status``, the drill report,
-    TensorBoard) and nothing else happens. ``evict``: also fail a CPU straggler (a link one is only
-    reported: collective time is shared out by the ring allreduce) and promote a ready standby in
-    its place, excluding its host from later placements until the slowness ends, only when a
-    standby is ready and the time it costs, (its seconds - the median) x the steps left, exceeds
-    one recovery (``straggler_recovery_s``): a job about to end keeps its straggler. ``off``: not
-    watched. Machine-wide load slows every group alike and names nobody."""
+    """Fail-slow groups (monarch_ft/controller/stragglers.py): a group whose compute seconds per step
+    exceed ``straggler_factor`` x its peers' median over ``straggler_window`` steps is a CPU
+    straggler; one whose link, timed by a probe (a fixed payload each way, when the job's
+    collective time rises while its compute does not, and every ``link_probe_s``), is slower than
+    ``straggler_factor`` x its peers' median is a link straggler. Every group waits for either at
+    each allreduce. ``report``: the event ``straggler_detected`` names it (``status``, the drill
+    report, TensorBoard) and nothing else happens. ``evict``: also fail it and promote a ready
+    standby (on another host) in its place, excluding its host from later placements, only when a
+    standby is ready and the time it costs per step (a CPU straggler's excess over the median, a
+    link straggler's rise of the collective time) x the steps left exceeds one recovery
+    (``straggler_recovery_s``): a job about to end keeps its straggler. ``off``: not watched, no
+    probe server. Machine-wide load slows every group alike and names nobody."""
 
     straggler_factor: float = 1.5
     """A group slower than this multiple of its peers' median (compute, or collective seconds per
@@ -258,6 +260,13 @@ class FTConfig:
     straggler_window: int = 10
     """Steps over which each group's median is taken (a straggler is named about half a window
     after it slows down); also the fewest steps a group needs before it is judged."""
+
+    link_probe_s: float = 60.0
+    """Seconds between two periodic probes of every rank's link (monarch_ft/controller/link_probe.py),
+    besides those a rise of the collective time starts; 0: only those. A round moves 256 KiB twice
+    each way per rank (1 MiB), one rank at a time: about 17 KB/s per rank at 60 s. The periodic one finds a link
+    slow from the start (no rise to see); such a straggler is named, but an eviction weighs the
+    rise it caused, none, so it is kept."""
 
     straggler_recovery_s: float = 10.0
     """Seconds one recovery (a standby's promotion: the survivors' stall while the Lighthouse drops
@@ -345,11 +354,12 @@ class FTConfig:
         require(self.straggler_factor > 1, f"ft.straggler_factor={self.straggler_factor}: must be > 1 (a multiple of the peers' median)")
         require(self.straggler_window >= 3, f"ft.straggler_window={self.straggler_window}: must be >= 3 steps (a median of fewer is noise)")
         require(self.straggler_recovery_s >= 0, f"ft.straggler_recovery_s={self.straggler_recovery_s}: must be >= 0")
+        require(self.link_probe_s >= 0, f"ft.link_probe_s={self.link_probe_s}: must be >= 0 (0: probe links only when the collective time rises)")
         if self.straggler == "off":
             refuse_unused(
                 self,
                 "ft",
-                ("straggler_factor", "straggler_window"),
+                ("straggler_factor", "straggler_window", "link_probe_s"),
                 "with ft.straggler=off (no group is watched for slowness)",
                 "drop it, or use report or evict",
             )

@@ -167,11 +167,14 @@ class JobControl:
             raise RuntimeError(f"a {capability.value} fault needs simulated hosts: use launcher=local_hosts (launcher.options.simulated_hosts=true)")
         return self._sup.launcher
 
-    def _restored(self, group: int, kind: str) -> Callable[[dict], None]:
-        """Called (timer thread) when the link is back: the event recovery is measured from."""
+    def _restored(self, group: int, kind: str, host: Optional[str] = None) -> Callable[[dict], None]:
+        """Called (timer thread) when the link is back: the event recovery is measured from; a
+        slow link's ``host``, if a straggler eviction left it out, may be placed on again."""
 
         def restored(info: dict) -> None:
             self.emit(EventKind.LINK_RESTORED, time=info["restored_at"], group=group, fault_kind=kind, lasted_s=info["lasted_s"])
+            if host is not None:
+                self.return_host(host)
 
         return restored
 
@@ -221,4 +224,5 @@ class JobControl:
 
     def slow_link(self, group: int, delay_ms: float, rate: Optional[str], duration_s: float) -> dict:
         launcher = self._network(Capability.SLOW_LINK)
-        return launcher.slow_link(group, delay_ms, rate, duration_s, on_restore=self._restored(group, "slow_link"))
+        host = launcher.group_host(group)
+        return {**launcher.slow_link(group, delay_ms, rate, duration_s, on_restore=self._restored(group, "slow_link", host)), "host": host}

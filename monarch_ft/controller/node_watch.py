@@ -78,6 +78,10 @@ class NodeWatch:
                 out.append(Suspect(node, reason))
         return tuple(out)
 
+    def nodes_of(self, ranks: Sequence[RankProcess]) -> list[str]:
+        """The scheduler's nodes ``ranks`` run on ([] for a launcher without nodes)."""
+        return sorted({p.launch.host for p in ranks} & set(self.pool.states))
+
     def exclude(self, suspects: Sequence[Suspect], group: int, attempt: int, now: float, keep_off: Sequence[str]) -> None:
         """Carry out an action's exclusion: record each suspect (``node_excluded``) and keep every
         allocation from now on off ``keep_off`` (the action's ``exclude``)."""

@@ -32,8 +32,9 @@ lost at once, or the scheduler counts it gone) adds that node to the ones every 
 kept off from then on (the action's ``exclude``: controller.placement.NodePool.with_suspects).
 
 A slow group is a decision of its own (:meth:`RecoveryPlanner.on_straggler`): under
-``ft.straggler=evict`` a CPU straggler is :class:`Evict`-ed (failed with ``FailureKind.STRAGGLER``,
-which the rules above then answer with rule 6, the ready standby) only when a standby is ready,
+``ft.straggler=evict`` a straggler, of CPU or link, is :class:`Evict`-ed (failed with ``FailureKind.STRAGGLER``,
+which the rules above then answer with rule 6, the ready standby; its node, where the launcher has
+nodes, is a suspect excluded as for a node fault) only when a standby is ready,
 its restart budget allows a relaunch, and the time it costs over the steps left exceeds one
 recovery; otherwise :class:`KeepStraggler` says why.
 
@@ -53,7 +54,7 @@ from monarch_ft.controller.fork_pool import ServerState, relaunch_path
 from monarch_ft.controller.placement import Suspect
 from monarch_ft.controller.standby_pool import recovery_path
 from monarch_ft.controller.state import GroupState, JobState
-from monarch_ft.controller.stragglers import SlowKind, Straggler, eviction_pays, loss_rate
+from monarch_ft.controller.stragglers import Straggler, eviction_pays, loss_rate
 from monarch_ft.records.decisions import JobStateLost, StateDecision, decide_state_source, needs_disk
 from monarch_ft.records.events import GiveUpReason, RecoveryPath, StrEnum
 from monarch_ft.records.integrity import INTEGRITY_ROLLBACK
@@ -326,7 +327,6 @@ class KeepReason(StrEnum):
     NO_STANDBY = "no_standby"
     BUDGET = "restart_budget"
     NOT_WORTH = "not_worth_it"
-    LINK = "link"  # told by collective time alone: reported only
 
 
 @dataclass(frozen=True)
@@ -442,8 +442,9 @@ class RecoveryPlanner:
         """What to do about a group found slower than its peers (controller.stragglers).
 
         ``evict`` only when every one of these holds (else the straggler is kept, and why):
-        the policy is ``evict``; it is slow at compute (a link straggler is only reported); a standby is ready (without one, a relaunch on the same host
-        would cost a cold start and come back as slow); the group's restart budget allows one
+        the policy is ``evict``; a standby is ready (without one, a relaunch on the same host
+        would cost a cold start and come back as slow: the standby runs on another host, which
+        cures a slow CPU and a slow link alike); the group's restart budget allows one
         more relaunch (an eviction must never give a group up); and the time it costs,
         ``loss_rate x steps_left``, exceeds one recovery, ``recovery_s``
         (controller.stragglers.eviction_pays).
@@ -460,17 +461,14 @@ class RecoveryPlanner:
         g = job.groups[straggler.group]
         if policy != "evict":
             return KeepStraggler(f"ft.straggler={policy}", group=g.index)
-        if straggler.kind is SlowKind.LINK:
-            # Told by collective time alone, which a ring allreduce shares out among its members:
-            # a hint, not grounds to fail a group (controller.stragglers).
-            return KeepStraggler("a link straggler is only reported", group=g.index, why=KeepReason.LINK)
         if not ready_standbys:
             return KeepStraggler("no standby is ready to take its place", group=g.index, why=KeepReason.NO_STANDBY)
         if self._backoff(g, True, now) is None:
             return KeepStraggler(self._budget_reason(g, now), group=g.index, why=KeepReason.BUDGET)
         loss = loss_rate(straggler) * max(0, steps_left)
         if not eviction_pays(straggler, recovery_s, steps_left):
-            return KeepStraggler(f"it costs {loss:.1f} s over the {steps_left} steps left, less than one recovery ({recovery_s:.1f} s)", group=g.index)
+            why = f"it costs {loss:.1f} s over the {steps_left} steps left, less than one recovery ({recovery_s:.1f} s)"
+            return KeepStraggler(why, group=g.index, why=KeepReason.NOT_WORTH)
         return Evict(
             f"it costs {loss:.1f} s over the {steps_left} steps left, more than one recovery ({recovery_s:.1f} s)",
             group=g.index,

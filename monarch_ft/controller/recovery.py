@@ -31,6 +31,7 @@ from monarch_ft.controller.fork_pool import ForkError, WarmForks
 from monarch_ft.controller.integrity import Corrupt, Diverged, IntegrityJudge, Suspect, Verdict
 from monarch_ft.controller.launch import RankStarter
 from monarch_ft.controller.node_watch import NodeWatch
+from monarch_ft.controller.placement import Suspect as NodeSuspect
 from monarch_ft.controller.planner import (
     ColdStart,
     DiskFact,
@@ -104,11 +105,14 @@ class Recovery:
         self.judge = judge
 
     # ------------------------------------------------------------ failures
-    def fail_group(self, g: GroupState, now: float, kind: FailureKind, **why: Any) -> None:
-        """Stop ``g`` (failed: ``kind``; ``why`` goes into its group_failed event) and recover."""
+    def fail_group(self, g: GroupState, now: float, kind: FailureKind, suspects: tuple[NodeSuspect, ...] = (), **why: Any) -> None:
+        """Stop ``g`` (failed: ``kind``; ``why`` goes into its group_failed event) and recover.
+        ``suspects``: nodes the caller already holds against it (a straggler's), besides those
+        its ranks' ends implicate."""
         self.events.emit(EventKind.GROUP_FAILED, group=g.index, attempt=g.attempt, **why)
         # Before its ranks are stopped: how they ended says whether their node is suspect.
-        suspects = self.nodes.suspects([rs.proc for rs in g.ranks if rs.proc is not None])
+        found = self.nodes.suspects([rs.proc for rs in g.ranks if rs.proc is not None])
+        suspects = (*suspects, *(s for s in found if s.node not in {t.node for t in suspects}))
         self.starter.stop(g, graceful=False)
         self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt)
         error = g.error()

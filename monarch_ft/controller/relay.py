@@ -98,6 +98,7 @@ class ReportRelay:
                         g.last_step = max(g.last_step, rec.get("steps_trained", -1))
                     if name == "model_ready":
                         rs.model_ready = True
+                        rs.link_probe = rec.get("link_probe")
                         state.transport_owner[rec.get("transport_metadata")] = (rec["group"], rec["rank"])
                         names = rec.pop("fingerprint_names", None)  # long: kept out of events.jsonl
                         if self.judge is not None:

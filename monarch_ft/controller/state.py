@@ -110,6 +110,8 @@ class RankState:
     state_hash: Optional[str] = None
     first_step_seen: bool = False
     model_ready: bool = False
+    # Its link probe server, ``host:port`` (model_ready's ``link_probe``; controller.link_probe), or None.
+    link_probe: Optional[str] = None
     # The main thread's phase, from the rank's liveness beats (records.phases.Phase), and the
     # rank's own start time of it.
     phase: Optional[str] = None

@@ -17,14 +17,16 @@ rank's (inside a group the ranks wait for each other in FSDP's collectives, so a
 slow; the slowest is the one named). Machine-wide load slows every group alike: the ratio to the
 peers stays near 1 and nobody is flagged.
 
-Collective time cannot be compared as plainly: a group that is waited for spends *less* time in
-the allreduce and its peers more (they wait for it there), so a compute straggler makes its
-peers look like link stragglers. A link straggler is therefore only named when no group is a
-compute straggler and its own compute time is not below its peers' (it is not just waiting).
-And a slow link is rarely attributable this way at all: in a ring allreduce every member waits
-for the slowest link, so a rate-limited link (``slow_link``) lengthened every group's collective
-alike in a drill (1.07-1.24 s each) and named nobody. A link straggler is only reported, never
-evicted (RecoveryPlanner.on_straggler).
+Collective time cannot name a link straggler: in a ring allreduce every member waits for the
+slowest link, so a rate-limited link (``slow_link``) lengthened every group's collective alike in
+a drill (1.07-1.24 s each); and a group that others wait for spends *less* time in it. A slow link
+is therefore found by measuring it (active localisation): when the job's collective time per step
+rises while its compute does not, each rank's link is timed with a fixed payload each way
+(:data:`PROBE_BYTES`; :mod:`monarch_ft.controller.link_probe`, :func:`probe_due` says when), and
+a group whose link is slower than ``factor`` x its peers' median is a **link** straggler
+(:func:`find_link_stragglers`). A link slowed machine-wide slows every group's probe alike: nobody
+is named. A group slow at compute over a window is not judged on its link (a throttled rank answers a
+probe late).
 
 Eviction (``ft.straggler=evict``) pays when the time the straggler costs the job over the
 recovery's own duration exceeds what the recovery costs; see :func:`eviction_pays`.
@@ -43,6 +45,23 @@ from monarch_ft.records.reports import compute_seconds
 
 # Windows of steps kept per group (see StragglerWatch.observe).
 KEEP_WINDOWS = 10
+
+# The link probe (find_link_stragglers, probe_due). Bytes timed each way per rank: well past a
+# token bucket's burst (tc tbf's 4 KiB), a fraction of a millisecond on a healthy link of a
+# gigabit or more, 0.1 s at 20 Mbit/s.
+PROBE_BYTES = 256 << 10
+# A link straggler's probe also exceeds its peers' median by this much (on a busy machine a
+# healthy probe's answer waits a few ms for its process to be scheduled).
+PROBE_MIN_EXCESS_S = 0.02
+# The job's collective time must exceed its floor by this much, too, to start a round (on a
+# loaded 2-core machine it wanders 20-30 ms above its floor; a 20 Mbit/s link added a second).
+TRIGGER_MIN_RISE_S = 0.05
+# Steps each group's newest collective and compute time are taken over to tell a rise (fewer
+# than a window: a slow link can cost a second a step, and a probe round is cheap).
+TRIGGER_STEPS = 3
+# Seconds between two probe rounds at the most often (a rise that persists, a link straggler
+# rechecked until it clears).
+PROBE_GAP_S = 5.0
 
 
 class SlowKind(StrEnum):
@@ -77,7 +96,9 @@ class Straggler:
         kind: cpu (compute) or link (the cross-group collective).
         seconds: its median seconds per step (of that kind) over the window.
         median_s: the median over the window of its peers' median time per step.
-        steps: the window's steps (first, last).
+        steps: the window's steps (first, last); a link straggler's: the job's step when probed.
+        loss_s: seconds the job loses per step while it stays (None: ``seconds - median_s``, a
+            CPU straggler's excess; a link straggler's is the rise of the job's collective time).
     """
 
     group: int
@@ -86,14 +107,17 @@ class Straggler:
     seconds: float
     median_s: float
     steps: tuple[int, int]
+    loss_s: Optional[float] = None
 
     @property
     def ratio(self) -> float:
         return self.seconds / self.median_s if self.median_s > 0 else float("inf")
 
     def fields(self) -> dict:
-        """The ``straggler_detected`` event's fields."""
-        return {
+        """The ``straggler_detected`` event's fields (a link straggler's ``seconds`` and
+        ``median_s``: its probe's and its peers' median seconds for :data:`PROBE_BYTES` one way,
+        the slower way; with the same as Mbit/s, and the job's loss per step)."""
+        out = {
             "group": self.group,
             "rank": self.rank,
             "slow_kind": self.kind.value,
@@ -102,6 +126,15 @@ class Straggler:
             "ratio": round(self.ratio, 2),
             "steps": list(self.steps),
         }
+        if self.kind is SlowKind.LINK:
+            out.update(probe_bytes=PROBE_BYTES, mbit_s=_mbit_s(self.seconds), median_mbit_s=_mbit_s(self.median_s))
+        if self.loss_s is not None:
+            out["loss_s_per_step"] = round(self.loss_s, 4)
+        return out
+
+
+def _mbit_s(seconds: float) -> Optional[float]:
+    return round(PROBE_BYTES * 8 / seconds / 1e6, 2) if seconds > 0 else None
 
 
 @dataclass
@@ -138,6 +171,13 @@ class StragglerWatch:
     # Why each flagged group is kept under ft.straggler=evict (said again only when it changes:
     # a standby that becomes ready, or steps running out, turn the decision).
     kept: dict[int, str] = field(default_factory=dict)
+    # The link probe: the job's lowest collective and compute seconds per step seen (medians
+    # over groups of each one's newest TRIGGER_STEPS: the pace a rise is told from), when the
+    # last round started, and the link stragglers the last round found (kept until the next).
+    collective_floor_s: Optional[float] = None
+    compute_floor_s: Optional[float] = None
+    last_probe_at: float = float("-inf")
+    link_found: dict[int, Straggler] = field(default_factory=dict)
 
     def observe(self, rec: dict, window: int) -> None:
         """Take one step record of a rank (its group, rank, attempt, step and timings)."""
@@ -168,6 +208,7 @@ class StragglerWatch:
         self.groups.pop(group, None)
         self.flagged.pop(group, None)
         self.kept.pop(group, None)
+        self.link_found.pop(group, None)
 
 
 def _median_of(values: Iterable[float]) -> float:
@@ -231,15 +272,13 @@ def back_to_pace(watch: "StragglerWatch", group: int, active: Iterable[int], lim
     """A group named a straggler is back to its peers' pace: none of its newest ``window``
     steps was slow (a straggler is named on a whole window of slow steps and cleared on a whole
     window of normal ones, so one fast step does not clear it and name it again a step later).
-    A group no longer compared (not stepping, or its window restarted) counts as back."""
+    A group no longer compared (not stepping, or its window restarted) counts as back. A link
+    straggler is back when a probe round finds its link at its peers' pace (not judged here)."""
     active = set(active)
     groups = {g: t for g, t in watch.groups.items() if g in active}
     if group not in groups or len(groups) < 2:
         return True
-    if watch.flagged.get(group) == SlowKind.LINK:
-        found = _slow_steps(groups[group].collective, _by_step(t.collective for t in groups.values()), limits)
-    else:
-        found = _slow_steps(groups[group].compute, _by_step(t.compute for t in groups.values()), limits)
+    found = _slow_steps(groups[group].compute, _by_step(t.compute for t in groups.values()), limits)
     return found is None or not any(found[2])
 
 
@@ -256,7 +295,8 @@ def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: Stragg
         limits: factor, window and floor.
 
     Returns:
-        The stragglers, compute ones first; [] while fewer than two groups are compared.
+        The CPU stragglers (link ones come from probes: :func:`find_link_stragglers`); [] while
+        fewer than two groups are compared.
     """
     active = set(active)
     groups = {g: t for g, t in watch.groups.items() if g in active}
@@ -275,26 +315,147 @@ def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: Stragg
         found = _verdict(groups[g].compute, compute, limits)
         if found is not None:
             out.append(straggler(g, SlowKind.CPU, found))
-    if out:
-        return out
-    collective = _by_step(t.collective for t in groups.values())
-    for g in sorted(groups):
-        found = _verdict(groups[g].collective, collective, limits)
-        if found is None:
-            continue
-        # Not merely waiting for the others: its own compute is not below theirs (a group that
-        # computes faster waits longest in the allreduce: a loaded drill named one so, with its
-        # compute at 0.7x its peers').
-        own_compute = _median_of(list(groups[g].compute.values())[-limits.window :])
-        peer_compute = _median_of(v for h in groups if h != g for v in list(groups[h].compute.values())[-limits.window :])
-        if own_compute >= peer_compute:
-            out.append(straggler(g, SlowKind.LINK, found))
+    return out
+
+
+@dataclass(frozen=True)
+class LinkProbe:
+    """One rank's link, timed: seconds for :data:`PROBE_BYTES` to the rank and from it."""
+
+    group: int
+    rank: int
+    to_rank_s: float
+    from_rank_s: float
+
+    @property
+    def seconds(self) -> float:
+        """The slower way (a link may be slow one way only)."""
+        return max(self.to_rank_s, self.from_rank_s)
+
+
+class ProbeReason(StrEnum):
+    """Why a probe round runs (``link_probed``'s ``reason``)."""
+
+    COLLECTIVE_ROSE = "collective_rose"  # the job's collective time rose while its compute did not
+    RECHECK = "recheck"  # a link straggler is named: is it still slow?
+    PERIODIC = "periodic"  # ft.link_probe_s since the last round (a link slow from the start shows no rise)
+
+
+def _newest_median(times: dict[int, float], steps: int) -> Optional[float]:
+    newest = [times[s] for s in sorted(times)[-steps:]]
+    return _median_of(newest) if len(newest) >= steps else None
+
+
+def job_pace(watch: StragglerWatch, active: Iterable[int], steps: int = TRIGGER_STEPS) -> Optional[tuple[float, float]]:
+    """The job's collective and compute seconds per step now: the median over the groups among
+    ``active`` of each one's median over its newest ``steps`` steps; None while fewer than two
+    groups have that many."""
+    groups = [t for g, t in watch.groups.items() if g in set(active)]
+    coll = [m for m in (_newest_median(t.collective, steps) for t in groups) if m is not None]
+    comp = [m for m in (_newest_median(t.compute, steps) for t in groups) if m is not None]
+    if len(coll) < 2 or len(comp) < 2:
+        return None
+    return _median_of(coll), _median_of(comp)
+
+
+def cpu_suspects(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits) -> set[int]:
+    """Groups whose median compute over their newest ``window`` steps exceeds ``factor`` x their
+    peers' (and ``min_excess_s`` more): slow at compute, if not yet on every step of a window.
+    Their ranks may answer a probe late (a CPU quota, a stopped process), so they are not judged
+    on their link. A whole window's median, not a few steps': on a loaded 2-core machine a
+    group's compute of 10-100 ms is 2x its peers' for three steps at a time (a run so left the
+    slow-link group unjudged, twice)."""
+    own = {g: m for g, t in watch.groups.items() if g in set(active) for m in [_newest_median(t.compute, limits.window)] if m is not None}
+    out = set()
+    for g, m in own.items():
+        peers = [v for h, v in own.items() if h != g]
+        if peers and m > limits.factor * _median_of(peers) and m - _median_of(peers) > limits.min_excess_s:
+            out.add(g)
+    return out
+
+
+def probe_due(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits, now: float, interval_s: float) -> Optional[ProbeReason]:
+    """Whether to time every group's link now, and why; also lowers the job's floors of
+    collective and compute time to its pace now (:func:`job_pace`).
+
+    The rule, at most once per :data:`PROBE_GAP_S`:
+
+    - the job's collective seconds per step exceed ``factor`` x its floor (and
+      :data:`TRIGGER_MIN_RISE_S` more) while its compute stays within ``factor`` x its own floor,
+      and no group is a CPU straggler (one that others wait for lengthens their collective:
+      that rise is explained);
+    - or a link straggler is named (a round tells whether it cleared);
+    - or ``interval_s`` (``ft.link_probe_s``; 0: never) passed since the last round.
+
+    Its cost: a round moves :data:`PROBE_BYTES` each way per rank (twice: the faster counts),
+    one rank at a time: 20-60 ms for three ranks on healthy links here, 1.7 s with one at 20 Mbit/s.
+    """
+    active = list(active)
+    pace = job_pace(watch, active)
+    rose = False
+    if pace is not None:
+        coll, comp = pace
+        if watch.collective_floor_s is not None and watch.compute_floor_s is not None:
+            floor, compute_floor = watch.collective_floor_s, max(watch.compute_floor_s, limits.min_excess_s)
+            rose = coll > limits.factor * floor and coll - floor > TRIGGER_MIN_RISE_S and comp <= limits.factor * compute_floor
+        watch.collective_floor_s = coll if watch.collective_floor_s is None else min(watch.collective_floor_s, coll)
+        watch.compute_floor_s = comp if watch.compute_floor_s is None else min(watch.compute_floor_s, comp)
+    if now - watch.last_probe_at < PROBE_GAP_S:
+        return None
+    if any(kind == SlowKind.LINK for kind in watch.flagged.values()):
+        return ProbeReason.RECHECK
+    if rose and not any(kind == SlowKind.CPU for kind in watch.flagged.values()):
+        return ProbeReason.COLLECTIVE_ROSE
+    if interval_s > 0 and now - watch.last_probe_at >= interval_s:
+        return ProbeReason.PERIODIC
+    return None
+
+
+def collective_loss(watch: StragglerWatch, active: Iterable[int]) -> float:
+    """Seconds per step the job's collective takes over its floor now (what a slow link costs
+    every group at each allreduce); 0 when not known."""
+    pace = job_pace(watch, active)
+    if pace is None or watch.collective_floor_s is None:
+        return 0.0
+    return max(0.0, pace[0] - watch.collective_floor_s)
+
+
+def find_link_stragglers(probes: Iterable[LinkProbe], limits: StragglerLimits, skip: Iterable[int] = (), step: int = 0, loss_s: float = 0.0) -> list[Straggler]:
+    """The groups whose link is slow against their peers', from one probe round.
+
+    A group's figure is its slowest rank's (the slower way). It is a link straggler when that
+    exceeds ``factor`` x the median of the other groups' figures, and
+    :data:`PROBE_MIN_EXCESS_S` more. Groups in ``skip`` (:func:`cpu_suspects`) are neither
+    judged nor counted as peers. Fewer than two groups with a figure: nobody.
+
+    Args:
+        probes: the round's figures (a rank that did not answer has none).
+        limits: the factor.
+        skip: groups slow at compute now.
+        step: the job's step (the verdict's ``steps``).
+        loss_s: the job's loss per step now (:func:`collective_loss`).
+    """
+    skip = set(skip)
+    worst: dict[int, LinkProbe] = {}
+    for p in probes:
+        if p.group not in skip and (p.group not in worst or p.seconds > worst[p.group].seconds):
+            worst[p.group] = p
+    if len(worst) < 2:
+        return []
+    out = []
+    for g, p in sorted(worst.items()):
+        median = _median_of(q.seconds for h, q in worst.items() if h != g)
+        if p.seconds > limits.factor * median and p.seconds - median > PROBE_MIN_EXCESS_S:
+            out.append(Straggler(g, p.rank, SlowKind.LINK, p.seconds, median, (step, step), loss_s=loss_s))
     return out
 
 
 def loss_rate(straggler: Straggler) -> float:
-    """Seconds the job loses per step while the straggler stays: its excess over its peers
-    (every group waits for it at each allreduce)."""
+    """Seconds the job loses per step while the straggler stays: a CPU straggler's excess over
+    its peers (every group waits for it at each allreduce); a link straggler's, the rise of the
+    job's collective time (its ``loss_s``)."""
+    if straggler.loss_s is not None:
+        return max(0.0, straggler.loss_s)
     return max(0.0, straggler.seconds - straggler.median_s)
 
 
@@ -315,12 +476,19 @@ def eviction_pays(straggler: Straggler, recovery_s: float, steps_left: int) -> b
 
 
 __all__ = [
+    "LinkProbe",
+    "ProbeReason",
     "SlowKind",
     "Straggler",
     "StragglerLimits",
     "StragglerWatch",
     "eviction_pays",
     "back_to_pace",
+    "collective_loss",
+    "cpu_suspects",
+    "find_link_stragglers",
     "find_stragglers",
+    "job_pace",
+    "probe_due",
     "loss_rate",
 ]

@@ -35,8 +35,19 @@ from monarch_ft.controller.planner import FailureKind, KeepStraggler
 from monarch_ft.controller.recovery import Recovery
 from monarch_ft.controller.relay import ReportRelay
 from monarch_ft.controller.state import GroupState, JobState
-from monarch_ft.controller.stragglers import StragglerLimits, back_to_pace, find_stragglers
-from monarch_ft.records.events import EventKind, EventLog, GroupStatus
+from monarch_ft.controller.link_probe import LinkProber
+from monarch_ft.controller.placement import Suspect
+from monarch_ft.controller.stragglers import (
+    SlowKind,
+    StragglerLimits,
+    back_to_pace,
+    collective_loss,
+    cpu_suspects,
+    find_link_stragglers,
+    find_stragglers,
+    probe_due,
+)
+from monarch_ft.records.events import EventKind, EventLog, ExclusionReason, GroupStatus
 from monarch_ft.records.exits import RankExit, describe_exit
 from monarch_ft.records.layout import RunLayout
 
@@ -67,6 +78,8 @@ class GroupWatch:
         self._hang_timeout_fixed = hang_timeout_setting(cfg.ft.hang_timeout_s)
         # Ranks compute on the CPU (no GPU on this host, or training.device=cpu): see asleep_compute_timeout.
         self._compute_on_cpu = cfg.training.device == "cpu" or (cfg.training.device == "auto" and not gpu_device_nodes())
+        # Times each rank's link when a probe round is due (controller.link_probe).
+        self.prober = LinkProber()
 
     # ------------------------------------------------------------ one group
     def check(self, g: GroupState, now: float) -> Optional[Hang]:
@@ -155,10 +168,14 @@ class GroupWatch:
 
     # ------------------------------------------------------------ all groups
     def check_stragglers(self, now: float) -> None:
-        """Name the groups slower than their peers (controller.stragglers) and, under
-        ``ft.straggler=evict``, fail one when the planner says evicting it pays: the failure's
-        own decision then promotes the ready standby on another host, and the straggler's host
-        is left out of later placements (``state.excluded_hosts``) until its slowness ends."""
+        """Name the groups slower than their peers (controller.stragglers: CPU stragglers from
+        their step times, link stragglers from probe rounds) and, under ``ft.straggler=evict``,
+        fail one when the planner says evicting it pays: the failure's own decision then
+        promotes the ready standby on another host. The straggler's host is left out of later
+        placements: a Slurm node through the node pool (``node_excluded``, as a node fault's;
+        it returns after ``ft.node_probation_s``), a simulated host as a record
+        (``state.excluded_hosts``, until its slowness ends: the local launchers never place a
+        group on a host slot again once it left it)."""
         ft, state = self.cfg.ft, self.state
         if ft.straggler == "off":
             return
@@ -166,7 +183,11 @@ class GroupWatch:
         limits = StragglerLimits(ft.straggler_factor, ft.straggler_window)
         running = [g.index for g in state.groups if g.status == GroupStatus.RUNNING and not g.train_done]
         found = {s.group: s for s in find_stragglers(watch, running, limits)}
-        for group in [i for i in watch.flagged if i not in found and back_to_pace(watch, i, running, limits)]:
+        self.probe_links(now, running, limits)
+        for g, s in watch.link_found.items():
+            if g in running and g not in found:
+                found[g] = s
+        for group in [i for i in watch.flagged if i not in found and (watch.flagged[i] == SlowKind.LINK or back_to_pace(watch, i, running, limits))]:
             watch.flagged.pop(group)
             watch.kept.pop(group, None)
             self.events.emit(EventKind.STRAGGLER_CLEARED, group=group)
@@ -186,15 +207,39 @@ class GroupWatch:
                 continue
             g = state.groups[s.group]
             launcher = self.recovery.starter.launcher
-            # Only a launcher with hosts of its own (simulated hosts) has a host to leave out.
+            # A launcher with hosts of its own (simulated hosts) has a host to record as left out.
             host = launcher.group_host(g.index) if Capability.PARTITION in launcher.capabilities else None
-            self.events.emit(EventKind.STRAGGLER_EVICTED, group=g.index, attempt=g.attempt, because=action.reason, loss_s=action.loss_s, cost_s=action.cost_s)
+            evicted = {"slow_kind": s.kind.value, "because": action.reason, "loss_s": action.loss_s, "cost_s": action.cost_s}
+            self.events.emit(EventKind.STRAGGLER_EVICTED, group=g.index, attempt=g.attempt, **evicted)
             if host is not None:
                 reason = f"group {g.index} was a {s.kind.value} straggler there ({s.ratio:.1f}x its peers)"
                 state.excluded_hosts[host] = reason
                 self.events.emit(EventKind.HOST_EXCLUDED, host=host, group=g.index, because=reason)
+            # A launcher with nodes (Slurm): the nodes it ran on are excluded as a node fault's are.
+            nodes = self.recovery.nodes.nodes_of([rs.proc for rs in g.ranks if rs.proc is not None])
             watch.forget(g.index)
-            self.recovery.fail_group(g, now, FailureKind.STRAGGLER, reason="straggler", slow_kind=s.kind.value)
+            self.recovery.fail_group(
+                g, now, FailureKind.STRAGGLER, suspects=tuple(Suspect(n, ExclusionReason.STRAGGLER) for n in nodes), reason="straggler", slow_kind=s.kind.value
+            )
+
+    def probe_links(self, now: float, running: list[int], limits: StragglerLimits) -> None:
+        """Take a finished probe round's verdicts (``link_probed``; ``watch.link_found``) and
+        start a round when stragglers.probe_due says one is due (controller.link_probe)."""
+        state, watch = self.state, self.state.stragglers
+        done = self.prober.take()
+        if done is not None:
+            skip = cpu_suspects(watch, running, limits) | {g for g, kind in watch.flagged.items() if kind == SlowKind.CPU}
+            verdicts = find_link_stragglers(done.probes, limits, skip, step=done.step, loss_s=collective_loss(watch, running))
+            probed = {p.group for p in done.probes}
+            watch.link_found = {g: s for g, s in watch.link_found.items() if g not in probed and g in running}
+            watch.link_found.update({s.group: s for s in verdicts})
+            self.events.emit(EventKind.LINK_PROBED, **done.fields(), not_judged=sorted(skip & probed), stragglers=[s.group for s in verdicts])
+        reason = probe_due(watch, running, limits, now, self.cfg.ft.link_probe_s)
+        if reason is None or self.prober.busy:
+            return
+        targets = {(g.index, rs.rank): rs.link_probe for g in state.groups if g.index in running for rs in g.ranks if rs.link_probe and rs.exited is None}
+        if len({group for group, _ in targets}) >= 2 and self.prober.start(targets, reason, state.job_step):
+            watch.last_probe_at = now
 
     def judge(self, hangs: dict[int, Hang], now: float) -> None:
         """Act on this tick's hang verdicts, all groups together.

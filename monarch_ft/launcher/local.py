@@ -107,6 +107,9 @@ class LocalLauncher(Launcher):
 
     # ------------------------------------------------------------------ layout
     def place_group(self, group: int, slot: int) -> None:
+        """``group`` now runs on host slot ``slot`` (a promoted standby's). A slot is never
+        reused once its group left it (a new standby gets a fresh one), so a host excluded after a
+        straggler's eviction (``JobState.excluded_hosts``) needs no placement to read it here."""
         self._placement[group] = slot
 
     def _slot(self, group: int) -> int:

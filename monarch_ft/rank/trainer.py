@@ -48,6 +48,7 @@ from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.rank.components.model import build_model
 from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
+from monarch_ft.rank.link_probe import start_probe_server
 from monarch_ft.records.decisions import StateDecision, StateSource
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.exits import RankExit
@@ -376,6 +377,8 @@ class Trainer:
         # No controller for controller.lease_s (or an unanswered stop): the job ends itself.
         self.lease = ControllerLease(self.layout.controller_heartbeat, self.layout.stop_request, cfg.controller.lease_s, cfg.controller.heartbeat_s)
         self.tokens_per_step = tr.batch_size * tr.seq_len
+        # Where the controller times this rank's link (rank.link_probe): a slow link is named by it.
+        self.link_probe = start_probe_server(spec.advertise_host) if cfg.ft.straggler != "off" and spec.advertise_host else None
         self.announced_done = False
         self.last_heartbeat = 0.0
         self.reporter.event(
@@ -383,6 +386,7 @@ class Trainer:
             step=self.manager.current_step(),
             params=sum(p.numel() for p in self.model.parameters()),
             transport_metadata=self.ft.checkpoint_metadata(),
+            link_probe=self.link_probe.address if self.link_probe is not None else None,
             device=str(self.device),
             device_name=torch.cuda.get_device_name(self.device) if self.use_cuda else None,
             group_backend=dist.get_backend(),
@@ -686,6 +690,8 @@ class Trainer:
         )
 
     def close(self) -> None:
+        if getattr(self, "link_probe", None) is not None:
+            self.link_probe.close()
         self.liveness.close()
         self.reporter.close()
         self.manager.shutdown(wait=False)

@@ -85,8 +85,11 @@ class EventKind(StrEnum):
     GROUP_STOPPED = "group_stopped"
     """A group's ranks were stopped (after a failure, for a full restart, or at the job's end)."""
     STRAGGLER_DETECTED = "straggler_detected"
-    """A group is slower than ``ft.straggler_factor`` x its peers' median over ``ft.straggler_window`` steps (controller.stragglers):
-    its slowest rank, ``slow_kind`` (cpu or link), its seconds per step, the median, the ratio."""
+    """A group is slower than ``ft.straggler_factor`` x its peers' median (controller.stragglers): ``slow_kind`` cpu (its compute
+    per step over ``ft.straggler_window`` steps) or link (a probe's seconds for ``probe_bytes``, with Mbit/s); its slowest rank,
+    its figure, the peers' median, the ratio."""
+    LINK_PROBED = "link_probed"
+    """A probe round timed every rank's link (controller.link_probe): why it ran (ProbeReason), each rank's seconds each way, the unanswered."""
     STRAGGLER_CLEARED = "straggler_cleared"
     """A group named a straggler is back to its peers' pace (or was replaced)."""
     STRAGGLER_EVICTED = "straggler_evicted"
@@ -316,6 +319,8 @@ class ExclusionReason(StrEnum):
     """Every rank of a group on it vanished at once, none recording how it ended."""
     NOT_RESPONDING = "not_responding"
     """The scheduler counted it not responding or down when a group on it failed."""
+    STRAGGLER = "straggler"
+    """A straggler (slow CPU or link) was evicted from it (``ft.straggler=evict``)."""
 
 
 class ReturnReason(StrEnum):

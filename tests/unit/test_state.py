@@ -45,6 +45,7 @@ def populated() -> JobState:
         state_hash="abc",
         first_step_seen=True,
         model_ready=True,
+        link_probe="10.213.7.3:40123",
         phase="compute",
         phase_since=12.5,
         error={"error": "ValueError: x", "error_type": "ValueError", "frame": "f:1 in g", "rank": 0, "attempt": 2},

@@ -10,7 +10,23 @@ import pytest
 from monarch_ft.config.ft import FTConfig
 from monarch_ft.controller.planner import Evict, KeepStraggler, RecoveryPlanner, RecoveryPolicy, RestartBudget
 from monarch_ft.controller.state import GroupState, JobState
-from monarch_ft.controller.stragglers import SlowKind, Straggler, StragglerLimits, StragglerWatch, eviction_pays, find_stragglers, loss_rate
+from monarch_ft.controller.stragglers import (
+    PROBE_BYTES,
+    PROBE_GAP_S,
+    LinkProbe,
+    ProbeReason,
+    SlowKind,
+    Straggler,
+    StragglerLimits,
+    StragglerWatch,
+    collective_loss,
+    cpu_suspects,
+    eviction_pays,
+    find_link_stragglers,
+    find_stragglers,
+    loss_rate,
+    probe_due,
+)
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import GroupStatus
 from monarch_ft.records.reports import compute_seconds
@@ -86,10 +102,11 @@ def test_a_tiny_absolute_difference_is_not_a_straggler():
     assert find_stragglers(watch, [0, 1, 2], LIMITS) == []  # 4x, but 3 ms: noise on a tiny model
 
 
-def test_a_slow_link_is_named_as_a_link_straggler():
+def test_collective_time_alone_names_no_link_straggler():
+    # A ring allreduce shares a slow link's time out among its members; step timings name nobody.
     watch = StragglerWatch()
     run(watch, range(0, 12), {0: 0.08, 1: 0.08, 2: 0.085}, {0: 0.02, 1: 0.02, 2: 0.2})
-    assert [(s.group, s.kind) for s in find_stragglers(watch, [0, 1, 2], LIMITS)] == [(2, SlowKind.LINK)]
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == []
 
 
 def test_a_new_attempt_starts_a_new_window_and_late_records_of_the_old_one_are_ignored():
@@ -148,8 +165,11 @@ def test_the_planner_evicts_only_under_evict_with_a_ready_standby_a_budget_and_a
     assert isinstance(no_standby, KeepStraggler) and "no standby" in no_standby.reason
     late = p.on_straggler(state, s, 50.0, "evict", [3], recovery_s=10.0, steps_left=20)
     assert isinstance(late, KeepStraggler) and "less than one recovery" in late.reason
-    link = p.on_straggler(state, Straggler(1, 0, SlowKind.LINK, 0.3, 0.1, (10, 19)), 50.0, "evict", [3], recovery_s=10.0, steps_left=200)
-    assert isinstance(link, KeepStraggler) and link.why == "link"  # reported, never evicted
+    # A link straggler: its loss is the rise of the job's collective time, not its probe's excess.
+    link = p.on_straggler(state, Straggler(1, 0, SlowKind.LINK, 0.3, 0.01, (10, 10), loss_s=0.5), 50.0, "evict", [3], recovery_s=10.0, steps_left=200)
+    assert isinstance(link, Evict) and link.loss_s == pytest.approx(100.0)
+    no_rise = p.on_straggler(state, Straggler(1, 0, SlowKind.LINK, 0.3, 0.01, (10, 10), loss_s=0.0), 50.0, "evict", [3], recovery_s=10.0, steps_left=200)
+    assert isinstance(no_rise, KeepStraggler) and no_rise.why == "not_worth_it"
     state.groups[1].restart_times = [40.0, 45.0, 49.0]
     spent = p.on_straggler(state, s, 50.0, "evict", [3], recovery_s=10.0, steps_left=200)
     assert isinstance(spent, KeepStraggler) and "ft.max_restarts=3" in spent.reason
@@ -254,3 +274,97 @@ def test_slow_steps_against_peers_step_by_step():
         table = _by_step(groups)
         for i, own in enumerate(groups):
             assert _slow_steps(own, table, limits) == reference(own, groups[:i] + groups[i + 1 :], limits)
+
+
+# ---------------------------------------------------------------- the link probe (active localisation)
+def probes(seconds: dict[int, float], ranks: int = 1) -> list[LinkProbe]:
+    return [LinkProbe(g, r, s, s * 0.9) for g, s in seconds.items() for r in range(ranks)]
+
+
+def test_a_slow_link_is_named_from_a_probe_round_and_nobody_else():
+    # 256 KiB at 20 Mbit/s: ~0.1 s; on the healthy links a few ms.
+    found = find_link_stragglers(probes({0: 0.004, 1: 0.11, 2: 0.006}), LIMITS, step=40, loss_s=0.9)
+    assert [(s.group, s.rank, s.kind, s.steps) for s in found] == [(1, 0, SlowKind.LINK, (40, 40))]
+    f = found[0].fields()
+    assert f["slow_kind"] == "link" and f["seconds"] == 0.11 and f["median_s"] == 0.005 and f["loss_s_per_step"] == 0.9
+    assert f["probe_bytes"] == PROBE_BYTES and f["mbit_s"] == pytest.approx(19.07, abs=0.01) and f["ratio"] == 22.0
+    assert loss_rate(found[0]) == 0.9
+
+
+def test_a_link_slowed_everywhere_or_by_a_few_milliseconds_names_nobody():
+    assert find_link_stragglers(probes({0: 0.11, 1: 0.12, 2: 0.10}), LIMITS) == []  # machine-wide
+    assert find_link_stragglers(probes({0: 0.002, 1: 0.015, 2: 0.002}), LIMITS) == []  # 7x, but 13 ms: scheduling noise
+    assert find_link_stragglers(probes({0: 0.002, 1: 0.5}), LIMITS, skip=[0]) == []  # one group has no peers
+
+
+def test_a_group_slow_at_compute_is_not_judged_on_its_link():
+    # A throttled rank answers the probe late: not a link straggler, nor anyone's peer.
+    watch = StragglerWatch()
+    run(watch, range(0, 11), {0: 0.08, 1: 0.3, 2: 0.08}, {0: 0.2, 1: 0.01, 2: 0.2})
+    skip = cpu_suspects(watch, [0, 1, 2], LIMITS)
+    assert skip == {1}
+    assert find_link_stragglers(probes({0: 0.004, 1: 0.2, 2: 0.005}), LIMITS, skip=skip) == []
+
+
+def test_a_few_slow_compute_steps_on_a_loaded_machine_do_not_spare_a_slow_link():
+    # As a run at load average 30 showed: the slow-link group computed 2x its peers for 3 steps.
+    watch = StragglerWatch()
+    run(watch, range(0, 12), {0: 0.04, 1: 0.04, 2: 0.04}, {0: 1.0, 1: 1.0, 2: 1.0}, noise=0.3)
+    run(watch, range(12, 15), {0: 0.03, 1: 0.08, 2: 0.03}, {0: 1.0, 1: 1.0, 2: 1.0}, noise=0.0)
+    assert cpu_suspects(watch, [0, 1, 2], LIMITS) == set()
+
+
+def test_a_group_s_figure_is_its_slowest_rank_s_slower_way():
+    round_ = [LinkProbe(0, 0, 0.004, 0.003), LinkProbe(0, 1, 0.003, 0.004), LinkProbe(1, 0, 0.003, 0.004), LinkProbe(1, 1, 0.002, 0.3)]
+    round_ += [LinkProbe(2, 0, 0.005, 0.004)]
+    (s,) = find_link_stragglers(round_, LIMITS)
+    assert (s.group, s.rank, s.seconds) == (1, 1, 0.3)
+
+
+def test_a_probe_round_is_due_when_the_collective_rises_and_compute_does_not():
+    watch = StragglerWatch()
+    run(watch, range(0, 10), {0: 0.05, 1: 0.05, 2: 0.05}, {0: 0.03, 1: 0.03, 2: 0.03}, noise=0.05)
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=100.0, interval_s=0) is None  # at its pace: learns the floor
+    assert watch.collective_floor_s == pytest.approx(0.03, rel=0.1)
+    # One group's link at 20 Mbit/s: every group's collective ~1 s, compute unchanged.
+    run(watch, range(10, 13), {0: 0.05, 1: 0.05, 2: 0.05}, {0: 1.1, 1: 1.07, 2: 1.2}, noise=0.05)
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=101.0, interval_s=0) == ProbeReason.COLLECTIVE_ROSE
+    assert collective_loss(watch, [0, 1, 2]) == pytest.approx(1.07, abs=0.1)
+    watch.last_probe_at = 101.0
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=101.0 + PROBE_GAP_S / 2, interval_s=0) is None  # at most once per gap
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=101.0 + PROBE_GAP_S, interval_s=0) == ProbeReason.COLLECTIVE_ROSE
+    # A link straggler named: rechecked every gap until a round clears it.
+    watch.flagged[1] = SlowKind.LINK.value
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=120.0, interval_s=0) == ProbeReason.RECHECK
+
+
+def test_machine_wide_load_or_a_cpu_straggler_explains_a_rise_and_starts_no_round():
+    watch = StragglerWatch()
+    run(watch, range(0, 10), {0: 0.05, 1: 0.05, 2: 0.05}, {0: 0.03, 1: 0.03, 2: 0.03}, noise=0.05)
+    probe_due(watch, [0, 1, 2], LIMITS, now=0.0, interval_s=0)
+    # Three CPU hogs: compute and collective both 3x: the compute rise explains it.
+    run(watch, range(10, 13), {0: 0.15, 1: 0.16, 2: 0.15}, {0: 0.09, 1: 0.09, 2: 0.09}, noise=0.05)
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=50.0, interval_s=0) is None
+    # A CPU straggler named: its peers wait for it in the collective.
+    run(watch, range(13, 16), {0: 0.05, 1: 0.3, 2: 0.05}, {0: 0.28, 1: 0.01, 2: 0.28}, noise=0.05)
+    watch.flagged[1] = SlowKind.CPU.value
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=60.0, interval_s=0) is None
+    # The periodic round still runs (a link slow from the start shows no rise).
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=60.0, interval_s=30.0) == ProbeReason.PERIODIC
+
+
+def test_an_evicted_straggler_s_slurm_node_is_excluded_as_a_node_fault_s_and_returns_after_probation():
+    from monarch_ft.controller.placement import Suspect
+    from monarch_ft.controller.planner import Failure, FailureKind, Promote
+    from monarch_ft.records.events import ExclusionReason, NodeHealth, ReturnReason
+
+    state = job()
+    state.nodes.probation_s = 600.0
+    state.nodes.states = {"n0": "idle", "n1": "mixed", "n2": "mixed", "n3": "idle"}
+    failure = Failure(FailureKind.STRAGGLER, 1, suspects=(Suspect("n1", ExclusionReason.STRAGGLER),))
+    action = planner().decide(state, failure, 50.0, ready_standbys=[3])
+    assert isinstance(action, Promote) and action.exclude == ("n1",)  # the standby's node is another one
+    state.nodes.exclude("n1", ExclusionReason.STRAGGLER, 50.0, group=1, attempt=0)
+    assert state.nodes.observe({"n1": NodeHealth.UP}, 600.0) == []
+    (back,) = state.nodes.observe({"n1": NodeHealth.UP}, 650.0)
+    assert back.reason is ReturnReason.NEVER_DOWN and state.nodes.summary()["exclusions"][0]["reason"] == "straggler"

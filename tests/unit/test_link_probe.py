@@ -1,0 +1,55 @@
+"""The link probe over real sockets on this machine: a rank's server (monarch_ft.rank.link_probe)
+answers the controller's timed transfers (monarch_ft.controller.link_probe); a rank that does not
+answer is left unjudged. The decision on the figures is tests/unit/test_stragglers.py's."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+from monarch_ft.common.net import free_port
+from monarch_ft.controller.link_probe import LinkProber, time_link
+from monarch_ft.controller.stragglers import PROBE_BYTES, ProbeReason
+from monarch_ft.rank.link_probe import LinkProbeServer
+from monarch_ft.records.probe_wire import MAX_BYTES, ProbeOp, pack
+
+
+def test_a_probe_times_the_payload_each_way_and_the_server_serves_several():
+    server = LinkProbeServer("127.0.0.1")
+    try:
+        for _ in range(2):
+            to_rank, from_rank = time_link(server.address, bytes(PROBE_BYTES))
+            assert 0 < to_rank < 1.0 and 0 < from_rank < 1.0, (to_rank, from_rank)
+    finally:
+        server.close()
+
+
+def test_a_round_probes_each_rank_in_turn_and_lists_those_that_do_not_answer():
+    servers = [LinkProbeServer("127.0.0.1") for _ in range(2)]
+    gone = f"127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
+    prober = LinkProber()
+    try:
+        assert prober.start({(0, 0): servers[0].address, (1, 0): servers[1].address, (2, 0): gone}, ProbeReason.PERIODIC, 7)
+        assert not prober.start({(0, 0): servers[0].address}, ProbeReason.PERIODIC, 7)  # one round at a time
+        deadline = time.monotonic() + 20
+        while (done := prober.take()) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert done is not None and not prober.busy
+        assert sorted((p.group, p.rank) for p in done.probes) == [(0, 0), (1, 0)] and done.unanswered == [(2, 0)]
+        f = done.fields()
+        assert f["reason"] == "periodic" and f["step"] == 7 and f["probe_bytes"] == PROBE_BYTES and f["unanswered"] == [[2, 0]]
+        assert prober.take() is None
+    finally:
+        for s in servers:
+            s.close()
+
+
+def test_a_request_larger_than_the_server_holds_closes_the_connection():
+    server = LinkProbeServer("127.0.0.1")
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=5) as sock:
+            sock.sendall(pack(ProbeOp.FROM_RANK, MAX_BYTES + 1))
+            assert sock.recv(1) == b""  # closed, nothing sent
+        assert time_link(server.address, bytes(1024))[0] > 0  # and it still serves the next
+    finally:
+        server.close()
