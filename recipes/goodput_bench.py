@@ -1,6 +1,6 @@
 """Goodput under a fault rate: Poisson faults at several rates, three ways to recover, one plot.
 
-    python recipes/goodput_bench.py                                   # rates 0,1,2,4 per min, 75 s cells: 14 cells, ~27 min
+    python recipes/goodput_bench.py                                   # rates 0,1,2,4 per min, 75 s cells: 14 cells, ~20 min
     python recipes/goodput_bench.py goodput.cell_s=45 'goodput.rates=[0,2]' hydra.run.dir=outputs/goodput
     python recipes/goodput_bench.py ft.replica_groups=3               # a job override applies to every cell
 
