@@ -337,15 +337,12 @@ class IntegrityJudge:
         if undecided:
             a, b = groups[0], groups[1]
             tensors = sorted({t for r in range(self.ranks) for t in self._differ(rnd, a, b, r)})
-            return Diverged(
-                step,
-                rnd.record_step,
-                rnd.key.vetoed,
-                tuple(groups),
-                {g: rnd.prints[(g, 0)].attempt for g in groups},
-                tuple(tensors),
-                min(self._trusted(g) for g in groups),
-            )
+            attempts = {g: rnd.prints[(g, 0)].attempt for g in groups}
+            verdict = Diverged(step, rnd.record_step, rnd.key.vetoed, tuple(groups), attempts, tuple(tensors), min(self._trusted(g) for g in groups))
+            # At once, not when the rollback is applied: the next round of the same attempts
+            # (reported in the same tick, before the controller acts) would roll back twice.
+            self.condemn(attempts)
+            return verdict
         if minority:
             blamed = {g: rnd.prints[(g, 0)].attempt for g in minority}
             verdict = Corrupt(
