@@ -42,6 +42,7 @@ from monarch_ft.config.job import JobConfig
 from monarch_ft.rank.components.checkpoint import SaveWatchdog, TrainState, build_checkpointer, describe_error, remove_partial, save_due, storage_error
 from monarch_ft.rank.components.fault_agent import FaultAgent
 from monarch_ft.config.ft import integrity_setting
+from monarch_ft.rank.components.freeze import FreezeWatch
 from monarch_ft.rank.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
 from monarch_ft.rank.components.integrity import GradGuard, IntegrityInterval, StateMismatch, fingerprint, local_grad_norm, named_tensors
 from monarch_ft.rank.components.lease import ControllerLease
@@ -342,6 +343,11 @@ class Trainer:
             lighthouse_epoch_path=self.layout.lighthouse_epoch,
         )
         self.manager = self.ft.manager
+        # A rank frozen past the heartbeat timeout asks for no quorum until its peers frozen
+        # with it are seen alive again: else each may get a quorum of its own (a split brain).
+        hb_s = cfg.ft.heartbeat_timeout_ms / 1000
+        self.freeze = FreezeWatch(threshold_s=hb_s, settle_s=2 * hb_s, tick_s=cfg.ft.heartbeat_interval_ms / 1000)
+        self.manager.before_quorum = self._settle_after_freeze
         self.floor = CommitFloor(self.layout.commit_floor)
         # ft.mode: how groups synchronise (monarch_ft/rank/components/sync.py).
         self.sync = build_sync(cfg.ft, self.manager, self.model, self.optimizer, self.lr_schedulers, self.params, spec.group, self.floor, self._refuse_commit)
@@ -689,9 +695,17 @@ class Trainer:
             state_hash=state_hash(final),
         )
 
+    def _settle_after_freeze(self) -> None:
+        settled = self.freeze.settle()
+        if settled is not None:
+            froze, waited = settled
+            self.reporter.event(EventKind.RANK_FROZE, frozen_s=round(froze.frozen_s, 3), waited_s=round(waited, 3))
+
     def close(self) -> None:
         if getattr(self, "link_probe", None) is not None:
             self.link_probe.close()
+        if getattr(self, "freeze", None) is not None:
+            self.freeze.close()
         self.liveness.close()
         self.reporter.close()
         self.manager.shutdown(wait=False)

@@ -200,6 +200,8 @@ class EventKind(StrEnum):
     """Receiving the state from a peer failed (the error)."""
     WEIGHTS_RECOVERED = "weights_recovered"
     """The rank received its state from a peer: bytes and seconds."""
+    RANK_FROZE = "rank_froze"
+    """The rank did not run for ``frozen_s`` (over ``ft.heartbeat_timeout_ms``): its next quorum request waited ``waited_s`` (rank.components.freeze)."""
     COMMIT_REFUSED = "commit_refused"
     """The rank refused to commit a step below the job's committed step (rank.components.ft.CommitFloor)."""
     TRAIN_DONE = "train_done"

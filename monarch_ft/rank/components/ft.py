@@ -216,6 +216,8 @@ class MonarchManager(Manager):
     by :class:`FTParts`; what torchft has no public seam for is in
     monarch_ft.rank.components.torchft_compat).
 
+    * ``before_quorum``: called at the top of every ``start_quorum`` (a rank that was frozen
+      waits there: monarch_ft.rank.components.freeze).
     * ``before_commit``: called at the top of every ``should_commit``, after the quorum and
       the sync's collectives. In localsgd/diloco torchft's own optimizer hooks call
       ``should_commit``, so this is the one place between a heal and a commit where a rank
@@ -229,6 +231,7 @@ class MonarchManager(Manager):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.before_quorum: Optional[Callable[[], None]] = None
         self.before_commit: Optional[Callable[[], None]] = None
         self.heals = 0
         self.seconds = {"quorum": 0.0, "commit": 0.0}
@@ -252,6 +255,8 @@ class MonarchManager(Manager):
         return out
 
     def start_quorum(self, *args: Any, **kwargs: Any) -> None:
+        if self.before_quorum is not None:
+            self.before_quorum()
         with self._timed("quorum"):
             super().start_quorum(*args, **kwargs)
 
