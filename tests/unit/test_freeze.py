@@ -28,9 +28,10 @@ class _Clock:
 
 
 def test_a_freeze_is_a_long_gap_mostly_off_the_cpu():
-    assert is_freeze(10.0, 0.01, 0.2) and is_freeze(0.5, 0.2, 0.2)
+    assert is_freeze(10.0, 0.01, 0.2) and is_freeze(0.5, 0.01, 0.2)
     assert not is_freeze(0.15, 0.0, 0.2), "within the heartbeat timeout"
     assert not is_freeze(0.5, 0.45, 0.2), "on the CPU: the GIL held, the process running"
+    assert not is_freeze(0.6, 0.15, 0.2), "starved, a third of a core: its heartbeats went on"
 
 
 def test_settle_left_counts_from_the_wake():

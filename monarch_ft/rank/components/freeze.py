@@ -12,10 +12,12 @@ groups 0 and 1 each committed step 6 alone, the integrity check found them apart
 later and rolled the job back 4 steps).
 
 A thread here ticks every ``tick_s`` on the monotonic clock; a gap between two ticks longer
-than the heartbeat timeout, in which the process used less than half as much CPU time, means
-it was not running long enough for the Lighthouse to drop it. (A gap the process spent on
-the CPU is the main thread holding the GIL, e.g. in a save's pickling: its heartbeats, sent
-by the Manager's Rust thread, went on; seen at 0.3-0.4 s every few saves here.) The next quorum request then waits until ``settle_s`` after the wake,
+than the heartbeat timeout in which the process used next to no CPU time (under
+:data:`FROZEN_CPU_SHARE` of it) means it was not running at all, long enough for the Lighthouse
+to drop it. Two other gaps are not freezes, as its heartbeats (the Manager's Rust thread)
+went on through them: the main thread holding the GIL on the CPU (a save's pickling, 0.3-0.4 s
+every few saves here), and a process starved of CPU by others on its cores (fork servers
+importing beside the ranks gave 0.5-0.6 s gaps at a third of a core each). The next quorum request then waits until ``settle_s`` after the wake,
 so that peers woken with it have heartbeaten again: the Lighthouse sees them alive, refuses
 a quorum of one, and the group behind heals from the one ahead (TorchFT's ordinary path).
 
@@ -45,6 +47,12 @@ class Froze:
     frozen_s: float
 
 
+# A gap in which the process ran less than this share of the time is a freeze: stopped or
+# paused, it runs none; starved on a loaded host, it still gets its share of the cores (a
+# third of one with six runnable processes on two cores).
+FROZEN_CPU_SHARE = 0.05
+
+
 def is_freeze(gap_s: float, cpu_s: float, threshold_s: float) -> bool:
     """Whether a gap between two ticks was a freeze.
 
@@ -53,7 +61,7 @@ def is_freeze(gap_s: float, cpu_s: float, threshold_s: float) -> bool:
         cpu_s: CPU seconds the process used meanwhile (every thread).
         threshold_s: the heartbeat timeout.
     """
-    return gap_s > threshold_s and cpu_s < gap_s / 2
+    return gap_s > threshold_s and cpu_s < FROZEN_CPU_SHARE * gap_s
 
 
 def settle_left(now: float, froze: Optional[Froze], settle_s: float) -> float:
