@@ -39,7 +39,7 @@ from monarch_ft.common.process import is_running, start_ticks
 from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch, RankProcess
 from monarch_ft.records.events import EventKind, RecoveryPath, StrEnum
 from monarch_ft.records.exits import LOST_EXIT
-from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
+from monarch_ft.records.fork_wire import FORK_NICE_ENV, ForkOp, ProtocolError, decode, encode
 from monarch_ft.records.launch import ZYGOTE_MODULE, worker_spec
 from monarch_ft.records.reports import report_finished
 
@@ -120,9 +120,11 @@ class ForkServer:
         log_path: its own output.
         cwd: its working directory, the run directory (named in its command line).
         preload: the modules it imports before it is ready.
+        niceness: the CPU niceness of its imports (0: the ranks'); it takes 0 back once ready,
+            where it may (CAP_SYS_NICE), and else imports at 0 (its forks must not train niced).
     """
 
-    def __init__(self, host: ForkHost, env: dict[str, str], log_path: str, cwd: str, preload: Iterable[str] = ()) -> None:
+    def __init__(self, host: ForkHost, env: dict[str, str], log_path: str, cwd: str, preload: Iterable[str] = (), niceness: int = 0) -> None:
         self.host = host
         self.log_path = log_path
         self.state = ServerState.STARTING
@@ -137,6 +139,8 @@ class ForkServer:
         # rank keeps it (numpy only slices token batches; torch's own threads are set by the
         # trainer), where a cold rank with threads_per_rank > 1 would have a pool there.
         env = {**env, "OPENBLAS_NUM_THREADS": env.get("OPENBLAS_NUM_THREADS", "1")}
+        if niceness:
+            env[FORK_NICE_ENV] = str(niceness)
         ours, theirs = socket.socketpair()
         os.makedirs(os.path.dirname(log_path), exist_ok=True)
         try:
@@ -177,7 +181,7 @@ class ForkServer:
                     continue
                 with self._cond:
                     if msg["op"] is ForkOp.READY:
-                        self.ready_info = {k: msg[k] for k in ("pid", "import_s", "threads")}
+                        self.ready_info = {k: msg[k] for k in ("pid", "import_s", "threads", "import_niceness") if k in msg}
                         self.state = ServerState.READY
                     elif msg["op"] is ForkOp.EXITED and msg["id"] is not None:
                         self._exits[msg["id"]] = msg["code"]
@@ -308,6 +312,10 @@ class WarmForks:
         preload: modules every server imports besides :data:`PRELOAD` (the job's model package).
         state: the job's :class:`ForkPoolState` (a new one when not given).
         server: what starts one server (:class:`ForkServer`; the tests' fake launcher gives its own).
+        niceness: the niceness a server starting now imports at (ForkServer's ``niceness``):
+            the loop's rule is below the ranks once the job trains, so a new host's server
+            (a promoted standby's) does not take the training ranks' CPU for its ~16 s of
+            imports when host and job share cores, as here.
     """
 
     def __init__(
@@ -321,6 +329,7 @@ class WarmForks:
         preload: Iterable[str] = (),
         state: Optional[ForkPoolState] = None,
         server: Callable[..., Any] = ForkServer,
+        niceness: Callable[[], int] = lambda: 0,
     ) -> None:
         self.enabled = enabled
         self.launcher = launcher
@@ -330,6 +339,7 @@ class WarmForks:
         self._emit = emit
         self._preload = (*PRELOAD, *preload)
         self._server = server
+        self._niceness = niceness
         self.servers: dict[str, ForkServer] = {}
         self._announced: set[int] = set()  # pids whose ready/lost was emitted
         self.state = state if state is not None else ForkPoolState()
@@ -367,7 +377,7 @@ class WarmForks:
                 continue
             n = self.state.starts.get(host.key, 0)
             self.state.starts[host.key] = n + 1
-            self.servers[host.key] = self._server(host, self._env(), self._log_path(host.key, n), self._cwd, self._preload)
+            self.servers[host.key] = self._server(host, self._env(), self._log_path(host.key, n), self._cwd, self._preload, niceness=self._niceness())
 
     def pending(self) -> bool:
         """A server of this job is still importing (a drill waits for it, as for a standby)."""

@@ -56,7 +56,7 @@ from monarch_ft.controller.planner import FailureKind, RecoveryPlanner, Recovery
 from monarch_ft.controller.preflight import preflight
 from monarch_ft.controller.recovery import Recovery
 from monarch_ft.controller.relay import ReportRelay
-from monarch_ft.controller.standby_pool import StandbyPool, resolve_standby_groups
+from monarch_ft.controller.standby_pool import STANDBY_NICENESS, StandbyPool, resolve_standby_groups
 from monarch_ft.controller.state import JobState, LighthouseOutage
 from monarch_ft.controller.summary import job_outcome, job_summary, rollback_lines
 from monarch_ft.controller.takeover import DETACH_SIGNAL, DETACHED_EXIT, Takeover, relayed_records
@@ -211,6 +211,8 @@ class Supervisor:
             preload=(f"torchtitan.models.{cfg.model.name}",),
             state=state.forks,
             server=self._fork_server,
+            # Once the job trains, a server starting (a new host's, a lost one's) imports below the ranks.
+            niceness=lambda: STANDBY_NICENESS if self.state.first_step_time is not None else 0,
         )
         self.starter = RankStarter(cfg, layout, state, launcher, self.warm_forks, lambda: self.lighthouse.address)
         # Warm standby groups (monarch_ft.controller.standby_pool); each on a host/device slot after the groups'.

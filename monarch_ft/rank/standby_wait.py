@@ -125,6 +125,19 @@ def wait_for_promotion(path: str, poll_s: float = PROMOTION_POLL_S, orphaned: Op
         time.sleep(poll_s)
 
 
+def may_raise_priority(status_path: str = "/proc/self/status") -> bool:
+    """Whether this process may lower its niceness again (CAP_SYS_NICE in its effective set):
+    what decides if a fork server may import niced (monarch_ft.rank.zygote)."""
+    try:
+        with open(status_path) as f:
+            for line in f:
+                if line.startswith("CapEff:"):
+                    return bool(int(line.split()[1], 16) >> 23 & 1)  # CAP_SYS_NICE is capability 23
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def renice_threads(niceness: int = 0) -> Optional[str]:
     """Give every thread of this process ``niceness`` (Linux niceness is per thread, and a
     standby's threads were all started niced). Lowering it needs CAP_SYS_NICE: the error

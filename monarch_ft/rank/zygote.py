@@ -46,7 +46,7 @@ import traceback
 from typing import Iterable, Optional
 
 from monarch_ft.common import proctitle
-from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
+from monarch_ft.records.fork_wire import FORK_NICE_ENV, ForkOp, ProtocolError, decode, encode
 from monarch_ft.records.launch import WORKER_MODULE, ZYGOTE_MODULE, worker_spec
 
 # Native threads a fork is safe with. jemalloc (pyarrow's allocator, loaded through
@@ -89,13 +89,35 @@ def other_threads() -> list[str]:
     return names
 
 
-def serve(fd: int, preload: Iterable[str] = ()) -> int:
+def import_niceness(asked: Optional[str], may_raise: bool) -> int:
+    """The niceness the server imports at: what the pool asked (``MONARCH_FT_FORK_NICE``), only
+    where it may take priority 0 back once ready (else its forks would train niced).
+
+    Args:
+        asked: the environment variable's value (None: not set).
+        may_raise: the process holds CAP_SYS_NICE (standby_wait.may_raise_priority).
+    """
+    try:
+        n = int(asked or 0)
+    except ValueError:
+        return 0
+    return n if n > 0 and may_raise else 0
+
+
+def serve(fd: int, preload: Iterable[str] = (), niceness: int = 0) -> int:
     """The fork server's main loop, on the socket ``fd`` (a socketpair end from the controller),
-    after importing ``preload`` (the controller's fork pool passes its ``PRELOAD`` and the model package)."""
+    after importing ``preload`` (the controller's fork pool passes its ``PRELOAD`` and the model
+    package) at ``niceness`` (:func:`import_niceness`), back at 0 before it forks anything."""
+    from monarch_ft.rank.standby_wait import renice_threads
+
     sock = socket.socket(fileno=fd)
     started = time.time()
+    if niceness:
+        os.nice(niceness)  # single-threaded still: the threads started by the imports inherit it
     for name in preload:
         importlib.import_module(name)
+    if niceness and renice_threads(0) is not None:
+        return 3  # cannot happen with CAP_SYS_NICE; never fork ranks that would train niced
     sys.stdout.flush()
     sys.stderr.flush()
     rpipe, wpipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -107,7 +129,7 @@ def serve(fd: int, preload: Iterable[str] = ()) -> int:
     sel.register(sock, selectors.EVENT_READ)
     sel.register(rpipe, selectors.EVENT_READ)
     children: dict[int, int] = {}  # pid -> request id
-    sock.sendall(encode(ForkOp.READY, pid=os.getpid(), import_s=round(time.time() - started, 3), threads=other_threads()))
+    sock.sendall(encode(ForkOp.READY, pid=os.getpid(), import_s=round(time.time() - started, 3), threads=other_threads(), import_niceness=niceness))
     print(f"[forkserver {os.getpid()}] ready: imported in {time.time() - started:.2f}s, other threads: {other_threads()}", flush=True)
     buf = b""
     inherited = (fd, rpipe, wpipe)
@@ -249,7 +271,9 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m {ZYGOTE_MODULE} FD RUN_DIR [MODULE ...]", file=sys.stderr)
         return 2
     proctitle.set_title(argv[1], proctitle.FORK_SERVER)  # a forked rank retitles itself (monarch_ft.rank.worker)
-    code = serve(int(argv[0]), argv[2:])
+    from monarch_ft.rank.standby_wait import may_raise_priority
+
+    code = serve(int(argv[0]), argv[2:], import_niceness(os.environ.get(FORK_NICE_ENV), may_raise_priority()))
     sys.stdout.flush()
     # Nothing to finalise, and tearing down torch's modules only costs time.
     os._exit(code)

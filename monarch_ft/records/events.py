@@ -164,7 +164,7 @@ class EventKind(StrEnum):
     node, lasted_s. The scheduler's node_state shows when it counts it up again."""
     # Warm fork servers (monarch_ft.controller.fork_pool).
     FORK_SERVER_READY = "fork_server_ready"
-    """A fork server finished its imports on a host: relaunches there fork from it."""
+    """A fork server finished its imports on a host (in ``import_s``, at ``import_niceness``): relaunches there fork from it."""
     FORK_SERVER_LOST = "fork_server_lost"
     """A fork server died (its exit code, whether it had been ready); it is restarted."""
     # Written by the ranks (their report files), relayed by the controller.

@@ -18,6 +18,10 @@ from typing import Any
 
 from monarch_ft.records.events import StrEnum
 
+# The environment variable with which the pool asks a server to import at this niceness and
+# take priority 0 back once ready (monarch_ft.rank.zygote): its forks train at the ranks' priority.
+FORK_NICE_ENV = "MONARCH_FT_FORK_NICE"
+
 
 class ForkOp(StrEnum):
     """The protocol's messages (``op``)."""

@@ -444,9 +444,10 @@ class FakeLauncher(Launcher):
     def fork_host(self, group: int) -> Optional[ForkHost]:
         return ForkHost("fakehost", [], None)
 
-    def fork_server(self, host: ForkHost, env: dict, log_path: str, cwd: str, preload: Iterable[str] = ()) -> FakeForkServer:
+    def fork_server(self, host: ForkHost, env: dict, log_path: str, cwd: str, preload: Iterable[str] = (), niceness: int = 0) -> FakeForkServer:
         """What WarmForks starts a server with (``Supervisor(fork_server=...)``)."""
         server = FakeForkServer(self, host, log_path)
+        server.niceness = niceness
         self.servers.append(server)
         return server
 

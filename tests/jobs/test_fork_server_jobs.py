@@ -14,6 +14,7 @@ import pytest
 from monarch_ft.common.process import die_with_parent
 from monarch_ft.controller.fork_pool import ForkError, ForkServer, ServerState
 from monarch_ft.launcher.base import ForkHost, RankLaunch
+from monarch_ft.rank.standby_wait import may_raise_priority
 
 WORKER = [sys.executable, "-m", "monarch_ft.rank.worker"]
 
@@ -37,12 +38,17 @@ def _wait(predicate, timeout: float, what: str):
 def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
     """A fork server with the worker's imports: forked children are ranks in their own
     session and log, signals and /proc reach them by pid, their exit codes come back through
-    the server; once the server is gone a child is watched by pid and start time."""
+    the server; once the server is gone a child is watched by pid and start time. Started
+    while a job trains, it imports niced and takes priority 0 back before it forks a rank."""
     env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONUNBUFFERED="1")
-    server = ForkServer(ForkHost("localhost", [], die_with_parent), env, str(tmp_path / "logs" / "fs.log"), str(tmp_path), ["monarch_ft.rank.trainer"])
+    host = ForkHost("localhost", [], die_with_parent)
+    server = ForkServer(host, env, str(tmp_path / "logs" / "fs.log"), str(tmp_path), ["monarch_ft.rank.trainer"], niceness=10)
     try:
+        niced = 10 if may_raise_priority() else 0  # root here: CAP_SYS_NICE
+        _wait(lambda: psutil.Process(server.pid).nice() == niced or server.state is ServerState.READY, 10, "the server's niceness")
         _wait(lambda: server.state is ServerState.READY, 120, "the fork server ready")
-        assert server.ready_info["import_s"] > 0
+        assert server.ready_info["import_s"] > 0 and server.ready_info["import_niceness"] == niced, server.ready_info
+        assert psutil.Process(server.pid).nice() == 0, "priority 0 back before any fork"
         # A spec that is not there: the worker fails as `python -m monarch_ft.rank.worker` would (1).
         bad = server.fork(_launch(tmp_path, "bad", str(tmp_path / "missing.json")), die_with_parent=False)
         assert bad.wait(30) == 1
@@ -55,6 +61,7 @@ def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
         a = server.fork(_launch(tmp_path, "a", str(fifos[0])), die_with_parent=False)
         b = server.fork(_launch(tmp_path, "b", str(fifos[1])), die_with_parent=False)
         pa = psutil.Process(a.pid)
+        assert pa.nice() == 0, "a forked rank trains at the ranks' priority"
         assert pa.ppid() == server.pid and os.getsid(a.pid) == a.pid and pa.cwd() == str(tmp_path)
         # It reads as the rank it is (ps, psutil, a run's leak check), not as the server.
         assert pa.cmdline() == a.launch.argv, pa.cmdline()

@@ -15,6 +15,7 @@ import pytest
 from monarch_ft.cli.jobctl import job_status, straggler_lines
 from monarch_ft.controller.loop import Supervisor
 from monarch_ft.controller.state import IllegalTransition
+from monarch_ft.controller.standby_pool import STANDBY_NICENESS
 from monarch_ft.launcher.base import LauncherTraits
 from monarch_ft.launcher.slurm import node_health
 from monarch_ft.records.events import GiveUpReason, GroupStatus, JobStatus
@@ -134,6 +135,19 @@ def test_the_fork_server_still_importing_starts_cold_and_a_failed_fork_is_decide
     # Ready by then, but the fork fails at launch: the planner's second decision, recorded.
     assert (second["path"], second["cold_because"], second["planned"]) == ("cold_start", "the fork server refused: out of memory", "warm_fork")
     assert job.state.groups[1].status == GroupStatus.DONE
+
+
+def test_a_fork_server_started_while_the_job_trains_imports_below_the_ranks(tmp_path, world):
+    job = Job(tmp_path, world, training__steps=40)
+
+    def lose_server(_job):
+        job.launcher.servers[0].gone = True
+
+    assert job.run(hooks=[AtStep(20, lose_server)]) == 0
+    first, second = job.launcher.servers[:2]
+    # At launch nothing trains yet: its imports race only the first ranks' own. Restarted
+    # mid-job (a lost one, or a new host's), it yields the CPU to the training ranks.
+    assert (first.niceness, second.niceness) == (0, STANDBY_NICENESS)
 
 
 # ---------------------------------------------------------------- the job's state

@@ -12,7 +12,8 @@ import pytest
 from monarch_ft.controller.fork_pool import ServerState, relaunch_path
 from monarch_ft.launcher.base import Launcher
 from monarch_ft.launcher.local import LocalLauncher
-from monarch_ft.rank.zygote import fork_unsafe
+from monarch_ft.rank.standby_wait import may_raise_priority
+from monarch_ft.rank.zygote import fork_unsafe, import_niceness
 from monarch_ft.records.events import RecoveryPath
 from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
 from monarch_ft.records.launch import worker_spec
@@ -81,3 +82,16 @@ def test_which_launchers_fork():
             raise NotImplementedError
 
     assert Engine().fork_host(0) is None
+
+
+def test_a_server_imports_niced_only_where_it_may_take_priority_0_back(tmp_path):
+    assert import_niceness("10", may_raise=True) == 10
+    # Without CAP_SYS_NICE its forks would train niced: it imports at 0.
+    assert import_niceness("10", may_raise=False) == 0
+    assert import_niceness(None, True) == 0 and import_niceness("x", True) == 0 and import_niceness("-5", True) == 0
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nCapEff:\t000001ffffffffff\n")  # root: every capability
+    assert may_raise_priority(str(status))
+    status.write_text("Name:\tpython\nCapEff:\t0000000000000000\n")
+    assert not may_raise_priority(str(status))
+    assert not may_raise_priority(str(tmp_path / "missing"))
