@@ -1,5 +1,5 @@
 """A fail-slow group in a real job: group 1's host gets 30% of its CPU (a cgroup quota) from
-step 40 for 45 s; under ft.straggler=evict it is named within the window, replaced by the standby on
+step 40 for 30 s; under ft.straggler=evict it is named within the window, replaced by the standby on
 another host, the job's committed steps per second rise again, and the weights agree.
 
 The other policies (report names it and evicts nobody, no standby keeps it, a job about to
@@ -34,7 +34,7 @@ def test_a_slow_group_is_evicted_to_the_standby_and_the_job_regains_its_pace(run
         "launcher=local_hosts",
         "ft.straggler=evict",
         f"ft.straggler_window={WINDOW}",
-        "chaos.faults=[{kind: slow, at_step: 40, target: 1, scope: group, cpu_fraction: 0.3, duration_s: 45}]",
+        "chaos.faults=[{kind: slow, at_step: 40, target: 1, scope: group, cpu_fraction: 0.3, duration_s: 30}]",
         timeout=540,
     )
     events = read_jsonl(run_dir / "events.jsonl")
