@@ -181,7 +181,7 @@ class ForkServer:
                     continue
                 with self._cond:
                     if msg["op"] is ForkOp.READY:
-                        self.ready_info = {k: msg[k] for k in ("pid", "import_s", "threads", "import_niceness") if k in msg}
+                        self.ready_info = {k: msg[k] for k in ("pid", "import_s", "threads", "import_niceness")}
                         self.state = ServerState.READY
                     elif msg["op"] is ForkOp.EXITED and msg["id"] is not None:
                         self._exits[msg["id"]] = msg["code"]

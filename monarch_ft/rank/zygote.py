@@ -46,6 +46,7 @@ import traceback
 from typing import Iterable, Optional
 
 from monarch_ft.common import proctitle
+from monarch_ft.rank.standby_wait import may_raise_priority, renice_threads
 from monarch_ft.records.fork_wire import FORK_NICE_ENV, ForkOp, ProtocolError, decode, encode
 from monarch_ft.records.launch import WORKER_MODULE, ZYGOTE_MODULE, worker_spec
 
@@ -108,16 +109,17 @@ def serve(fd: int, preload: Iterable[str] = (), niceness: int = 0) -> int:
     """The fork server's main loop, on the socket ``fd`` (a socketpair end from the controller),
     after importing ``preload`` (the controller's fork pool passes its ``PRELOAD`` and the model
     package) at ``niceness`` (:func:`import_niceness`), back at 0 before it forks anything."""
-    from monarch_ft.rank.standby_wait import renice_threads
-
     sock = socket.socket(fileno=fd)
     started = time.time()
     if niceness:
         os.nice(niceness)  # single-threaded still: the threads started by the imports inherit it
     for name in preload:
         importlib.import_module(name)
-    if niceness and renice_threads(0) is not None:
-        return 3  # cannot happen with CAP_SYS_NICE; never fork ranks that would train niced
+    error = renice_threads(0) if niceness else None
+    if error is not None:
+        # Checked before nicing (may_raise_priority), so not expected; but never fork ranks that would train niced.
+        print(f"[forkserver {os.getpid()}] cannot take priority 0 back after importing at {niceness}: {error}", file=sys.stderr, flush=True)
+        return 3
     sys.stdout.flush()
     sys.stderr.flush()
     rpipe, wpipe = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -271,8 +273,6 @@ def main(argv: list[str]) -> int:
         print(f"usage: python -m {ZYGOTE_MODULE} FD RUN_DIR [MODULE ...]", file=sys.stderr)
         return 2
     proctitle.set_title(argv[1], proctitle.FORK_SERVER)  # a forked rank retitles itself (monarch_ft.rank.worker)
-    from monarch_ft.rank.standby_wait import may_raise_priority
-
     code = serve(int(argv[0]), argv[2:], import_niceness(os.environ.get(FORK_NICE_ENV), may_raise_priority()))
     sys.stdout.flush()
     # Nothing to finalise, and tearing down torch's modules only costs time.

@@ -3,7 +3,7 @@
 Newline-delimited JSON over a socketpair inherited by the server (fd in argv), ``op``
 naming the message (:class:`ForkOp`):
 
-- server -> controller: ``ready`` (pid, import seconds, threads), ``forked`` (id, pid),
+- server -> controller: ``ready`` (pid, import seconds, threads, the niceness it imported at), ``forked`` (id, pid),
   ``refused`` (id, error), ``exited`` (id, pid, code: negative for a signal, as subprocess);
 - controller -> server: ``fork`` (id, argv, env, cwd, log_path, die_with_parent).
 
@@ -38,7 +38,7 @@ class ProtocolError(ValueError):
 
 
 _FIELDS: dict[ForkOp, tuple[str, ...]] = {
-    ForkOp.READY: ("pid", "import_s", "threads"),
+    ForkOp.READY: ("pid", "import_s", "threads", "import_niceness"),
     ForkOp.FORK: ("id", "argv", "env", "cwd", "log_path", "die_with_parent"),
     ForkOp.FORKED: ("id", "pid"),
     ForkOp.REFUSED: ("id", "error"),

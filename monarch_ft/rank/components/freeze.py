@@ -17,9 +17,10 @@ than the heartbeat timeout in which the process used next to no CPU time (under
 to drop it. Two other gaps are not freezes, as its heartbeats (the Manager's Rust thread)
 went on through them: the main thread holding the GIL on the CPU (a save's pickling, 0.3-0.4 s
 every few saves here), and a process starved of CPU by others on its cores (fork servers
-importing beside the ranks gave 0.5-0.6 s gaps at a third of a core each). The next quorum request then waits until ``settle_s`` after the wake,
-so that peers woken with it have heartbeaten again: the Lighthouse sees them alive, refuses
-a quorum of one, and the group behind heals from the one ahead (TorchFT's ordinary path).
+importing beside the ranks gave 0.5-0.6 s gaps at a third of a core each). After a freeze the
+next quorum request waits until ``settle_s`` after the wake, so that peers woken with it have
+heartbeaten again: the Lighthouse sees them alive, refuses a quorum of one, and the group
+behind heals from the one ahead (TorchFT's ordinary path).
 
 A request already waiting at the Lighthouse when the freeze began is not the rank's to
 hold back; the controller's integrity check (controller.integrity) still catches what that
@@ -81,7 +82,8 @@ class FreezeWatch:
     """Notices that this process was frozen; :meth:`settle` holds the next quorum request back.
 
     Args:
-        threshold_s: a gap between ticks longer than this is a freeze (``ft.heartbeat_timeout_ms``).
+        threshold_s: a gap between ticks longer than this, spent off the CPU, is a freeze
+            (:func:`is_freeze`; ``ft.heartbeat_timeout_ms``).
         settle_s: how long after waking a quorum request waits (twice the heartbeat timeout:
             a peer woken at the same time has heartbeaten by then, on a loaded host too).
         tick_s: seconds between ticks (``ft.heartbeat_interval_ms``).
