@@ -371,6 +371,9 @@ class Trainer:
             fingerprint=lambda: fingerprint(self._saved_state()).digest,
         )
         self.loaded_step: Optional[int] = None
+        # The step of the newest save tried, or of the checkpoint loaded: on disk already
+        # (see :meth:`save_final`).
+        self.saved_step = -1
         if cfg.checkpoint.enable and spec.load_step is not None:
             self.load_checkpoint(spec.load_step, spec.load_path)
         self.fault_agent = FaultAgent(self.layout, spec.group, spec.rank, self.reporter.event)
@@ -461,6 +464,7 @@ class Trainer:
         self.loaded_step = self.manager.current_step() if loaded else None
         if loaded:
             self.sync.after_checkpoint_load()
+            self.saved_step = self.sync.steps_done()
         self.reporter.event(EventKind.CHECKPOINT_LOADED if loaded else EventKind.CHECKPOINT_MISSING, step=self.manager.current_step())
 
     def _loaded_state_problem(self, step: int, path: Optional[str]) -> Optional[str]:
@@ -494,6 +498,7 @@ class Trainer:
         never mistaken for a checkpoint; older steps stay) and reports
         ``checkpoint_save_failed`` with the errno and the path. Anything else that fails a
         save (a bug, a peer gone) still ends the rank."""
+        self.saved_step = step
         try:
             with self.save_watchdog.guard(step):
                 self.fault_agent.during_save()
@@ -557,6 +562,21 @@ class Trainer:
         loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.to(self.device).flatten())
         loss.backward()
         return loss
+
+    def save_final(self, step: int, last: int) -> None:
+        """The last step's checkpoint, where the step's own save did not happen.
+
+        A step saves as the last one when it is the finish this rank read before training it.
+        A ``stop`` writes its finish while the groups step: the controller asks for its view
+        of the job's step plus ``FINISH_MARGIN``, and that view lags the groups by the report
+        relay's delay, so a group can be training the very step asked for when the number
+        lands, read the new finish only after committing it, and would end with no
+        checkpoint of its last step (CI at cd3a267: one group of two had none). Each rank
+        saves ``last`` exactly once, in its step or here, so the group's ranks still enter
+        the save's collectives together."""
+        if self.cfg.checkpoint.enable and step == last and self.saved_step != step:
+            self.liveness.enter(Phase.SAVE)
+            self.save_checkpoint(step, last_step=True)
 
     def hold_step(self, step: int) -> bool:
         """Past the last step: keep serving quorums while the supervisor holds the job open
@@ -684,8 +704,10 @@ class Trainer:
             step = self.sync.position()
             self.lease.finish_if_ended(self.reporter.event, self.layout.stop_at_step, step, self.announced_done)
             last = self.sync.align_stop(self.stop_at.steps())
-            if step >= last and not self.hold_step(step):
-                break
+            if step >= last:
+                self.save_final(step, last)
+                if not self.hold_step(step):
+                    break
             self.train_step(step, last)
         final = self.sync.consistent_state(self.state_dict())
         self.reporter.event(
