@@ -56,6 +56,11 @@ PROBE_MIN_EXCESS_S = 0.02
 # The job's collective time must exceed its floor by this much, too, to start a round (on a
 # loaded 2-core machine it wanders 20-30 ms above its floor; a 20 Mbit/s link added a second).
 TRIGGER_MIN_RISE_S = 0.05
+# A collective rise this many times the compute's own rise is a link's, however much compute
+# rose beside it: on a 2-core machine a 16 ms compute floor doubles for seconds at a time, and a
+# drill's 20 Mbit/s link (collective +0.9 s, compute +0.03 s) waited 10 s for its first round
+# behind the compute rule alone (machine-wide load raises both alike: ratio 1-2).
+TRIGGER_DOMINANCE = 10.0
 # Steps each group's newest collective and compute time are taken over to tell a rise (fewer
 # than a window: a slow link can cost a second a step, and a probe round is cheap).
 TRIGGER_STEPS = 3
@@ -381,9 +386,9 @@ def probe_due(watch: StragglerWatch, active: Iterable[int], limits: StragglerLim
     The rule, at most once per :data:`PROBE_GAP_S`:
 
     - the job's collective seconds per step exceed ``factor`` x its floor (and
-      :data:`TRIGGER_MIN_RISE_S` more) while its compute stays within ``factor`` x its own floor,
-      and no group is a CPU straggler (one that others wait for lengthens their collective:
-      that rise is explained);
+      :data:`TRIGGER_MIN_RISE_S` more) while its compute stays within ``factor`` x its own floor
+      or rose by less than :data:`TRIGGER_DOMINANCE` times less, and no group is a CPU
+      straggler (one that others wait for lengthens their collective: that rise is explained);
     - or a link straggler is named (a round tells whether it cleared);
     - or ``interval_s`` (``ft.link_probe_s``; 0: never) passed since the last round.
 
@@ -397,7 +402,8 @@ def probe_due(watch: StragglerWatch, active: Iterable[int], limits: StragglerLim
         coll, comp = pace
         if watch.collective_floor_s is not None and watch.compute_floor_s is not None:
             floor, compute_floor = watch.collective_floor_s, max(watch.compute_floor_s, limits.min_excess_s)
-            rose = coll > limits.factor * floor and coll - floor > TRIGGER_MIN_RISE_S and comp <= limits.factor * compute_floor
+            explained = comp > limits.factor * compute_floor and (coll - floor) < TRIGGER_DOMINANCE * (comp - compute_floor)
+            rose = coll > limits.factor * floor and coll - floor > TRIGGER_MIN_RISE_S and not explained
         watch.collective_floor_s = coll if watch.collective_floor_s is None else min(watch.collective_floor_s, coll)
         watch.compute_floor_s = comp if watch.compute_floor_s is None else min(watch.compute_floor_s, comp)
     if now - watch.last_probe_at < PROBE_GAP_S:

@@ -333,6 +333,9 @@ def test_a_probe_round_is_due_when_the_collective_rises_and_compute_does_not():
     watch.last_probe_at = 101.0
     assert probe_due(watch, [0, 1, 2], LIMITS, now=101.0 + PROBE_GAP_S / 2, interval_s=0) is None  # at most once per gap
     assert probe_due(watch, [0, 1, 2], LIMITS, now=101.0 + PROBE_GAP_S, interval_s=0) == ProbeReason.COLLECTIVE_ROSE
+    # Compute doubling beside it (a 2-core machine's noise) does not explain a rise 30x its own.
+    run(watch, range(13, 16), {0: 0.1, 1: 0.11, 2: 0.1}, {0: 1.1, 1: 1.07, 2: 1.2}, noise=0.05)
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=101.0 + 2 * PROBE_GAP_S, interval_s=0) == ProbeReason.COLLECTIVE_ROSE
     # A link straggler named: rechecked every gap until a round clears it.
     watch.flagged[1] = SlowKind.LINK.value
     assert probe_due(watch, [0, 1, 2], LIMITS, now=120.0, interval_s=0) == ProbeReason.RECHECK
