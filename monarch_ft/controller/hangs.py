@@ -434,6 +434,9 @@ class StepTimeLearner:
     def p99(self) -> Optional[float]:
         return percentile(list(self.samples), 99) if self.samples else None
 
+    def median(self) -> Optional[float]:
+        return percentile(list(self.samples), 50) if self.samples else None
+
 
 def is_job_stall(hung: dict[int, Hang], stepping: Sequence[int]) -> bool:
     """Every group that was stepping looks hung and none is stuck by itself.

@@ -50,7 +50,7 @@ from monarch_ft.launcher.base import Launcher, RankProcess
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus, StrEnum
 from monarch_ft.records.layout import RunLayout, atomic_write, read_json
-from monarch_ft.records.lease import FINISH_MARGIN, heartbeat_time, lower_finish
+from monarch_ft.records.lease import controller_finish_margin, heartbeat_time, lower_finish
 from monarch_ft.records.reports import ReportTail
 
 # The documented detach signal: the controller exits, the job keeps training.
@@ -249,7 +249,7 @@ class Takeover:
             # python -m monarch_ft stop: every group finishes at one step just ahead, saves its
             # checkpoint there and exits 0 (what the ranks do by themselves with no controller).
             state.stop_seen = True
-            step = lower_finish(self.layout.stop_at_step, state.job_step + FINISH_MARGIN)
+            step = lower_finish(self.layout.stop_at_step, state.job_step + controller_finish_margin(state.step_times.median()))
             events.emit(EventKind.FINISH_REQUESTED, step=step, reason="stop_command")
 
     def close(self, state: JobState, events: EventLog, finished: bool) -> None:

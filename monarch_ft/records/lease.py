@@ -13,6 +13,7 @@ Light on purpose (no torch, no Hydra): the Lighthouse guard imports it.
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from typing import Optional
@@ -22,6 +23,28 @@ from monarch_ft.records.layout import atomic_write, read_int
 # Steps past the one a rank is at when it notices: every group, at most a step apart in
 # a quorum, reads the file before it gets there.
 FINISH_MARGIN = 2
+# The controller's view of the job's step lags the ranks by its report relay's delay (a watch
+# tick, a record not yet flushed): a ``stop`` asks this many seconds of steps ahead of it, too.
+FINISH_LEAD_S = 1.0
+# The most steps that lead may add (a learned step time of microseconds is not a job's pace).
+FINISH_LEAD_MAX = 500
+
+
+def controller_finish_margin(step_s: Optional[float]) -> int:
+    """Steps ahead of its own view of the job's step that the controller asks every group to
+    finish (a ``stop``): :data:`FINISH_MARGIN` plus :data:`FINISH_LEAD_S` of steps at ``step_s``
+    seconds a step (the ranks' learned compute time: an underestimate of a step, so the lead
+    errs long). Two steps alone were once fewer than the view lagged by: a group trained the
+    very step asked for while the number landed (CI at cd3a267). The lead matters more for a
+    group of several ranks: each rank reads the file by itself, and a finish already reached
+    by one rank's read and not the other's would split the group's collectives.
+
+    Args:
+        step_s: seconds a step takes (None: not learned yet; the fixed margin alone).
+    """
+    if not step_s or step_s <= 0:
+        return FINISH_MARGIN
+    return FINISH_MARGIN + min(FINISH_LEAD_MAX, math.ceil(FINISH_LEAD_S / step_s))
 
 
 def heartbeat_time(path: str) -> Optional[float]:

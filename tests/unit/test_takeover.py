@@ -16,7 +16,7 @@ from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import GroupStatus
 from monarch_ft.records.layout import RunLayout
-from monarch_ft.records.lease import finish_at, lease_expired, lower_finish, stop_unanswered
+from monarch_ft.records.lease import FINISH_LEAD_MAX, FINISH_MARGIN, controller_finish_margin, finish_at, lease_expired, lower_finish, stop_unanswered
 
 
 def test_identity_is_pid_and_start_time():
@@ -80,6 +80,13 @@ def test_finish_at_first_writer_wins(tmp_path):
     assert finish_at(path, 11) == 12  # a later rank reads the step in force
     assert open(path).read() == "12"
     assert sorted(os.listdir(tmp_path)) == ["stop_at_step"]
+
+
+def test_a_controller_s_stop_asks_a_second_of_steps_ahead_of_its_lagging_view():
+    assert controller_finish_margin(None) == FINISH_MARGIN  # no pace learned yet
+    assert controller_finish_margin(0.05) == FINISH_MARGIN + 20  # 20 steps a second
+    assert controller_finish_margin(3.0) == FINISH_MARGIN + 1  # slow steps: the next one
+    assert controller_finish_margin(1e-7) == FINISH_MARGIN + FINISH_LEAD_MAX
 
 
 def test_a_stop_lowers_a_finish_step_already_asked_for_and_every_rank_reads_the_lowest(tmp_path):
