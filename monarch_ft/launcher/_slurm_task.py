@@ -22,6 +22,7 @@ import subprocess
 import sys
 import time
 
+from monarch_ft.common.cpu_priority import to_background
 from monarch_ft.common.process import die_with_parent, pid_space, start_ticks
 from monarch_ft.records.layout import atomic_write, atomic_write_json
 
@@ -67,7 +68,7 @@ def run_task(manifest_path: str) -> int:
         # (RankLaunch.niceness: a warm standby below the training ranks).
         die_with_parent()
         if niceness:
-            os.nice(niceness)
+            to_background(niceness)
 
     with open(spec["log_path"], "ab") as log:
         child = subprocess.Popen(

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from monarch_ft.common.cpu_priority import to_background
 from monarch_ft.common.process import die_with_parent
 from monarch_ft.launcher.hosts import on_host
 from monarch_ft.launcher.base import AdoptedProcess, Capability, ForkHost, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess, restore_later
@@ -43,7 +44,7 @@ def _niced(preexec: Optional[Callable[[], None]], niceness: int) -> Optional[Cal
     def run() -> None:
         if preexec is not None:
             preexec()
-        os.nice(niceness)
+        to_background(niceness)
 
     return run
 

@@ -170,12 +170,14 @@ class Options(LauncherOptions):
 
 # The proc runs under sh: cd, send all output to the rank's log, run the Python proc in the
 # foreground at the rank's niceness (RankLaunch.niceness; nice execs it, so the proc is still
-# the shell's child and $? its status), record its $? atomically, exit with it (Monarch then
-# sees the same status).
+# the shell's child and $? its status), under SCHED_IDLE too when niced and chrt is there
+# (what monarch_ft.common.cpu_priority.to_background does for the other launchers), record its
+# $? atomically, exit with it (Monarch then sees the same status).
 _WRAPPER = (
     'cd "$MONARCH_FT_CWD" || exit 97; '
     'exec >>"$MONARCH_FT_LOG" 2>&1 </dev/null; '
-    'nice -n "${MONARCH_FT_NICE:-0}" "$0" "$@"; code=$?; '
+    'if [ "${MONARCH_FT_NICE:-0}" != 0 ] && command -v chrt >/dev/null 2>&1; then set -- chrt -i 0 "$0" "$@"; else set -- "$0" "$@"; fi; '
+    'nice -n "${MONARCH_FT_NICE:-0}" "$@"; code=$?; '
     'echo "$code" >"$MONARCH_FT_EXIT.tmp" && mv -f "$MONARCH_FT_EXIT.tmp" "$MONARCH_FT_EXIT"; '
     "exit $code"
 )

@@ -5,13 +5,13 @@ A standby rank builds everything identity-free (``monarch_ft.rank.trainer``), th
 here for its promotion file (:func:`wait_for_promotion`), which the controller's standby pool
 (``monarch_ft.controller.standby_pool``) writes once, whole: a
 :class:`~monarch_ft.records.decisions.Promotion`. It then takes the group's identity
-(:func:`promoted_spec`) and its CPU priority back (:func:`renice_threads`).
+(:func:`promoted_spec`) and its CPU priority back
+(:func:`monarch_ft.common.cpu_priority.to_foreground`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from typing import Any, Callable, Optional
 
@@ -123,33 +123,3 @@ def wait_for_promotion(path: str, poll_s: float = PROMOTION_POLL_S, orphaned: Op
         if reason:
             return reason
         time.sleep(poll_s)
-
-
-def may_raise_priority(status_path: str = "/proc/self/status") -> bool:
-    """Whether this process may lower its niceness again (CAP_SYS_NICE in its effective set):
-    what decides if a fork server may import niced (monarch_ft.rank.zygote)."""
-    try:
-        with open(status_path) as f:
-            for line in f:
-                if line.startswith("CapEff:"):
-                    return bool(int(line.split()[1], 16) >> 23 & 1)  # CAP_SYS_NICE is capability 23
-    except (OSError, ValueError, IndexError):
-        pass
-    return False
-
-
-def renice_threads(niceness: int = 0) -> Optional[str]:
-    """Give every thread of this process ``niceness`` (Linux niceness is per thread, and a
-    standby's threads were all started niced). Lowering it needs CAP_SYS_NICE: the error
-    is returned (and reported) rather than raised, the promoted group then runs niced."""
-    try:
-        tids = [int(t) for t in os.listdir("/proc/self/task")]
-    except OSError as e:
-        return str(e)
-    error = None
-    for tid in tids:
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, niceness)
-        except OSError as e:
-            error = f"{type(e).__name__}: {e}"
-    return error

@@ -289,7 +289,8 @@ class Trainer:
         then become the group it names: its report files, attempt and the supervisor's
         decision on where its state comes from (monarch_ft.rank.standby_wait)."""
         from monarch_ft.common.process import outlive_parent
-        from monarch_ft.rank.standby_wait import ControllerWatch, orphan_after_s, promoted_spec, renice_threads, wait_for_promotion
+        from monarch_ft.common.cpu_priority import to_foreground
+        from monarch_ft.rank.standby_wait import ControllerWatch, orphan_after_s, promoted_spec, wait_for_promotion
 
         self.liveness.enter(Phase.STANDBY)
         self.reporter.event(EventKind.STANDBY_READY, standby=self.spec.standby)
@@ -313,7 +314,7 @@ class Trainer:
             self.spec.attempt,
             build_metric_sinks(self.cfg.metrics, self.layout, self.spec.group, self.spec.rank, self.spec.attempt),
         )
-        renice_error = renice_threads(0)
+        renice_error = to_foreground()
         self.reporter.event(
             EventKind.RANK_STARTED, standby=promotion.standby, promotion_latency_s=round(time.time() - promotion.promoted_at, 3), renice_error=renice_error
         )

@@ -46,7 +46,7 @@ import traceback
 from typing import Iterable, Optional
 
 from monarch_ft.common import proctitle
-from monarch_ft.rank.standby_wait import may_raise_priority, renice_threads
+from monarch_ft.common.cpu_priority import may_raise_priority, to_background, to_foreground
 from monarch_ft.records.fork_wire import FORK_NICE_ENV, ForkOp, ProtocolError, decode, encode
 from monarch_ft.records.launch import WORKER_MODULE, ZYGOTE_MODULE, worker_spec
 
@@ -96,7 +96,7 @@ def import_niceness(asked: Optional[str], may_raise: bool) -> int:
 
     Args:
         asked: the environment variable's value (None: not set).
-        may_raise: the process holds CAP_SYS_NICE (standby_wait.may_raise_priority).
+        may_raise: the process holds CAP_SYS_NICE (common.cpu_priority.may_raise_priority).
     """
     try:
         n = int(asked or 0)
@@ -112,10 +112,10 @@ def serve(fd: int, preload: Iterable[str] = (), niceness: int = 0) -> int:
     sock = socket.socket(fileno=fd)
     started = time.time()
     if niceness:
-        os.nice(niceness)  # single-threaded still: the threads started by the imports inherit it
+        to_background(niceness)  # single-threaded still: the threads started by the imports inherit it
     for name in preload:
         importlib.import_module(name)
-    error = renice_threads(0) if niceness else None
+    error = to_foreground() if niceness else None
     if error is not None:
         # Checked before nicing (may_raise_priority), so not expected; but never fork ranks that would train niced.
         print(f"[forkserver {os.getpid()}] cannot take priority 0 back after importing at {niceness}: {error}", file=sys.stderr, flush=True)

@@ -138,7 +138,7 @@ class EventKind(StrEnum):
     (``cold_because``: why a relaunch without a standby did not fork from a warm fork server)."""
     # Warm standby groups (monarch_ft.controller.standby_pool), written by the controller.
     STANDBY_LAUNCHED = "standby_launched"
-    """A standby group's ranks were launched (niced, to build in the background)."""
+    """A standby group's ranks were launched (niced and under ``SCHED_IDLE``, to build in the background)."""
     STANDBY_READY = "standby_ready"
     """Every rank of the standby built and waiting for a promotion; in a standby rank's report, that rank."""
     STANDBY_PROMOTED = "standby_promoted"

@@ -85,7 +85,7 @@ def test_local_launcher_applies_a_ranks_niceness_to_its_process(tmp_path):
     from monarch_ft.launcher.base import RankLaunch
     from monarch_ft.launcher.local import LocalLauncher
 
-    code = "import os; print(os.getpriority(os.PRIO_PROCESS, 0))"
+    code = "import os; print(os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))"
     base = os.getpriority(os.PRIO_PROCESS, 0)
     outs = []
     for niceness in (0, 10):
@@ -93,8 +93,9 @@ def test_local_launcher_applies_a_ranks_niceness_to_its_process(tmp_path):
         launch = RankLaunch(0, 0, 0, [sys.executable, "-c", code], dict(os.environ), str(log), str(tmp_path), niceness=niceness, die_with_controller=True)
         (p,) = LocalLauncher().launch_group([launch])
         assert p.wait(30) == 0
-        outs.append(int(log.read_text().strip()))
-    assert outs == [base, min(19, base + 10)]  # argv stays the rank's own command
+        outs.append(tuple(int(x) for x in log.read_text().split()))
+    # argv stays the rank's own command; a standby builds in the background (SCHED_IDLE too).
+    assert outs == [(base, os.SCHED_OTHER), (min(19, base + 10), os.SCHED_IDLE)]
 
 
 def test_no_standby_before_the_groups_are_up_nor_when_finishing():

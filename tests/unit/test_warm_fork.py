@@ -12,7 +12,7 @@ import pytest
 from monarch_ft.controller.fork_pool import ServerState, relaunch_path
 from monarch_ft.launcher.base import Launcher
 from monarch_ft.launcher.local import LocalLauncher
-from monarch_ft.rank.standby_wait import may_raise_priority
+from monarch_ft.common.cpu_priority import may_raise_priority
 from monarch_ft.rank.zygote import fork_unsafe, import_niceness
 from monarch_ft.records.events import RecoveryPath
 from monarch_ft.records.fork_wire import ForkOp, ProtocolError, decode, encode
