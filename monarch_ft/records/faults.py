@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import signal
 import time
+from typing import Optional
 
 from monarch_ft.records.layout import RunLayout, atomic_write_json
 
@@ -39,12 +40,14 @@ def request_bitflip(layout: RunLayout, group: int, rank: int, tensor: str, bit: 
     return path
 
 
-def request_transfer_fault(layout: RunLayout, group: int, rank: int, chunk: int = 0) -> str:
+def request_transfer_fault(layout: RunLayout, group: int, rank: int, chunk: int = 0, times: Optional[int] = None) -> str:
     """A test hook: damage chunk ``chunk`` of what the rank sends when TorchFT makes it a
     healing peer's source (its in-flight bytes; the checksum sent with them stays the true one),
-    so the receiver must fetch that chunk again from another healthy peer."""
+    so the receiver must fetch that chunk again from another healthy peer; ``times``: only the
+    first that many times (None: every time; then a receiver with no other peer never heals)."""
     path = layout.transfer_fault(group, rank)
-    atomic_write_json(path, {"corrupt_chunk": chunk, "sent_only": True, "requested_at": time.time()})
+    extra = {} if times is None else {"times": times}
+    atomic_write_json(path, {"corrupt_chunk": chunk, "sent_only": True, **extra, "requested_at": time.time()})
     return path
 
 

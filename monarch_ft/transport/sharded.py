@@ -324,8 +324,17 @@ class ShardedTransport(CheckpointTransport[T]):
     def set_test_fault(self, fault: Dict[str, Any]) -> None:
         """A test hook: damage what this transport serves from now on. ``corrupt_chunk``: flip a
         byte of that chunk in flight (the checksum sent with it stays the true one);
-        ``sent_only``: only in what ``send_checkpoint`` staged, not in an offer served on request."""
+        ``sent_only``: only in what ``send_checkpoint`` staged, not in an offer served on request;
+        ``times``: disarmed after damaging (or truncating) that many chunks (absent: never)."""
         self._fault = dict(fault)
+
+    def _spend_test_fault(self, fault: Dict[str, Any]) -> None:
+        """One damaged chunk of a fault armed for ``times`` of them: the last one disarms it."""
+        with self._cond:
+            if fault is self._fault and "times" in fault:
+                fault["times"] -= 1
+                if fault["times"] <= 0:
+                    self._fault = {}
 
     def receive_report(self) -> Dict[str, Any]:
         """What the last ``recv_checkpoint`` fetched: chunks in all, from each peer in the order
@@ -492,6 +501,7 @@ class ShardedTransport(CheckpointTransport[T]):
                         if fault.get("delay_s"):
                             time.sleep(fault["delay_s"])
                         if fault.get("corrupt_chunk") == cid or fault.get("truncate_chunk") == cid:
+                            self._spend_test_fault(fault)
                             data = bytearray(b"".join(bytes(v) for v in views))
                             if fault.get("truncate_chunk") == cid:
                                 conn.sendall(data[: nbytes // 2])

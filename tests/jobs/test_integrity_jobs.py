@@ -54,10 +54,14 @@ def test_a_corrupt_replica_of_three_is_blamed_healed_and_costs_no_loss(run_dir, 
     # fault-free run trains exactly as many steps.
     proc = start_job(run_dir, *job, FLIPS.replace("{T2}", "2"), "chaos.tail_steps=100000", recipe=DRILL)
     # A test hook: the bytes groups 0 and 2 send as TorchFT's healing source are damaged in
-    # flight (chunk 0; what they serve as another peer asked again is not).
+    # flight once each (chunk 0; what they serve as another peer asked again is not). Once, not
+    # every time: the blamed group is killed mid-step, and one survivor may commit that step while
+    # the other's allreduce fails (TorchFT's commit is per group); the one behind then heals from
+    # the other alone, which, damaged every time, it never could (CI at 83c9d33: both survivors'
+    # replacements crash-looped on the one source left).
     wait_for(lambda: [m for m in read_jsonl(run_dir / "metrics.jsonl") if m.get("committed")], 240, "the first commit")
     for g in (0, 2):
-        request_transfer_fault(RunLayout(str(run_dir)), g, 0, chunk=0)
+        request_transfer_fault(RunLayout(str(run_dir)), g, 0, chunk=0, times=1)
     assert finish_job(proc, run_dir, 420) == 0, console(run_dir)[-4000:]
     baseline = tmp_path / "baseline"
     assert run_job(baseline, *job, timeout=300, recipe=PRETRAIN) == 0, console(baseline)[-3000:]
@@ -92,12 +96,11 @@ def test_a_corrupt_replica_of_three_is_blamed_healed_and_costs_no_loss(run_dir, 
     for m in healthy:
         for key in ("loss", "grad_norm"):
             assert m.get(key) is None or math.isfinite(m[key]), m
-    # Each heal fetched the chunk damaged in flight again from the other healthy peer.
+    # A heal whose source damaged the chunk fetched it again from the other healthy peer.
     assert {e["group"] for e in events if e["event"] == "transfer_fault_armed" and e["armed"]} == {0, 2}
     healed = [e for e in events if e["event"] == "weights_recovered" and e["group"] in (1, 2)]
     refetched = [e for e in healed if e.get("refetched")]
     assert refetched and all("checksum mismatch in chunk 0" in e["failures"][0] and len(e["peers"]) == 2 for e in refetched), healed
-    assert healed[0]["refetched"] >= 1, "the first heal's source was armed whichever peer it was"
     # Training lost nothing to it: the mean loss of the last 50 steps within 5% of the fault-free run's.
     ours, clean = _losses(metrics, steps - 50, steps), _losses(read_jsonl(baseline / "metrics.jsonl"), steps - 50, steps)
     assert abs(ours - clean) <= 0.05 * clean, (ours, clean)

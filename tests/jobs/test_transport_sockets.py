@@ -210,6 +210,15 @@ def test_bad_chunk_detected_then_retried_from_healthy_peer(transports, fault, er
     assert_same(sd, got)
 
 
+def test_a_test_fault_armed_for_once_damages_one_chunk_then_serves_clean(transports):
+    sd = {"user": {"w": torch.randn(10000)}, "torchft": {"step": 9}}
+    once = transports(_fault={"corrupt_chunk": 0, "times": 1})
+    once.send_checkpoint([1], 9, sd, T)
+    with pytest.raises(ChecksumMismatchError, match="chunk 0"):
+        transports().recv_checkpoint(0, once.metadata(), 9, T)
+    assert_same(sd, transports().recv_checkpoint(0, once.metadata(), 9, T))  # disarmed: the sole source heals
+
+
 def test_a_bad_chunk_is_fetched_again_from_a_peer_that_only_offered_its_state(transports):
     """TorchFT stages the state on one source only; another healthy peer that offered the same
     step serves it when asked (staged then), and the receive reports who served which chunks.
