@@ -564,6 +564,23 @@ class Trainer:
         loss.backward()
         return loss
 
+    def group_min(self, value: int) -> int:
+        """The lowest ``value`` among this group's ranks (itself, in a group of one).
+
+        What decides whether a rank trains another step must be one decision for the whole
+        group: its ranks run the same collectives in the same order (FSDP's, DCP's), and one rank
+        that trains while another saves or stops leaves both waiting in different collectives
+        until the timeout fails the group. The finish and the hold are read from files, by each
+        rank by itself, at slightly different times; a ``stop`` landing between two ranks' reads
+        would split them. The finish file only comes down, so the lowest read is the newest; a
+        hold goes on only while every rank still holds. One all-reduce of one integer per step,
+        and only in groups of several ranks."""
+        if self.spec.world_size == 1:
+            return value
+        t = torch.tensor([value], dtype=torch.int64, device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        return int(t.item())
+
     def save_final(self, step: int, last: int) -> None:
         """The last step's checkpoint, where the step's own save did not happen.
 
@@ -572,9 +589,9 @@ class Trainer:
         of the job's step plus ``FINISH_MARGIN``, and that view lags the groups by the report
         relay's delay, so a group can be training the very step asked for when the number
         lands, read the new finish only after committing it, and would end with no
-        checkpoint of its last step (CI at cd3a267: one group of two had none). Each rank
-        saves ``last`` exactly once, in its step or here, so the group's ranks still enter
-        the save's collectives together."""
+        checkpoint of its last step (CI at cd3a267: one group of two had none). The group's
+        ranks agree on ``last`` (:meth:`group_min`) and each saves it exactly once, in its step
+        or here, so they enter the save's collectives together."""
         if self.cfg.checkpoint.enable and step == last and self.saved_step != step:
             self.liveness.enter(Phase.SAVE)
             self.save_checkpoint(step, last_step=True)
@@ -704,10 +721,10 @@ class Trainer:
         while True:
             step = self.sync.position()
             self.lease.finish_if_ended(self.reporter.event, self.layout.stop_at_step, step, self.announced_done)
-            last = self.sync.align_stop(self.stop_at.steps())
+            last = self.group_min(self.sync.align_stop(self.stop_at.steps()))
             if step >= last:
                 self.save_final(step, last)
-                if not self.hold_step(step):
+                if not self.group_min(int(self.hold_step(step))):
                     break
             self.train_step(step, last)
         final = self.sync.consistent_state(self.state_dict())
