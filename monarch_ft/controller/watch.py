@@ -105,6 +105,11 @@ class GroupWatch:
             self.recovery.fail_group(g, now, FailureKind.LOAD_FAILED if load_failed else FailureKind.EXIT, **details)
             return None
         if g.ranks and all(r.exited == 0 for r in g.ranks):
+            # Its last records (the final steps, rank_finished with the state hashes) may have
+            # been written after this tick's read and before the exit seen now: read them before
+            # the group leaves the active ones, whose reports alone are read (CI at af7d3de: a
+            # group done unread was summarised with no hashes, weights_consistent false).
+            self.relay.consume(g, now)
             g.move(GroupStatus.DONE)
             self.events.emit(EventKind.GROUP_FINISHED, group=g.index, attempt=g.attempt, step=g.last_step)
             return None
