@@ -86,17 +86,23 @@ class GroupWatch:
         """A rank that exited non-zero fails its group at once; a silent one is returned
         as a hang verdict for :meth:`judge`, which looks at every group's before acting."""
         failure: Optional[dict] = None
+        exited = False
         for rs in g.ranks:
             if rs.exited is None:
                 code = rs.proc.poll()
                 if code is not None:
+                    exited = True
                     rs.exited = code
                     self.events.emit(EventKind.RANK_EXITED, group=g.index, rank=rs.rank, attempt=g.attempt, **describe_exit(code))
                     if code != 0 and failure is None:
                         failure = {"reason": "exit", "rank": rs.rank, **describe_exit(code)}
-        if failure is not None:
-            # A rank writes its error (rank_error) before it exits: read it now, not next tick.
+        if exited:
+            # A rank writes its last records just before it exits (rank_error before failing;
+            # its last steps and rank_finished, with the state hashes, before exiting 0), maybe
+            # after this tick's read: read them now, before the group is failed or done (a done
+            # group's reports are read no more: CI at af7d3de summarised one with no hashes).
             self.relay.consume(g, now)
+        if failure is not None:
             error = g.error()
             details = {**failure, **({"error": error["error"], "error_rank": error["rank"]} if error else {})}
             # The checkpoint failed, not the group: its relaunch (at the next older step, or
@@ -105,11 +111,6 @@ class GroupWatch:
             self.recovery.fail_group(g, now, FailureKind.LOAD_FAILED if load_failed else FailureKind.EXIT, **details)
             return None
         if g.ranks and all(r.exited == 0 for r in g.ranks):
-            # Its last records (the final steps, rank_finished with the state hashes) may have
-            # been written after this tick's read and before the exit seen now: read them before
-            # the group leaves the active ones, whose reports alone are read (CI at af7d3de: a
-            # group done unread was summarised with no hashes, weights_consistent false).
-            self.relay.consume(g, now)
             g.move(GroupStatus.DONE)
             self.events.emit(EventKind.GROUP_FINISHED, group=g.index, attempt=g.attempt, step=g.last_step)
             return None

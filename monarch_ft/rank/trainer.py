@@ -586,8 +586,8 @@ class Trainer:
 
         A step saves as the last one when it is the finish this rank read before training it.
         A ``stop`` writes its finish while the groups step: the controller asks for its view
-        of the job's step plus ``FINISH_MARGIN``, and that view lags the groups by the report
-        relay's delay, so a group can be training the very step asked for when the number
+        of the job's step plus a margin (records.lease.controller_finish_margin), and that view
+        lags the groups by the report relay's delay, so a group can be training the very step asked for when the number
         lands, read the new finish only after committing it, and would end with no
         checkpoint of its last step (CI at cd3a267: one group of two had none). The group's
         ranks agree on ``last`` (:meth:`group_min`) and each saves it exactly once, in its step

@@ -35,9 +35,8 @@ def controller_finish_margin(step_s: Optional[float]) -> int:
     finish (a ``stop``): :data:`FINISH_MARGIN` plus :data:`FINISH_LEAD_S` of steps at ``step_s``
     seconds a step (the ranks' learned compute time: an underestimate of a step, so the lead
     errs long). Two steps alone were once fewer than the view lagged by: a group trained the
-    very step asked for while the number landed (CI at cd3a267). The lead matters more for a
-    group of several ranks: each rank reads the file by itself, and a finish already reached
-    by one rank's read and not the other's would split the group's collectives.
+    very step asked for while the number landed (CI at cd3a267; the rank now saves such a step
+    after it, rank.trainer.Trainer.save_final); the lead makes it rare.
 
     Args:
         step_s: seconds a step takes (None: not learned yet; the fixed margin alone).
