@@ -65,7 +65,18 @@ class FTConfig:
 
     timeout_s: float = 10.0
     """The Manager's timeout, in seconds, for collectives, ``should_commit`` and checkpoint transfers:
-    how long a survivor waits in an allreduce whose peer died."""
+    the longest a survivor waits in an allreduce whose peer died (with ``close_failed_collective``
+    a death reaches every survivor within milliseconds)."""
+
+    close_failed_collective: bool = False
+    """Close a rank's cross-group process group as soon as its step fails, not at the next quorum
+    as torchft does. In gloo's ring only a dead group's two neighbours see its sockets close; the
+    other survivors learn of it when a neighbour's sockets close too, so with this on a death goes
+    round the ring in milliseconds, and with it off they wait out ``timeout_s``
+    (monarch_ft.rank.components.ft.close_failed_process_group; at 8 groups the survivors' stall
+    went 3.4 -> 0.6 s). Off by default for now: it moves when a failing group's step record lands,
+    and in the corrupt-replica job test a group blamed and killed just after it asked for the next
+    quorum then made a survivor wait 15 s in that quorum's process-group set-up (docs/design/eviction.md)."""
 
     quorum_timeout_s: float = 30.0
     """Seconds the Manager waits for a quorum (retried across Lighthouse restarts within it)."""
@@ -163,8 +174,10 @@ class FTConfig:
     warm_fork: bool = True
     """A relaunch with no standby ready forks its ranks from a fork server that imported
     torch/TorchTitan/TorchFT at launch (monarch_ft/controller/fork_pool.py: recovery path
-    ``warm_fork``) instead of fresh interpreters (``cold_start``). launcher=local/local_hosts only
-    (others start cold and say so); ``recovery=full_restart`` never uses it. false: always cold."""
+    ``warm_fork``) instead of fresh interpreters (``cold_start``); so does every group's first
+    launch, which waits for its host's server (at most 60 s) so the host imports once, not once
+    per rank (``group_launched`` ``forked``). launcher=local/local_hosts only (others start cold
+    and say so); ``recovery=full_restart`` never uses it. false: always cold."""
 
     restart_backoff_s: float = 0.5
     """Seconds before a failed group's first relaunch, doubled at each further relaunch within
@@ -258,8 +271,10 @@ class FTConfig:
     machine stays well within 1.5x between groups."""
 
     straggler_window: int = 10
-    """Steps over which each group's median is taken (a straggler is named about half a window
-    after it slows down); also the fewest steps a group needs before it is judged."""
+    """A group's newest steps that are compared with its peers' same steps: a CPU straggler is slow
+    on every one of them, or on 8 in 10 when it is 2 x ``straggler_factor`` slower (a CPU quota lets
+    a short step run at full speed now and then); also the fewest steps a group needs before it is
+    judged."""
 
     link_probe_s: float = 60.0
     """Seconds between two periodic probes of every rank's link (monarch_ft/controller/link_probe.py),

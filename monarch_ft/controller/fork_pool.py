@@ -74,6 +74,10 @@ PRELOAD = (
 FORK_REPLY_TIMEOUT_S = 10.0
 # A server that dies before it is ready this many times in a row on one host is not restarted.
 MAX_FAILED_STARTS = 3
+# How long a job's first launch waits for its host's server to be ready before it starts the
+# ranks cold: a server that imports for longer than the ranks would (~15 s under load here) is
+# stuck, and must not hold the job's start up.
+FIRST_LAUNCH_WAIT_S = 60.0
 
 
 class ServerState(StrEnum):
@@ -85,6 +89,21 @@ class ServerState(StrEnum):
 # ---------------------------------------------------------------- pure parts
 
 
+def never_forked(recovery: str, warm_fork: bool, launcher_problem: Optional[str]) -> Optional[str]:
+    """Why no rank of this job is ever forked, whatever its fork servers do (None: ranks may be).
+
+    Args:
+        recovery: ``ft.recovery``; the ``full_restart`` baseline keeps its meaning (cold).
+        warm_fork: ``ft.warm_fork``.
+        launcher_problem: why the launcher cannot fork ranks (None: it can).
+    """
+    if recovery == "full_restart":
+        return "ft.recovery=full_restart (the baseline starts every rank cold)"
+    if not warm_fork:
+        return "ft.warm_fork=false"
+    return launcher_problem or None
+
+
 def relaunch_path(recovery: str, warm_fork: bool, launcher_problem: Optional[str], server: Optional[ServerState]) -> tuple[RecoveryPath, Optional[str]]:
     """How a group relaunched without a standby comes up, and why not warm when it is cold.
 
@@ -94,17 +113,45 @@ def relaunch_path(recovery: str, warm_fork: bool, launcher_problem: Optional[str
         launcher_problem: why the launcher cannot fork ranks (None: it can).
         server: the state of the fork server on the group's host (None: there is none).
     """
-    if recovery == "full_restart":
-        return RecoveryPath.COLD_START, "ft.recovery=full_restart (the baseline starts every rank cold)"
-    if not warm_fork:
-        return RecoveryPath.COLD_START, "ft.warm_fork=false"
-    if launcher_problem:
-        return RecoveryPath.COLD_START, launcher_problem
+    never = never_forked(recovery, warm_fork, launcher_problem)
+    if never is not None:
+        return RecoveryPath.COLD_START, never
     if server is ServerState.READY:
         return RecoveryPath.WARM_FORK, None
     if server is ServerState.STARTING:
         return RecoveryPath.COLD_START, "the fork server is still importing"
     return RecoveryPath.COLD_START, "no fork server on the group's host (gone; restarting)"
+
+
+def first_launch_path(
+    recovery: str, warm_fork: bool, launcher_problem: Optional[str], server: Optional[ServerState], exhausted: bool, waited_s: float
+) -> Optional[tuple[RecoveryPath, Optional[str]]]:
+    """How a group's first launch starts, and why cold; None: not yet (wait for the server).
+
+    Why the first launch is forked too: a rank's own start is mostly its imports (torch,
+    TorchTitan, TorchFT: ~4 s of CPU each here); the ranks of a host import the same modules
+    side by side, on the same cores, and the host's fork server imports them once more beside
+    them. Waiting for the server and forking from it imports once per host (on 2 cores a 2 x 2
+    job trained from 4.75 s after its start instead of 9.5 s cold: docs/results/first-launch.md).
+
+    Args:
+        recovery: ``ft.recovery``; the ``full_restart`` baseline starts every rank cold.
+        warm_fork: ``ft.warm_fork``.
+        launcher_problem: why the launcher cannot fork ranks (None: it can).
+        server: the state of the fork server on the group's host (None: none yet, or gone).
+        exhausted: the host's server died before it was ready too often (no more are started).
+        waited_s: how long this launch has waited for the server so far.
+    """
+    never = never_forked(recovery, warm_fork, launcher_problem)
+    if never is not None:
+        return RecoveryPath.COLD_START, never
+    if server is ServerState.READY:
+        return RecoveryPath.WARM_FORK, None
+    if exhausted:
+        return RecoveryPath.COLD_START, f"the fork server on its host died {MAX_FAILED_STARTS} times before it was ready"
+    if waited_s >= FIRST_LAUNCH_WAIT_S:
+        return RecoveryPath.COLD_START, f"the fork server on its host was still importing after {waited_s:.0f} s"
+    return None
 
 
 class ForkError(RuntimeError):
@@ -212,7 +259,9 @@ class ForkServer:
                 raise ForkError(f"the fork server is {self.state}")
             rid = self._next_id
             self._next_id += 1
-        request = dict(id=rid, argv=launch.argv, env=launch.env, cwd=launch.cwd, log_path=launch.log_path, die_with_parent=die_with_parent)
+        request = dict(
+            id=rid, argv=launch.argv, env=launch.env, cwd=launch.cwd, log_path=launch.log_path, die_with_parent=die_with_parent, niceness=launch.niceness
+        )
         try:
             with self._send_lock:
                 self._sock.sendall(encode(ForkOp.FORK, **request))
@@ -253,6 +302,8 @@ class ForkedProcess(RankProcess):
     exit code is the one the server reaped. With the server gone, it is an orphan adopted
     by init: watched by pid and start time, its status read from its report
     (as :class:`monarch_ft.launcher.base.AdoptedProcess`)."""
+
+    forked = True
 
     def __init__(self, launch: RankLaunch, server: ForkServer, rid: int, pid: int, report_path: str = "") -> None:
         self.launch = launch
@@ -345,9 +396,9 @@ class WarmForks:
         self.state = state if state is not None else ForkPoolState()
 
     def problem(self) -> Optional[str]:
-        """Why this launcher's relaunches cannot be forked (None: they can)."""
+        """Why this launcher's ranks cannot be forked, first launch or relaunch (None: they can)."""
         if not self.launcher.traits.forkable:
-            return f"launcher={self.launcher.name} starts ranks through its engine (no warm fork): relaunches start cold"
+            return f"launcher={self.launcher.name} starts ranks through its engine (no warm fork): every launch starts cold"
         return None
 
     def _host(self, group: int) -> Optional[ForkHost]:
@@ -382,6 +433,12 @@ class WarmForks:
     def pending(self) -> bool:
         """A server of this job is still importing (a drill waits for it, as for a standby)."""
         return any(s.state is ServerState.STARTING for s in self.servers.values())
+
+    def exhausted(self, group: int) -> bool:
+        """No server is started on ``group``'s host any more (it died before it was ready
+        MAX_FAILED_STARTS times in a row)."""
+        host = self._host(group)
+        return host is not None and self.state.failed_starts.get(host.key, 0) >= MAX_FAILED_STARTS
 
     def server_state(self, group: int) -> Optional[ServerState]:
         """The state of the fork server on ``group``'s host now (None: there is none)."""

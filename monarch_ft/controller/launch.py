@@ -19,7 +19,7 @@ from typing import Callable, Optional
 from monarch_ft.common.net import free_port
 from monarch_ft.common.process import on_python_path
 from monarch_ft.config.job import JobConfig
-from monarch_ft.controller.fork_pool import WarmForks
+from monarch_ft.controller.fork_pool import ForkError, ServerState, WarmForks
 from monarch_ft.controller.standby_pool import STANDBY_NICENESS, Standby, build_promotion
 from monarch_ft.controller.state import GroupState, JobState, RankState
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess
@@ -142,7 +142,17 @@ class RankStarter:
                     standby=number,
                 )
             )
-        procs = self.launcher.launch_group(launches)
+        procs = None
+        if self.forks.server_state(slot) is ServerState.READY:
+            # Forked, its imports skipped: a standby's build takes the training ranks' CPU on a
+            # host they share (a steady job ran at 0.80-0.84 of its speed beside two builds
+            # here: docs/results/drill-stragglers); what is left is the model build itself.
+            try:
+                procs = self.start(launches, warm=True)
+            except ForkError:
+                procs = None  # started cold instead; standby_launched says forked=false
+        if procs is None:
+            procs = self.launcher.launch_group(launches)
         return [RankState.launched(p, ReportTail(self.layout.standby_report(number, p.launch.rank)), now) for p in procs]
 
     def promote(self, sb: Standby, g: GroupState, decision: StateDecision, now: float) -> list[RankState]:

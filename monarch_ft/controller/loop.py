@@ -405,6 +405,9 @@ class Supervisor:
                 self.relay.consume(g, now)
         for g in state.groups:
             if g.active:
+                self.watch.reap(g, now)
+        for g in state.groups:
+            if g.active:
                 hang = self.watch.check(g, now)
                 if hang is not None:
                     hangs[g.index] = hang

@@ -50,7 +50,7 @@ from dataclasses import dataclass, replace
 from typing import ClassVar, Optional, Sequence
 
 from monarch_ft.controller.budget import crash_loop, recent_restarts, restart_backoff
-from monarch_ft.controller.fork_pool import ServerState, relaunch_path
+from monarch_ft.controller.fork_pool import ServerState, first_launch_path, relaunch_path
 from monarch_ft.controller.placement import Suspect
 from monarch_ft.controller.standby_pool import recovery_path
 from monarch_ft.controller.state import GroupState, JobState
@@ -189,6 +189,7 @@ class ForkFact:
 
     problem: Optional[str] = None
     server: Optional[ServerState] = None
+    exhausted: bool = False  # the host's server died before it was ready too often: none is started
 
 
 # ---------------------------------------------------------------- actions
@@ -486,6 +487,11 @@ class RecoveryPlanner:
         if path is RecoveryPath.WARM_FORK:
             return WarmFork("the fork server on its host is ready", group=group)
         return ColdStart(why or "cold", group=group)
+
+    def first_launch(self, fork: ForkFact, waited_s: float) -> Optional[tuple[RecoveryPath, Optional[str]]]:
+        """How a group's first launch starts (forked, or cold and why); None: it waits
+        for its host's fork server, ``waited_s`` so far (controller.fork_pool.first_launch_path)."""
+        return first_launch_path(self.policy.mode, self.policy.warm_fork, fork.problem, fork.server, fork.exhausted, waited_s)
 
     def fork_failed(self, action: WarmFork, error: str) -> ColdStart:
         """A warm fork that failed at launch: the ranks start cold, and the fork's error says why."""

@@ -50,7 +50,7 @@ from monarch_ft.controller.planner import (
 from monarch_ft.controller.standby_pool import Standby, StandbyPool
 from monarch_ft.controller.state import GroupState, JobState, RankState
 from monarch_ft.records.decisions import StateDecision, StateSource, needs_disk
-from monarch_ft.records.events import EventKind, EventLog, GiveUpReason, GroupStatus
+from monarch_ft.records.events import EventKind, EventLog, GiveUpReason, GroupStatus, RecoveryPath
 from monarch_ft.records.layout import RunLayout, atomic_write, atomic_write_json
 from monarch_ft.records.manifest import complete_steps, step_dir
 from monarch_ft.records.reports import ReportTail
@@ -103,6 +103,8 @@ class Recovery:
         self.save = save
         self.nodes = nodes
         self.judge = judge
+        # When each group's first launch began to wait for its host's fork server.
+        self._first_wait: dict[int, float] = {}
 
     # ------------------------------------------------------------ failures
     def fail_group(self, g: GroupState, now: float, kind: FailureKind, suspects: tuple[NodeSuspect, ...] = (), **why: Any) -> None:
@@ -206,7 +208,10 @@ class Recovery:
         self._record_quarantine(group, step, moved, problem, failed)
 
     def recover(self, failure: Failure, now: float) -> None:
-        """Ask the planner about ``failure`` and carry out its action."""
+        """Ask the planner about ``failure`` and carry out its action; nothing once the job's
+        state is lost (another group dead in the same tick found no state to resume from)."""
+        if self.state.watch.fatal:
+            return
         disk = self.disk_fact(at_most=self.state.job_step) if self.planner.needs_disk(self.state, failure) else None
         g = self.state.groups[failure.group] if failure.group is not None else None
         while True:
@@ -354,14 +359,25 @@ class Recovery:
             print(f"monarch_ft: error: {crash_loop_line(g.index, failure, log_path)}", file=sys.stderr, flush=True)
 
     def lose_job(self, message: str) -> None:
-        """The job's state is gone (no live group, no checkpoint): stop with one clear line."""
+        """The job's state is gone (no live group, no checkpoint): stop with one clear line,
+        the first one said (the job stops at the next tick)."""
+        if self.state.watch.fatal:
+            return
         self.state.watch.fatal = message
         self.events.emit(EventKind.JOB_STATE_LOST, job_step=self.state.job_step, message=message)
         print(f"monarch_ft: error: {message}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------ relaunches
     def launch(self, g: GroupState, now: float) -> None:
-        """Start ``g``'s next attempt (its backoff is over): warm or cold, as the planner says."""
+        """Start ``g``'s next attempt (its backoff is over): warm or cold, as the planner says;
+        a first launch waiting for its host's fork server returns without one (the next tick
+        asks again: the group stays WAITING)."""
+        fork = ForkFact(self.forks.problem(), self.forks.server_state(g.index), self.forks.exhausted(g.index))
+        first = None
+        if g.attempt < 0:
+            first = self.planner.first_launch(fork, now - self._first_wait.setdefault(g.index, now))
+            if first is None:
+                return
         g.attempt += 1
         if g.attempt > 0 and not g.start_gate:
             # A live relaunch: whether it heals from a peer or loads the disk checkpoint is
@@ -371,22 +387,30 @@ class Recovery:
         g.gate_decided = False
         g.load_failure = None
         g.loading = None if g.load_step is None else (g.load_step, g.load_path or step_dir(self.layout.checkpoint(g.index), g.load_step))
-        action = self.planner.launch(self.state, g.index, ForkFact(self.forks.problem(), self.forks.server_state(g.index)))
+        action = self.planner.launch(self.state, g.index, fork)
         launches = self.starter.group_launches(g)
         procs = None
-        if isinstance(action, WarmFork):
+        # How the ranks came up (group_launched): forked from the host's server, or cold and why.
+        how: dict[str, Any] = {"forked": False}
+        if isinstance(action, WarmFork) or (first is not None and first[0] is RecoveryPath.WARM_FORK):
             try:
                 procs = self.starter.start(launches, warm=True)
+                how["forked"] = True
             except ForkError as e:
-                action = self.planner.fork_failed(action, str(e))
+                if action is not None:
+                    action = self.planner.fork_failed(action, str(e))
+                else:
+                    how["cold_because"] = str(e)
         if procs is None:
             procs = self.starter.start(launches, warm=False)
+            if first is not None:
+                how.setdefault("cold_because", first[1])
         if action is not None:
             self.relaunched(g, action)
         g.ranks = [RankState.launched(p, ReportTail(self.layout.report(g.index, p.launch.rank, g.attempt)), now) for p in procs]
         g.move(GroupStatus.STARTING)
         g.launched_at, g.train_done = now, False
-        self.events.emit(EventKind.GROUP_LAUNCHED, group=g.index, attempt=g.attempt, launcher=self.starter.launcher.name)
+        self.events.emit(EventKind.GROUP_LAUNCHED, group=g.index, attempt=g.attempt, launcher=self.starter.launcher.name, **how)
         for p in procs:
             self.events.emit(EventKind.RANK_LAUNCHED, group=g.index, rank=p.launch.rank, attempt=g.attempt, pid=p.pid, host=p.launch.host)
         self.save()  # their pids and start times, before anything else can happen

@@ -254,7 +254,9 @@ class StandbyPool:
             sb = Standby(number, self.first_slot + number - self.first_number, [], now)
             sb.ranks = self._launch(number, sb.slot, now)
             self.standbys.append(sb)
-            self._emit(EventKind.STANDBY_LAUNCHED, standby=number, slot=sb.slot, niceness=STANDBY_NICENESS, pids=[rs.proc.pid for rs in sb.ranks])
+            forked = bool(sb.ranks) and all(rs.proc.forked for rs in sb.ranks)
+            pids = [rs.proc.pid for rs in sb.ranks]
+            self._emit(EventKind.STANDBY_LAUNCHED, standby=number, slot=sb.slot, niceness=STANDBY_NICENESS, pids=pids, forked=forked)
         self.state.clock.update(now, len(self.ready()), training_started and not job_finishing)
 
     def _lose(self, sb: Standby, reason: str) -> None:

@@ -220,6 +220,11 @@ class GroupState:
         errors = [rs.error for rs in self.ranks if rs.error]
         return min(errors, key=lambda e: e.get("time") or 0.0) if errors else None
 
+    def failing(self) -> bool:
+        """A rank of the current attempt exited non-zero: the group is about to be failed
+        (its other ranks stopped with it), so it holds the job's state for nobody."""
+        return any(rs.exited for rs in self.ranks)
+
     def stepped(self) -> bool:
         """Some rank of the current attempt reported a step (or finished)."""
         return any(rs.first_step_seen or rs.train_done for rs in self.ranks)
@@ -404,8 +409,9 @@ class JobState:
         return self.ledger.job_step
 
     def live_peers(self, group: Optional[int]) -> tuple[int, ...]:
-        """Groups other than ``group`` stepping in the job now (they hold its state)."""
-        return tuple(g.index for g in self.groups if g.index != group and g.status == GroupStatus.RUNNING)
+        """Groups other than ``group`` stepping in the job now (they hold its state); not one
+        whose rank has died, though its failure is judged later in the tick (:meth:`GroupState.failing`)."""
+        return tuple(g.index for g in self.groups if g.index != group and g.status == GroupStatus.RUNNING and not g.failing())
 
     def all_finished(self) -> bool:
         return all(g.finished for g in self.groups)

@@ -12,7 +12,9 @@ This module compares each group with its peers instead:
 A group each of whose newest ``window`` steps took more than ``factor`` x the median of its
 peers' times for that same step (and ``min_excess_s`` more, so that a few milliseconds of noise
 on a tiny model are never a straggler) is one: every step, not the window's median, so a burst
-of load on a shared machine that slows one group for a few steps names nobody. A group's per-step time is its slowest
+of load on a shared machine that slows one group for a few steps names nobody. A group far
+slower (``STRONG_FACTOR`` x ``factor``) is named on most steps of its window (a CPU quota lets a
+short step run at full speed now and then: :func:`_verdict`). A group's per-step time is its slowest
 rank's (inside a group the ranks wait for each other in FSDP's collectives, so all of them look
 slow; the slowest is the one named). Machine-wide load slows every group alike: the ratio to the
 peers stays near 1 and nobody is flagged.
@@ -23,8 +25,8 @@ a drill (1.07-1.24 s each); and a group that others wait for spends *less* time 
 is therefore found by measuring it (active localisation): when the job's collective time per step
 rises while its compute does not, each rank's link is timed with a fixed payload each way
 (:data:`PROBE_BYTES`; :mod:`monarch_ft.controller.link_probe`, :func:`probe_due` says when), and
-a group whose link is slower than ``factor`` x its peers' median is a **link** straggler
-(:func:`find_link_stragglers`). A link slowed machine-wide slows every group's probe alike: nobody
+a group whose link is slower than ``factor`` x its peers' median in two rounds in a row is a
+**link** straggler (:func:`find_link_stragglers`, :func:`confirm_link_stragglers`). A link slowed machine-wide slows every group's probe alike: nobody
 is named. A group slow at compute over a window is not judged on its link (a throttled rank answers a
 probe late).
 
@@ -45,6 +47,11 @@ from monarch_ft.records.reports import compute_seconds
 
 # Windows of steps kept per group (see StragglerWatch.observe).
 KEEP_WINDOWS = 10
+# A far slower group is named on most steps of its window, not every one (see _verdict): this share
+# of the window's steps slow, and the median of its per-step ratios to its peers at least
+# STRONG_FACTOR x ft.straggler_factor.
+MOST_SHARE = 0.8
+STRONG_FACTOR = 2.0
 
 # The link probe (find_link_stragglers, probe_due). Bytes timed each way per rank: well past a
 # token bucket's burst (tc tbf's 4 KiB), a fraction of a millisecond on a healthy link of a
@@ -67,6 +74,10 @@ TRIGGER_STEPS = 3
 # Seconds between two probe rounds at the most often (a rise that persists, a link straggler
 # rechecked until it clears).
 PROBE_GAP_S = 5.0
+# Seconds after a round that found a link slow before the round that confirms it: long enough
+# that a rank's probe server kept from a core by load (tens of ms) is not kept again, short
+# enough that a slow link is named a second or two later, not a PROBE_GAP_S later.
+CONFIRM_GAP_S = 1.0
 
 
 class SlowKind(StrEnum):
@@ -183,6 +194,8 @@ class StragglerWatch:
     compute_floor_s: Optional[float] = None
     last_probe_at: float = float("-inf")
     link_found: dict[int, Straggler] = field(default_factory=dict)
+    # Links the last round found slow and no round has confirmed yet (confirm_link_stragglers).
+    link_suspects: dict[int, Straggler] = field(default_factory=dict)
 
     def observe(self, rec: dict, window: int) -> None:
         """Take one step record of a rank (its group, rank, attempt, step and timings)."""
@@ -214,6 +227,7 @@ class StragglerWatch:
         self.flagged.pop(group, None)
         self.kept.pop(group, None)
         self.link_found.pop(group, None)
+        self.link_suspects.pop(group, None)
 
 
 def _median_of(values: Iterable[float]) -> float:
@@ -265,11 +279,25 @@ def _slow_steps(own: dict[int, float], table: dict[int, list[float]], limits: St
 def _verdict(own: dict[int, float], table: dict[int, list[float]], limits: StragglerLimits) -> Optional[tuple[float, float, tuple[int, int]]]:
     """(own median, peers' median, (first, last step)) when every one of the group's newest
     ``window`` steps that a peer also reported was slow against the peers' median at that
-    same step; None otherwise (or with fewer such steps)."""
+    same step, or when most of them were (:data:`MOST_SHARE`) and the group is far slower (the
+    median of its per-step ratios at least :data:`STRONG_FACTOR` x ``factor``); None otherwise
+    (or with fewer such steps).
+
+    Why the second way: under a CFS quota (a throttled container, chaos ``slow``) a step short
+    enough to fit in one period's share runs at full speed, and every such step started the
+    window again: a group at 30% of its CPU (5x its peers) was named 3.1-25.1 s after the quota
+    began in thirteen recorded runs. Replayed on those runs, "8 of 10 slow and 3x" named it
+    2.0-4.3 s after, and named no healthy group anywhere recorded, where "8 of 10" alone named
+    healthy ones at 8 ranks on 2 cores (1.6-2.7x their peers) and once in a 3-group drill
+    (docs/design/stragglers.md)."""
     found = _slow_steps(own, table, limits)
-    if found is None or not all(found[2]):
+    if found is None:
         return None
-    aligned, medians, _ = found
+    aligned, medians, slow = found
+    if not all(slow):
+        ratios = [own[s] / m if m > 0 else float("inf") for s, m in zip(aligned, medians)]
+        if sum(slow) < MOST_SHARE * len(slow) or statistics.median(ratios) < STRONG_FACTOR * limits.factor:
+            return None
     return _median_of(own[s] for s in aligned), _median_of(medians), (aligned[0], aligned[-1])
 
 
@@ -342,6 +370,7 @@ class ProbeReason(StrEnum):
     """Why a probe round runs (``link_probed``'s ``reason``)."""
 
     COLLECTIVE_ROSE = "collective_rose"  # the job's collective time rose while its compute did not
+    CONFIRM = "confirm"  # the last round found a link slow: is it slow again? (named only then)
     RECHECK = "recheck"  # a link straggler is named: is it still slow?
     PERIODIC = "periodic"  # ft.link_probe_s since the last round (a link slow from the start shows no rise)
 
@@ -389,6 +418,8 @@ def probe_due(watch: StragglerWatch, active: Iterable[int], limits: StragglerLim
       :data:`TRIGGER_MIN_RISE_S` more) while its compute stays within ``factor`` x its own floor
       or rose by less than :data:`TRIGGER_DOMINANCE` times less, and no group is a CPU
       straggler (one that others wait for lengthens their collective: that rise is explained);
+    - or the last round found a link slow that is not named yet: a round :data:`CONFIRM_GAP_S`
+      after it tells whether it is (:func:`confirm_link_stragglers`);
     - or a link straggler is named (a round tells whether it cleared);
     - or ``interval_s`` (``ft.link_probe_s``; 0: never) passed since the last round.
 
@@ -406,6 +437,8 @@ def probe_due(watch: StragglerWatch, active: Iterable[int], limits: StragglerLim
             rose = coll > limits.factor * floor and coll - floor > TRIGGER_MIN_RISE_S and not explained
         watch.collective_floor_s = coll if watch.collective_floor_s is None else min(watch.collective_floor_s, coll)
         watch.compute_floor_s = comp if watch.compute_floor_s is None else min(watch.compute_floor_s, comp)
+    if watch.link_suspects and now - watch.last_probe_at >= CONFIRM_GAP_S:
+        return ProbeReason.CONFIRM
     if now - watch.last_probe_at < PROBE_GAP_S:
         return None
     if any(kind == SlowKind.LINK for kind in watch.flagged.values()):
@@ -454,6 +487,38 @@ def find_link_stragglers(probes: Iterable[LinkProbe], limits: StragglerLimits, s
         if p.seconds > limits.factor * median and p.seconds - median > PROBE_MIN_EXCESS_S:
             out.append(Straggler(g, p.rank, SlowKind.LINK, p.seconds, median, (step, step), loss_s=loss_s))
     return out
+
+
+def confirm_link_stragglers(
+    verdicts: Iterable[Straggler], suspects: dict[int, Straggler], named: Iterable[int]
+) -> tuple[list[Straggler], dict[int, Straggler]]:
+    """A round's link verdicts, split into the confirmed and the new suspects.
+
+    A group is a link straggler only when two rounds in a row find its link slow, or when it is
+    one already (a recheck that finds it slow keeps it). Why: under CPU load a rank's probe server
+    can wait tens of milliseconds for a core, and one round then finds a healthy link "slow": 16
+    ranks on 2 cores (load 28, benchmarks/scale_bench.py) named twelve such link stragglers in
+    one run (26-53 ms against peers' 0.3-10 ms), each gone in the next round; under
+    ``ft.straggler=evict`` one could have been evicted. The same wait rarely hits the same rank
+    again a second later; a slow link is slow in every round.
+
+    Args:
+        verdicts: this round's link stragglers (:func:`find_link_stragglers`).
+        suspects: the groups the previous round found slow and no round has confirmed.
+        named: the groups named link stragglers now.
+
+    Returns:
+        The confirmed stragglers (this round's figures), and the new suspects: the groups this
+        round found slow for the first time (a suspect not found slow again is dropped).
+    """
+    named = set(named)
+    confirmed, new = [], {}
+    for s in verdicts:
+        if s.group in suspects or s.group in named:
+            confirmed.append(s)
+        else:
+            new[s.group] = s
+    return confirmed, new
 
 
 def loss_rate(straggler: Straggler) -> float:

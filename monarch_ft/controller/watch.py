@@ -43,12 +43,13 @@ from monarch_ft.controller.stragglers import (
     back_to_pace,
     collective_loss,
     cpu_suspects,
+    confirm_link_stragglers,
     find_link_stragglers,
     find_stragglers,
     probe_due,
 )
 from monarch_ft.records.events import EventKind, EventLog, ExclusionReason, GroupStatus
-from monarch_ft.records.exits import RankExit, describe_exit
+from monarch_ft.records.exits import RankExit, blamed_exit, describe_exit
 from monarch_ft.records.layout import RunLayout
 
 # A watch tick this much later than the previous one means the supervisor itself was held up.
@@ -82,10 +83,15 @@ class GroupWatch:
         self.prober = LinkProber()
 
     # ------------------------------------------------------------ one group
-    def check(self, g: GroupState, now: float) -> Optional[Hang]:
-        """A rank that exited non-zero fails its group at once; a silent one is returned
-        as a hang verdict for :meth:`judge`, which looks at every group's before acting."""
-        failure: Optional[dict] = None
+    def reap(self, g: GroupState, now: float) -> None:
+        """Take the exit of every rank of ``g`` that ended since the last tick.
+
+        Every group is reaped before any is judged: two groups that die together (every
+        rank refusing a commit below the job's step, a node holding both) are both seen
+        dead before the first one's recovery asks which peers hold the job's state. Reaped
+        and judged one group at a time, the first one's standby was told to heal from the
+        second, dead but not yet reaped: it joined a quorum alone at step 0 (CI at c77c81d).
+        """
         exited = False
         for rs in g.ranks:
             if rs.exited is None:
@@ -94,14 +100,21 @@ class GroupWatch:
                     exited = True
                     rs.exited = code
                     self.events.emit(EventKind.RANK_EXITED, group=g.index, rank=rs.rank, attempt=g.attempt, **describe_exit(code))
-                    if code != 0 and failure is None:
-                        failure = {"reason": "exit", "rank": rs.rank, **describe_exit(code)}
         if exited:
             # A rank writes its last records just before it exits (rank_error before failing;
             # its last steps and rank_finished, with the state hashes, before exiting 0), maybe
             # after this tick's read: read them now, before the group is failed or done (a done
             # group's reports are read no more: CI at af7d3de summarised one with no hashes).
             self.relay.consume(g, now)
+
+    def check(self, g: GroupState, now: float) -> Optional[Hang]:
+        """A rank that exited non-zero (taken by :meth:`reap`) fails its group at once; a
+        silent one is returned as a hang verdict for :meth:`judge`, which looks at every
+        group's before acting."""
+        failure: Optional[dict] = None
+        blamed = blamed_exit([(rs.rank, rs.exited) for rs in g.ranks if rs.exited])
+        if blamed is not None:
+            failure = {"reason": "exit", "rank": blamed[0], **describe_exit(blamed[1])}
         if failure is not None:
             error = g.error()
             details = {**failure, **({"error": error["error"], "error_rank": error["rank"]} if error else {})}
@@ -235,11 +248,19 @@ class GroupWatch:
         done = self.prober.take()
         if done is not None:
             skip = cpu_suspects(watch, running, limits) | {g for g, kind in watch.flagged.items() if kind == SlowKind.CPU}
-            verdicts = find_link_stragglers(done.probes, limits, skip, step=done.step, loss_s=collective_loss(watch, running))
+            found = find_link_stragglers(done.probes, limits, skip, step=done.step, loss_s=collective_loss(watch, running))
+            named = {g for g, kind in watch.flagged.items() if kind == SlowKind.LINK}
+            verdicts, watch.link_suspects = confirm_link_stragglers(found, watch.link_suspects, named)
             probed = {p.group for p in done.probes}
             watch.link_found = {g: s for g, s in watch.link_found.items() if g not in probed and g in running}
             watch.link_found.update({s.group: s for s in verdicts})
-            self.events.emit(EventKind.LINK_PROBED, **done.fields(), not_judged=sorted(skip & probed), stragglers=[s.group for s in verdicts])
+            self.events.emit(
+                EventKind.LINK_PROBED,
+                **done.fields(),
+                not_judged=sorted(skip & probed),
+                stragglers=[s.group for s in verdicts],
+                suspects=sorted(watch.link_suspects),
+            )
         reason = probe_due(watch, running, limits, now, self.cfg.ft.link_probe_s)
         if reason is None or self.prober.busy:
             return

@@ -122,6 +122,8 @@ class RankProcess(ABC):
     """One running rank, wherever it runs."""
 
     launch: RankLaunch
+    # Forked from a fork server (monarch_ft.controller.fork_pool.ForkedProcess), not started by the launcher.
+    forked: bool = False
 
     @property
     @abstractmethod

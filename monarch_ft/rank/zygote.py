@@ -234,6 +234,8 @@ def _become_rank(msg: dict, spec: str, server: int, inherited: tuple[int, ...], 
             except OSError:
                 pass
         os.setsid()  # its own session, as start_new_session=True
+        if msg["niceness"]:  # a standby builds below the training ranks, as the local launcher starts one
+            to_background(msg["niceness"])
         set_cmdline(msg["argv"])  # it reads as the rank it becomes, not as the server
         if msg["die_with_parent"]:
             from monarch_ft.common.process import die_with_parent

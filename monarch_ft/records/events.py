@@ -73,7 +73,8 @@ class EventKind(StrEnum):
     """The first commit after a Lighthouse restart; ``stall_s``: the survivors' stall."""
     # Groups and ranks, as the controller sees them.
     GROUP_LAUNCHED = "group_launched"
-    """A group attempt's ranks were launched (or a standby promoted into it: ``standby``)."""
+    """A group attempt's ranks were launched (or a standby promoted into it: ``standby``):
+    ``forked`` whether they came from the host's fork server, else ``cold_because`` (first launches)."""
     RANK_LAUNCHED = "rank_launched"
     """One rank of a launched group: its pid and host."""
     GROUP_STEPPING = "group_stepping"

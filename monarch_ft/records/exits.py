@@ -46,3 +46,25 @@ def describe_exit(code: Optional[int]) -> dict:
     if code == LOST_EXIT:
         return {"exit_code": code, "exit_reason": "lost"}
     return {"exit_code": code}
+
+
+def blamed_exit(exits: list[tuple[int, int]]) -> Optional[tuple[int, int]]:
+    """Which of the ranks found exited non-zero in one look at a group failed it: ``(rank, code)``.
+
+    Why not simply the lowest rank: when one rank dies, its group peers fail their next
+    collective and exit 1 a moment later, and the controller often sees both exits in the
+    same look (the ranks a fork server forked report their exits through it, a few ms late:
+    a SIGKILLed rank 1 was once blamed on its peer's ``exit_code=1``). A rank killed by a
+    signal is a cause, never a consequence; a deliberate :class:`RankExit` (a checkpoint that
+    would not load, a commit below the floor) says why; any other code is likeliest the
+    peers' broken collective. Ties: the lowest rank.
+
+    Args:
+        exits: ``(rank, exit code)`` of each rank found exited non-zero (codes < 0: signals).
+    """
+
+    def order(item: tuple[int, int]) -> tuple[int, int]:
+        rank, code = item
+        return (0 if code < 0 else 1 if code in RankExit._value2member_map_ else 2, rank)
+
+    return min(exits, key=order) if exits else None

@@ -5,7 +5,8 @@ naming the message (:class:`ForkOp`):
 
 - server -> controller: ``ready`` (pid, import seconds, threads, the niceness it imported at), ``forked`` (id, pid),
   ``refused`` (id, error), ``exited`` (id, pid, code: negative for a signal, as subprocess);
-- controller -> server: ``fork`` (id, argv, env, cwd, log_path, die_with_parent).
+- controller -> server: ``fork`` (id, argv, env, cwd, log_path, die_with_parent, niceness: the
+  launch's CPU niceness, a warm standby's below the training ranks).
 
 A fork request carries a plain rank launch (:func:`monarch_ft.records.launch.worker_spec`):
 what the server's child becomes.
@@ -39,7 +40,7 @@ class ProtocolError(ValueError):
 
 _FIELDS: dict[ForkOp, tuple[str, ...]] = {
     ForkOp.READY: ("pid", "import_s", "threads", "import_niceness"),
-    ForkOp.FORK: ("id", "argv", "env", "cwd", "log_path", "die_with_parent"),
+    ForkOp.FORK: ("id", "argv", "env", "cwd", "log_path", "die_with_parent", "niceness"),
     ForkOp.FORKED: ("id", "pid"),
     ForkOp.REFUSED: ("id", "error"),
     ForkOp.EXITED: ("id", "pid", "code"),

@@ -3,6 +3,7 @@ real forked children, signals and exit codes."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import sys
@@ -63,9 +64,12 @@ def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
             fifos.append(tmp_path / f"spec{n}.json")
             os.mkfifo(fifos[-1])
         a = server.fork(_launch(tmp_path, "a", str(fifos[0])), die_with_parent=False)
-        b = server.fork(_launch(tmp_path, "b", str(fifos[1])), die_with_parent=False)
+        # b as a warm standby is forked: at the launch's niceness, under SCHED_IDLE, as the local launcher starts one.
+        b = server.fork(dataclasses.replace(_launch(tmp_path, "b", str(fifos[1])), niceness=10), die_with_parent=False)
         pa = psutil.Process(a.pid)
         assert pa.nice() == 0 and os.sched_getscheduler(a.pid) == os.SCHED_OTHER, "a forked rank trains at the ranks' priority"
+        standby_niced = lambda: psutil.Process(b.pid).nice() == 10 and os.sched_getscheduler(b.pid) == os.SCHED_IDLE  # noqa: E731
+        _wait(standby_niced, 10, "a forked standby at niceness 10 under SCHED_IDLE (it builds below the ranks)")
         assert pa.ppid() == server.pid and os.getsid(a.pid) == a.pid and pa.cwd() == str(tmp_path)
         # It reads as the rank it is (ps, psutil, a run's leak check), not as the server.
         assert pa.cmdline() == a.launch.argv, pa.cmdline()

@@ -272,8 +272,9 @@ def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path,
             "ft.standby_groups=1",
             "ft.startup_timeout_s=600",
             "chaos.recovery_timeout_s=400",
-            # Long enough for Slurm to count the second node not responding (about 5 s) before the job ends.
-            "chaos.tail_steps=40",
+            # Long enough for Slurm to count the second node not responding (about 5 s, polled every 3-6 s)
+            # before the job ends: 40 steps were 6.7 s once, too short (a job tier at 2026-12-04).
+            "chaos.tail_steps=100",
             "chaos.faults=[{kind: node_down, at_step: 3, duration_s: 15, wait_standby: false}, {kind: node, at_step: 6}]",
             timeout=900,
         )

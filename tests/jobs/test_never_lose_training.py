@@ -106,13 +106,19 @@ def test_rank_refuses_to_commit_below_the_job_step(run_dir):
         wait_for(lambda: not any(_alive(p) for p in pids), 60, "every rank to refuse and exit")
     finally:
         os.kill(proc.pid, signal.SIGCONT)
-    together = lambda: [m for m in _commits(read_jsonl(metrics_path)) if m["time"] > killed_at and sorted(m.get("participating_groups") or []) == [0, 1]]
+    # Relaunched attempts only: the told ranks commit the steps they began before they read the
+    # floor, after killed_at, in their old quorum of both groups (the job once finished there).
+    together = lambda: [m for m in _commits(read_jsonl(metrics_path)) if m["attempt"] > 0 and sorted(m.get("participating_groups") or []) == [0, 1]]
     wait_for(together, 180, "both groups back in one quorum")
     request_finish(str(run_dir), max(m["step"] for m in _commits(read_jsonl(metrics_path))) + 5)
     assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-4000:]
     events = read_jsonl(events_path)
-    refused = [e for e in events if e["event"] == "commit_refused"]
-    assert {e["group"] for e in refused} == {0, 1} and all(e["job_step"] == 10**9 for e in refused)
+    refused = [e for e in events if e["event"] == "commit_refused" and e["time"] > killed_at]
+    told = [e for e in refused if e["pid"] in pids]
+    assert {e["group"] for e in told} == {0, 1} and all(e["job_step"] == 10**9 for e in told), refused
+    # Nothing launched after them refused: each was told where the job's state is (the first
+    # group's standby was once told to heal from the second group, dead too: CI at c77c81d).
+    assert told == refused, [e for e in refused if e not in told]
     exits = [e for e in events if e["event"] == "rank_exited" and e.get("exit_reason") == "commit_below_floor"]
     assert {e["group"] for e in exits} == {0, 1}
     failed = [e for e in events if e["event"] == "group_failed" and e.get("exit_reason") == "commit_below_floor"]

@@ -1,7 +1,7 @@
 """Fail-slow groups in one real job, the drill of docs/results/drill-stragglers: group 1's host gets
 30% of its CPU (a cgroup quota) from step 40 for 30 s, then group 2's link is limited to 20 Mbit/s for
-20 s. Under ft.straggler=evict each is named (the CPU straggler within the window, the link by a probe
-round), replaced by a standby on another host, its host left out and back once the fault ends; the
+20 s. Under ft.straggler=evict each is named (the CPU straggler within the window, the link by two probe
+rounds in a row), replaced by a standby on another host, its host left out and back once the fault ends; the
 job's committed steps per second rise again and the weights agree. One job for both faults: each
 costs a job start and a standby build, a minute of the suite on 2 cores.
 
@@ -59,20 +59,24 @@ def test_a_slow_group_and_a_slow_link_are_named_and_evicted_to_standbys(run_dir)
     assert (found["group"], found["attempt"], found["slow_kind"]) == (1, 0, "cpu") and found["ratio"] > 1.5, detected
     assert slow["injected_step"] <= found["steps"][0], found
     own = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["group"] == 1 and m["rank"] == 0 and m.get("committed") and m.get("attempt") == 0]
-    # At most eight windows: the CFS quota is granted per 100 ms period, so a fast step can still
-    # fit inside one period's share, run at full speed and restart the streak the rule needs (every
-    # step of a window slow). A quiet run named it after 39 of its steps (7.4 s, 5.4x its peers); a
-    # CI rehearsal at a64e6d9 after 55 (10.8 s, 5.4x), past the four windows this bound once was.
-    assert len([m for m in own if slow["injected_at"] <= m["time"] <= found["time"]]) <= 8 * WINDOW, found
+    # Within four windows of its own steps. The CFS quota is granted per 100 ms period, so now and
+    # then a step fits in one period's share and runs at full speed: on every-step windows alone it
+    # took 39-126 of its steps; a far slower group is named on 8 of 10 (stragglers._verdict), which
+    # took 15-25 in thirteen recorded runs.
+    assert len([m for m in own if slow["injected_at"] <= m["time"] <= found["time"]]) <= 4 * WINDOW, found
     # The slow link: the ring allreduce makes every group's collective time rise alike, so a probe
-    # round the collective's rise started names group 2 alone, as a link straggler.
+    # round the collective's rise started finds group 2 alone slow, and the round a second later
+    # that confirms it names it, as a link straggler.
     (named_link,) = [e for e in detected if e["slow_kind"] == "link"]
     assert (named_link["group"], named_link["attempt"]) == (2, 0) and named_link["time"] > link_injected["time"], named_link
     assert named_link["ratio"] > 1.5 and named_link["seconds"] > named_link["median_s"] + 0.02 and named_link["loss_s_per_step"] > 0, named_link
     rounds = of("link_probed")
     named = [r for r in rounds if r["stragglers"]]
-    assert named and named[0]["reason"] == "collective_rose" and named[0]["time"] > link_injected["time"], rounds
-    assert all(r["stragglers"] == [2] for r in named), rounds
+    assert named and all(r["stragglers"] == [2] for r in named), rounds
+    first = rounds.index(named[0])
+    suspected = rounds[first - 1]
+    assert (suspected["reason"], suspected["suspects"], suspected["stragglers"]) == ("collective_rose", [2], []), rounds
+    assert suspected["time"] > link_injected["time"] and named[0]["reason"] == "confirm", rounds
     # Both evicted by the one rule (the loss outweighs a recovery), each to a standby on a host of its own.
     evicted = of("straggler_evicted")
     assert [(e["group"], e["slow_kind"]) for e in evicted] == [(1, "cpu"), (2, "link")], evicted

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import pytest
 
@@ -61,6 +62,7 @@ def test_mode_trains_and_survives_process_kill_in_step_with_every_batch_once(run
     if w > 1:
         wait_for(lambda: max(m["step"] for m in read_jsonl(metrics_path) if m["group"] == 1) % w >= w // 2, 60, "mid-window")
     victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]
+    killed_at = time.time()
     os.kill(victim["pid"], signal.SIGKILL)
     back = lambda: [m for m in _commits(read_jsonl(metrics_path), 1) if m["attempt"] >= 1 and m["participating_groups"] == [0, 1]]
     wait_for(back, 200, "group 1 to commit a sync with group 0 again")
@@ -119,6 +121,10 @@ def test_mode_trains_and_survives_process_kill_in_step_with_every_batch_once(run
     assert sum(losses[-n:]) / n < sum(losses[:n]) / n - 0.3, losses
 
     acc = assert_every_batch_once(metrics, final, w)
-    # What the kill cost: the killed group's unsynced steps, at most one window (+1: the step in flight).
+    # What the kill cost: the killed group's unsynced steps, at most one window (+1: the step in
+    # flight). A sync the group fell out of before the kill (its heartbeat late on a loaded machine,
+    # as CI at fc15933 saw: 10 + 9 steps) is not the kill's: its batches are kept by the peer, which
+    # assert_every_batch_once has checked.
     lost = [x for x in acc["discarded"] if x["group"] == 1 and x["attempt"] == 0]
-    assert sum(x["steps"] for x in lost) <= w + 1
+    by_kill = [x for x in lost if x["tail"] or x["time"] >= killed_at]
+    assert sum(x["steps"] for x in by_kill) <= w + 1, (killed_at, lost)

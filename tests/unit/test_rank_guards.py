@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from monarch_ft.rank.components.checkpoint import SaveWatchdog, save_due
 from monarch_ft.rank.components.ft import CommitFloor
-from monarch_ft.records.exits import RankExit, describe_exit
+from monarch_ft.records.exits import LOST_EXIT, RankExit, blamed_exit, describe_exit
 from monarch_ft.records.layout import atomic_write
 
 
@@ -24,6 +24,16 @@ def test_deliberate_exits_are_named():
     assert describe_exit(int(RankExit.COMMIT_BELOW_FLOOR))["exit_reason"] == "commit_below_floor"
     assert describe_exit(int(RankExit.SAVE_TIMEOUT))["exit_reason"] == "save_timeout"
     assert "exit_reason" not in describe_exit(1) and describe_exit(-9)["signal"] == "SIGKILL"
+
+
+def test_the_exit_blamed_is_a_signal_then_a_deliberate_exit_then_the_lowest_rank():
+    # Rank 1 SIGKILLed, its peer's broken collective exited 1, both seen in one look.
+    assert blamed_exit([(0, 1), (1, -9)]) == (1, -9)
+    load = int(RankExit.CHECKPOINT_LOAD_FAILED)
+    assert blamed_exit([(0, 1), (1, load)]) == (1, load)
+    assert blamed_exit([(2, 1), (1, 1)]) == (1, 1)
+    assert blamed_exit([(0, LOST_EXIT), (1, LOST_EXIT)]) == (0, LOST_EXIT)
+    assert blamed_exit([(3, -6), (1, -9)]) == (1, -9) and blamed_exit([]) is None
 
 
 # ---------------------------------------------------------------- saves

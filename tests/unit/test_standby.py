@@ -163,6 +163,8 @@ def test_promotion_carries_the_groups_identity_and_the_state_decision(tmp_path):
 
 
 class FakeProc:
+    forked = False
+
     def __init__(self, pid: int) -> None:
         self.pid, self.code, self.signals = pid, None, []
 

@@ -11,6 +11,8 @@ from monarch_ft.config.ft import FTConfig
 from monarch_ft.controller.planner import Evict, KeepStraggler, RecoveryPlanner, RecoveryPolicy, RestartBudget
 from monarch_ft.controller.state import GroupState, JobState
 from monarch_ft.controller.stragglers import (
+    CONFIRM_GAP_S,
+    confirm_link_stragglers,
     PROBE_BYTES,
     PROBE_GAP_S,
     LinkProbe,
@@ -204,6 +206,29 @@ def test_bursts_of_load_on_one_group_at_a_time_name_nobody():
         assert find_stragglers(watch, [0, 1, 2], LIMITS) == [], step
 
 
+def test_a_far_slower_group_is_named_on_most_steps_of_its_window():
+    # A CFS quota (30% of a CPU): now and then a step fits in one period's share and runs at full
+    # speed. Every step of a window slow waited up to 126 of its steps (25 s) in a real job.
+    watch = StragglerWatch()
+    run(watch, range(0, 11), {0: 0.02, 1: 0.02, 2: 0.02}, {0: 0.01, 1: 0.01, 2: 0.01}, noise=0.0)
+    quota = lambda step: 0.02 if step % 5 == 0 else 0.1  # noqa: E731  # 2 fast steps in each 10, the rest 5x
+    for step in range(11, 21):
+        run(watch, range(step, step + 1), {0: 0.02, 1: quota(step), 2: 0.02}, {0: 0.08, 1: 0.01, 2: 0.08}, noise=0.0)
+    assert [(s.group, s.kind) for s in find_stragglers(watch, [0, 1, 2], LIMITS)] == [(1, SlowKind.CPU)]
+    # Not every step slow and only 2x its peers (8 ranks on 2 cores made healthy groups so): nobody.
+    watch = StragglerWatch()
+    mild = lambda step: 0.02 if step % 5 == 0 else 0.04  # noqa: E731
+    for step in range(0, 30):
+        run(watch, range(step, step + 1), {0: 0.02, 1: mild(step), 2: 0.02}, {0: 0.03, 1: 0.01, 2: 0.03}, noise=0.0)
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == []
+    # Far slower, but only on 7 of 10 steps: nobody (a burst, or a straggler not yet shown).
+    watch = StragglerWatch()
+    burst = lambda step: 0.02 if step % 10 in (0, 3, 6) else 0.1  # noqa: E731
+    for step in range(0, 30):
+        run(watch, range(step, step + 1), {0: 0.02, 1: burst(step), 2: 0.02}, {0: 0.08, 1: 0.01, 2: 0.08}, noise=0.0)
+    assert find_stragglers(watch, [0, 1, 2], LIMITS) == []
+
+
 def test_a_group_that_falls_out_of_the_quorum_is_still_compared_with_its_peers_same_steps():
     # As a real 3-group job at 30% CPU showed: TorchFT goes on without the slow group, which
     # commits only now and then (steps 150-159, then 169, 177, 178, 179), while its peers commit
@@ -226,8 +251,10 @@ def test_a_straggler_is_cleared_only_after_a_whole_window_at_its_peers_pace():
     (s,) = find_stragglers(watch, [0, 1, 2], LIMITS)
     watch.flagged[1] = s.kind.value
     run(watch, range(12, 13), {0: 0.08, 1: 0.08, 2: 0.08}, {0: 0.02, 1: 0.02, 2: 0.02}, noise=0.0)  # one step at pace
+    assert not back_to_pace(watch, 1, [0, 1, 2], LIMITS)  # still named (9 of 10 slow, 3.75x: far slower)
+    run(watch, range(13, 15), {0: 0.08, 1: 0.08, 2: 0.08}, {0: 0.02, 1: 0.02, 2: 0.02}, noise=0.0)  # three at pace
     assert find_stragglers(watch, [0, 1, 2], LIMITS) == [] and not back_to_pace(watch, 1, [0, 1, 2], LIMITS)
-    run(watch, range(13, 22), {0: 0.08, 1: 0.08, 2: 0.08}, {0: 0.02, 1: 0.02, 2: 0.02}, noise=0.0)
+    run(watch, range(15, 22), {0: 0.08, 1: 0.08, 2: 0.08}, {0: 0.02, 1: 0.02, 2: 0.02}, noise=0.0)
     assert back_to_pace(watch, 1, [0, 1, 2], LIMITS)
     assert back_to_pace(watch, 1, [0, 2], LIMITS)  # no longer stepping: nothing to hold it on
 
@@ -295,6 +322,39 @@ def test_a_link_slowed_everywhere_or_by_a_few_milliseconds_names_nobody():
     assert find_link_stragglers(probes({0: 0.11, 1: 0.12, 2: 0.10}), LIMITS) == []  # machine-wide
     assert find_link_stragglers(probes({0: 0.002, 1: 0.015, 2: 0.002}), LIMITS) == []  # 7x, but 13 ms: scheduling noise
     assert find_link_stragglers(probes({0: 0.002, 1: 0.5}), LIMITS, skip=[0]) == []  # one group has no peers
+
+
+def test_a_link_is_named_only_when_two_rounds_in_a_row_find_it_slow():
+    # 16 ranks on 2 cores: one round found healthy links 26-53 ms against peers' 0.3-10 ms (a probe
+    # server kept from a core), and the next round found them at their peers' pace.
+    blip = find_link_stragglers(probes({0: 0.0004, 1: 0.0316, 2: 0.0005, 3: 0.0003}), LIMITS, step=184)
+    assert [s.group for s in blip] == [1]
+    confirmed, suspects = confirm_link_stragglers(blip, {}, named=[])
+    assert confirmed == [] and list(suspects) == [1]
+    again = find_link_stragglers(probes({0: 0.0004, 1: 0.0005, 2: 0.0511, 3: 0.0003}), LIMITS, step=190)
+    confirmed, suspects = confirm_link_stragglers(again, suspects, named=[])
+    assert confirmed == [] and list(suspects) == [2]  # group 1 was not slow again: dropped
+    # A slow link is slow in every round: named by the second.
+    slow = find_link_stragglers(probes({0: 0.004, 1: 0.11, 2: 0.006}), LIMITS, step=300)
+    confirmed, suspects = confirm_link_stragglers(slow, {}, named=[])
+    assert confirmed == [] and list(suspects) == [1]
+    confirmed, suspects = confirm_link_stragglers(slow, suspects, named=[])
+    assert [s.group for s in confirmed] == [1] and suspects == {}
+    # Once named, a recheck that finds it slow keeps it at once.
+    confirmed, suspects = confirm_link_stragglers(slow, {}, named=[1])
+    assert [s.group for s in confirmed] == [1] and suspects == {}
+
+
+def test_a_suspect_link_is_probed_again_a_second_later():
+    watch = StragglerWatch()
+    watch.last_probe_at = 100.0
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=100.0 + CONFIRM_GAP_S, interval_s=0) is None
+    (suspect,) = find_link_stragglers(probes({0: 0.004, 1: 0.11, 2: 0.006}), LIMITS)
+    watch.link_suspects = {1: suspect}
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=100.0 + CONFIRM_GAP_S / 2, interval_s=0) is None
+    assert probe_due(watch, [0, 1, 2], LIMITS, now=100.0 + CONFIRM_GAP_S, interval_s=0) == ProbeReason.CONFIRM
+    watch.forget(1)  # relaunched or replaced: not a suspect any more
+    assert watch.link_suspects == {}
 
 
 def test_a_group_slow_at_compute_is_not_judged_on_its_link():

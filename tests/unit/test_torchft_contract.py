@@ -83,7 +83,11 @@ def torchft_job(tmp_path_factory):
     # A plain torchft Manager beside it (rank 1 of the same group: no server of its own), for
     # the names its __init__ sets.
     plain = Manager(ProcessGroupGloo(timeout=timeout), None, None, min_replica_size=1, rank=1, world_size=2, store_addr="localhost", store_port=store.port)
+    # A configured process group of one rank, for the backend it holds.
+    lone_pg = ProcessGroupGloo(timeout=timeout)
+    lone_pg.configure(f"localhost:{store.port}/contract_lone_pg", "lone", 0, 1)
     instances = {
+        "torchft.process_group.ProcessGroupWrapper": lone_pg,
         "torchft.manager.Manager": plain,  # the Manager as torchft builds it (build_manager wraps _client)
         "torchft.local_sgd.LocalSGD": localsgd,
         "torchft.local_sgd.DiLoCo": diloco,
@@ -122,7 +126,8 @@ def test_what_the_adapter_relies_on_publicly(torchft_job):
         assert tuple(inspect.signature(pg.configure).parameters)[:6] == ("self", "store_addr", "replica_id", "rank", "world_size", "quorum_id"), pg
     # MonarchManager's own names must not shadow (or be overwritten by) torchft's.
     ours = {name for name in vars(MonarchManager) if not name.startswith("__")} - {"start_quorum", "wait_quorum", "should_commit", "load_state_dict"}
-    ours |= {"before_commit", "heals", "seconds", "_timing_depth"}  # set in MonarchManager.__init__
+    # and the names set in MonarchManager.__init__
+    ours |= {"before_quorum", "before_commit", "heals", "seconds", "_timing_depth", "closed_after_failure", "close_failed_step", "_cross_pg"}
     theirs = set(dir(Manager)) | set(vars(torchft_job["plain"]))
     assert not ours & theirs, f"torchft's Manager now has {sorted(ours & theirs)}, which MonarchManager (components/ft.py) uses for its own"
 
@@ -166,3 +171,28 @@ def test_adapter_against_a_real_manager(torchft_job):
     assert manager.current_step() == 2 and compat.local_step(diloco) == 0
     (copy,) = compat.diloco_global_copies(diloco)
     assert bool((copy["weight"] == 3.0).all()) and bool((diloco_model.weight == 3.0).all()), copy["weight"]
+
+
+def test_a_failed_step_closes_the_process_group_and_the_next_quorum_opens_a_new_one(torchft_job):
+    """MonarchManager.should_commit closes the cross-group process group of a step that failed
+    (ft.close_failed_process_group); what makes that safe is TorchFT's: the step is not
+    committed, and the commit failure makes the Lighthouse bump the quorum id, so the next
+    quorum configures a new group even though its members are the same."""
+    parts = torchft_job["parts"]
+    manager, pg = parts.manager, parts.cross.process_group
+    manager.close_failed_step = True  # ft.close_failed_collective=true
+    manager.start_quorum()
+    assert compat.process_group_open(pg)
+    step, quorum, closed = manager.current_step(), parts.quorum_id, manager.closed_after_failure
+    manager.allreduce(torch.ones(3)).wait()
+    manager.report_error(RuntimeError("a peer's collective failed"))
+    assert manager.should_commit() is False and manager.current_step() == step
+    assert not compat.process_group_open(pg) and manager.closed_after_failure == closed + 1
+
+    manager.start_quorum()
+    assert parts.quorum_id > quorum, (parts.quorum_id, quorum)
+    assert compat.process_group_open(pg)
+    t = torch.full((3,), 2.0)
+    manager.allreduce(t).wait()
+    assert manager.should_commit() is True and manager.current_step() == step + 1
+    assert torch.equal(t, torch.full((3,), 2.0)) and manager.closed_after_failure == closed + 1

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from monarch_ft.controller.fork_pool import ServerState, relaunch_path
+from monarch_ft.controller.fork_pool import FIRST_LAUNCH_WAIT_S, ServerState, first_launch_path, relaunch_path
 from monarch_ft.launcher.base import Launcher
 from monarch_ft.launcher.local import LocalLauncher
 from monarch_ft.common.cpu_priority import may_raise_priority
@@ -38,8 +38,27 @@ def test_relaunch_path_warm_only_when_asked_possible_and_ready():
         assert path is RecoveryPath.COLD_START and "no fork server" in why
 
 
+def test_a_first_launch_waits_for_its_hosts_server_then_forks_and_never_waits_for_nothing():
+    ready, starting = ServerState.READY, ServerState.STARTING
+    assert first_launch_path("live", True, None, ready, False, 0.0) == (RecoveryPath.WARM_FORK, None)
+    # Importing, or not started yet (the loop starts it after its first launches): wait.
+    for server in (starting, None, ServerState.GONE):
+        assert first_launch_path("live", True, None, server, False, 1.0) is None
+    # No server will come: cold at once, and why.
+    assert first_launch_path("live", False, None, None, False, 0.0) == (RecoveryPath.COLD_START, "ft.warm_fork=false")
+    path, why = first_launch_path("full_restart", True, None, None, False, 0.0)
+    assert path is RecoveryPath.COLD_START and "full_restart" in why
+    path, why = first_launch_path("live", True, "launcher=slurm starts ranks through its engine", None, False, 0.0)
+    assert path is RecoveryPath.COLD_START and "slurm" in why
+    path, why = first_launch_path("live", True, None, None, True, 0.0)
+    assert path is RecoveryPath.COLD_START and "died 3 times" in why
+    # A server stuck importing holds the start up for FIRST_LAUNCH_WAIT_S at most.
+    path, why = first_launch_path("live", True, None, starting, False, FIRST_LAUNCH_WAIT_S)
+    assert path is RecoveryPath.COLD_START and why == f"the fork server on its host was still importing after {FIRST_LAUNCH_WAIT_S:.0f} s"
+
+
 def test_protocol_round_trip_and_bad_lines():
-    line = encode(ForkOp.FORK, id=3, argv=[*WORKER, "s.json"], env={"A": "1"}, cwd="/", log_path="/x.log", die_with_parent=False)
+    line = encode(ForkOp.FORK, id=3, argv=[*WORKER, "s.json"], env={"A": "1"}, cwd="/", log_path="/x.log", die_with_parent=False, niceness=0)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     msg = decode(line)
     assert msg["op"] is ForkOp.FORK and msg["id"] == 3 and msg["env"] == {"A": "1"}

@@ -22,7 +22,7 @@ from torchft.checkpointing import CheckpointTransport
 
 from monarch_ft.config.ft import FTConfig
 from monarch_ft.rank.components.lighthouse_epoch import LighthouseEpoch, quorum_retries
-from monarch_ft.rank.components.torchft_compat import manager_state_dict, offset_quorum_ids
+from monarch_ft.rank.components.torchft_compat import manager_state_dict, offset_quorum_ids, process_group_open
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.layout import read_int
 
@@ -228,6 +228,10 @@ class MonarchManager(Manager):
     * ``seconds``: wall time the calling thread spent in quorum (start_quorum, wait_quorum)
       and in the commit vote, for the overhead benchmark's per-step breakdown. Nested calls
       (start_quorum waits for the quorum itself) count once.
+    * With ``ft.close_failed_collective=true``, a failed step closes the cross-group process group before the commit vote
+      (:func:`close_failed_process_group`), so no peer waits out ``ft.timeout_s`` in a
+      collective this rank will not finish (``close_failed_step``, ``ft.close_failed_collective``).
+      ``closed_after_failure`` counts those closes.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -236,6 +240,9 @@ class MonarchManager(Manager):
         self.heals = 0
         self.seconds = {"quorum": 0.0, "commit": 0.0}
         self._timing_depth = 0
+        self.closed_after_failure = 0
+        self.close_failed_step = False
+        self._cross_pg = kwargs.get("pg")
         super().__init__(*args, **kwargs)
 
     @contextmanager
@@ -265,6 +272,16 @@ class MonarchManager(Manager):
             super().wait_quorum()
 
     def should_commit(self, timeout: Optional[timedelta] = None) -> bool:
+        if self.close_failed_step and self.errored() is not None and self._cross_pg is not None:
+            # The quorum may still be configuring the process group when the step failed
+            # before its collective (the allreduce, which waits for it, was skipped): close
+            # the one this step's peers use, not one being replaced under us.
+            try:
+                self.wait_quorum()
+            except Exception:  # the quorum failed too: its error is the Manager's already
+                pass
+            if close_failed_process_group(self._cross_pg):
+                self.closed_after_failure += 1
         if self.before_commit is not None:
             self.before_commit()
         with self._timed("commit"):
@@ -273,6 +290,38 @@ class MonarchManager(Manager):
     def load_state_dict(self, state_dict: Dict[str, int]) -> None:
         self.heals += 1
         super().load_state_dict(state_dict)
+
+
+def close_failed_process_group(pg: Any) -> bool:
+    """Close a cross-group process group whose step failed, at once: True when one was open.
+
+    Why: in gloo's ring allreduce a dead peer's sockets close under its two neighbours only.
+    Their collective fails at once, but they keep their own connections open until the next
+    quorum reconfigures the group, so every other survivor waits in the collective until
+    ``ft.timeout_s`` (about 3 s a fault at 8 and 16 groups in benchmarks/scale_bench.py).
+    Dropping the failed group's process group closes its sockets, and the failure runs round
+    the ring in milliseconds (8 ranks, one killed mid-allreduce: the last survivor failed
+    after 3.06 s; with each closing on failure, after 0.08 s). gloo has no abort of a
+    collective in flight (its ``abort`` returns and the collective goes on), so this is how
+    a failure reaches the far side of the ring; on NCCL torchft's ``abort`` also aborts the
+    communicator, as its own timeout path does.
+
+    Safe for TorchFT: the step is not committed (the rank has already reported the error), the
+    Manager's collectives until the next quorum are no-ops, and the commit failure makes the
+    Lighthouse bump the quorum id, so the next quorum configures a new process group even when
+    its members did not change (torchft ``lighthouse.rs``, "Detected commit failures").
+
+    Args:
+        pg: torchft's reconfigurable ProcessGroupGloo/NCCL (its ``abort`` drops the backend).
+    """
+    if not process_group_open(pg):
+        return False
+    try:
+        pg.abort()
+    except Exception as e:  # a close that fails leaves the old group to the next quorum, as before
+        logger.warning("closing the failed cross-group process group: %s", e)
+        return False
+    return True
 
 
 def _recording(pg_class: type) -> type:
@@ -419,6 +468,7 @@ def build_manager(
         # A Lighthouse restarted under a quorum: the quorum completes at the new one.
         quorum_retries=quorum_retries(cfg.quorum_timeout_s),
     )
+    manager.close_failed_step = cfg.close_failed_collective
     if lighthouse_epoch_path:
         offset_quorum_ids(manager, LighthouseEpoch(lighthouse_epoch_path).quorum_id_offset)
     return FTParts(manager, cross)

@@ -63,10 +63,26 @@ PRIVATE_SURFACE = (
     Private("torchft.local_sgd.DiLoCo", "_current_fragment", params=("self",)),
     Private("torchft.local_sgd._StreamingDiLoCoFragment", "prepare_sync", params=("self",)),
     Private("torchft.local_sgd._StreamingDiLoCoFragment", "perform_sync", params=("self",)),
+    # process_group_open
+    Private("torchft.process_group.ProcessGroupWrapper", "_pg", attr_type="ProcessGroup"),
     # diloco_save_global, diloco_global_copies
     Private("torchft.local_sgd.DiLoCo", "_save_parameters", params=("self",)),
     Private("torchft.local_sgd._StreamingDiLoCoFragment", "original_parameters", attr_type="dict"),
 )
+
+
+# ---------------------------------------------------------------- the process group
+def process_group_open(pg: Any) -> bool:
+    """Whether torchft's reconfigurable process group holds a backend now.
+
+    torchft's ``ProcessGroupWrapper`` keeps the backend of the current quorum in ``_pg``, None
+    before the first ``configure`` and after ``abort``; it has no public way to ask.
+    monarch_ft.rank.components.ft.close_failed_process_group closes one only when it is open.
+
+    Args:
+        pg: a torchft ProcessGroupGloo/NCCL.
+    """
+    return getattr(pg, "_pg", None) is not None
 
 
 # ---------------------------------------------------------------- the Manager's quorums
