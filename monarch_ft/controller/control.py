@@ -57,7 +57,7 @@ class JobControl:
 
     def standby_pending(self) -> bool:
         """Fewer warm standby groups ready than configured (one is being built or rebuilt)."""
-        pool = self._sup.standby
+        pool = self._sup.state.standby
         # A warm fork server still importing counts too: a fault then would start cold.
         return len(pool.ready()) < pool.wanted or self._sup.warm_forks.pending()
 

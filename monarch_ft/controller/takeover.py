@@ -37,7 +37,6 @@ import fcntl
 import json
 import os
 import signal
-import sys
 import threading
 from typing import Any, Optional
 
@@ -50,7 +49,7 @@ from monarch_ft.launcher.base import Launcher, RankProcess
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus, StrEnum
 from monarch_ft.records.layout import RunLayout, atomic_write, read_json
-from monarch_ft.records.lease import controller_finish_margin, heartbeat_time, lower_finish
+from monarch_ft.records.lease import heartbeat_time
 from monarch_ft.records.reports import ReportTail
 
 # The documented detach signal: the controller exits, the job keeps training.
@@ -196,13 +195,9 @@ class Takeover:
         """Safe from a signal handler."""
         self.detach_requested = True
 
-    def can_detach(self, launcher: Launcher) -> bool:
-        """Where no new controller could take the job over, a detach is refused (one line)."""
-        problem = launcher.adoption_problem()
-        if problem:
-            print(f"monarch_ft: error: cannot detach: {problem}", file=sys.stderr, flush=True)
-            self.detach_requested = False
-        return not problem
+    def clear_detach(self) -> None:
+        """A detach refused (no controller could take the job over): the request is dropped."""
+        self.detach_requested = False
 
     @staticmethod
     def attach_config(cfg, run_dir: str):
@@ -242,15 +237,6 @@ class Takeover:
 
         self._beat_thread = threading.Thread(target=beat, name="controller-heartbeat", daemon=True)
         self._beat_thread.start()
-
-    def tick(self, state: JobState, events: EventLog) -> None:
-        """Every watch tick: answer a ``stop`` request once (the loop then saves the state)."""
-        if not state.stop_seen and os.path.exists(self.layout.stop_request):
-            # python -m monarch_ft stop: every group finishes at one step just ahead, saves its
-            # checkpoint there and exits 0 (what the ranks do by themselves with no controller).
-            state.stop_seen = True
-            step = lower_finish(self.layout.stop_at_step, state.job_step + controller_finish_margin(state.step_times.median()))
-            events.emit(EventKind.FINISH_REQUESTED, step=step, reason="stop_command")
 
     def close(self, state: JobState, events: EventLog, finished: bool) -> None:
         """At the end: a finished job marks its state so, a detached one leaves it for the next controller."""
@@ -326,7 +312,7 @@ class Takeover:
             if action is AttachAction.FAIL:
                 failed.append((g, [rs.rank for rs, a, e in zip(g.ranks, alive, exited) if not a and e != 0]))
             if g.status == GroupStatus.WAITING:
-                g.next_launch = now
+                g.plan.at = now
         return decisions, failed
 
     def lost(self, events: EventLog, previous_pid: Optional[int], job_step: int, now: float) -> dict:

@@ -260,6 +260,9 @@ class GroupStatus(StrEnum):
     """Launched, not stepping yet."""
     RUNNING = "running"
     """Stepping (or holding the job open after it finished)."""
+    STOPPED = "stopped"
+    """Its ranks were stopped (it failed, or a full restart stopped it); what comes next is
+    decided in the same tick, once the facts it needs (the newest intact checkpoint) are found."""
     WAITING = "waiting_restart"
     """Failed, its relaunch scheduled."""
     DONE = "done"
@@ -389,6 +392,10 @@ def event_name(kind: "EventKind | str") -> str:
 class EventLog:
     """``events.jsonl``, appended and flushed as each event happens, and kept in memory.
 
+    A write the file system refuses (a full disk, a read-only one) does not raise where the
+    event is emitted (a signal handler, a helper thread, the job's end): the first failure is
+    kept (:attr:`write_error`) for the controller to act on, later events stay in memory only.
+
     Args:
         path: the file.
         echo: called with each record (the console).
@@ -402,6 +409,8 @@ class EventLog:
         self._lock = threading.Lock()
         self._echo = echo
         self._clock = clock
+        # The first write the file system refused (its filename set), or None.
+        self.write_error: Optional[OSError] = None
 
     def emit(self, _event: EventKind, **fields: Any) -> dict[str, Any]:
         """Write one event of kind ``_event`` (an :class:`EventKind`; see :func:`event_name`) with ``fields``; returns the record."""
@@ -409,7 +418,12 @@ class EventLog:
         record = {"time": fields.pop("time", None) or self._clock(), "event": kind, **fields}
         with self._lock:
             self.events.append(record)
-            self._f.write(json.dumps(record, default=str) + "\n")
+            if self.write_error is None:
+                try:
+                    self._f.write(json.dumps(record, default=str) + "\n")
+                except OSError as e:
+                    e.filename = e.filename or self.path
+                    self.write_error = e
         if self._echo is not None:
             self._echo(record)
         return record
@@ -418,7 +432,12 @@ class EventLog:
         return [e for e in self.events if e["event"] == kind and all(e.get(k) == v for k, v in match.items())]
 
     def close(self) -> None:
-        self._f.close()
+        try:
+            self._f.close()
+        except OSError as e:
+            if self.write_error is None:
+                e.filename = e.filename or self.path
+                self.write_error = e
 
 
 def event_node(record: dict[str, Any]) -> Optional[str]:
