@@ -505,8 +505,10 @@ class JobState:
         return self.ledger.job_step
 
     def live_peers(self, group: Optional[int]) -> tuple[int, ...]:
-        """Groups other than ``group`` stepping in the job now (they hold its state); not one
-        whose rank has died, though its failure is judged later in the tick (:meth:`GroupState.failing`)."""
+        """Groups other than ``group`` stepping in the job now (they hold its state). Every failure
+        of a tick is judged (its group stopped) before any recovery is planned; a group with a rank
+        exited non-zero is left out all the same (:meth:`GroupState.failing`): it holds the job's
+        state for nobody, whatever the order of the decisions."""
         return tuple(g.index for g in self.groups if g.index != group and g.status == GroupStatus.RUNNING and not g.failing())
 
     def all_finished(self) -> bool:

@@ -114,7 +114,7 @@ def recover(t: Tick, failure: Failure) -> None:
         return
     disk: Optional[DiskFact] = None
     if planner.needs_disk(state, failure):
-        disk = t.facts.disk.get(state.job_step)
+        disk = disk_fact(t, state.job_step)
         if disk is None:
             t.out.find_disk(state.job_step)
             return
@@ -394,7 +394,7 @@ def resume_point(
     state = t.state
     if disk is None and needs_disk(live_peers, state.job_step):
         key = state.job_step if at_most is None else min(at_most, state.job_step)
-        disk = t.facts.disk.get(key)
+        disk = disk_fact(t, key)
         if disk is None:
             t.out.find_disk(key)
             return None
@@ -407,6 +407,16 @@ def resume_point(
         state.ledger.rollback(decision.step)
         write_floor(t, force=True)
     return decision
+
+
+def disk_fact(t: Tick, at_most: int) -> Optional[DiskFact]:
+    """The newest intact checkpoint no newer than ``at_most``, if this pass was handed it: found
+    for ``at_most`` itself, or for a later step whose newest intact checkpoint is no newer than
+    ``at_most`` (a rollback in the same pass lowered the job's step to it); None: to be found."""
+    for key, fact in sorted(t.facts.disk.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+        if key == at_most or ((key is None or key >= at_most) and (fact.step is None or fact.step <= at_most)):
+            return fact
+    return None
 
 
 def write_floor(t: Tick, force: bool = False) -> None:
