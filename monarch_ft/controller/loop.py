@@ -100,6 +100,8 @@ class Supervisor:
         echo: print events and progress to the console.
         clock: what the loop reads and sleeps on.
         fork_server: what starts a warm fork server (default: a real one).
+        journal: when given, each decision pass's (time, actions) is appended to it (the fast
+            tests assert on the actions a tick returns).
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class Supervisor:
         echo: bool = True,
         clock: Clock = SYSTEM_CLOCK,
         fork_server: Callable[..., Any] = ForkServer,
+        journal: Optional[list] = None,
     ) -> None:
         cfg = Takeover.attach_config(cfg, run_dir)  # controller.attach: the job's own config
         preflight(cfg)
@@ -134,6 +137,7 @@ class Supervisor:
         self.launcher: Optional[Launcher] = launcher
         self._echo = echo
         self._fork_server = fork_server
+        self.journal = journal
         self._opened = False
         # Built by open(): they act on the run directory, the launcher's resources, the console.
         self.events: EventLog
@@ -426,12 +430,12 @@ class Supervisor:
         try:
             obs = self.observer.observe(now)
             decision = decide(self.rules, self.state, obs)
-            acted = self.executor.apply(decision.actions)
+            acted = self._act(now, decision.actions)
             end = acted.end
             passes = 1
             while decision.waiting and end is None and passes < MAX_PASSES:
                 decision = decide_pending(self.rules, self.state, obs, acted.facts)
-                acted = self.executor.apply(decision.actions)
+                acted = self._act(now, decision.actions)
                 end = acted.end
                 passes += 1
             if end is not None and end.immediate:
@@ -446,6 +450,11 @@ class Supervisor:
         if self._echo:
             self.console.progress(now)
         return None
+
+    def _act(self, now: float, actions: list) -> Any:
+        if self.journal is not None:
+            self.journal.append((now, list(actions)))
+        return self.executor.apply(actions)
 
     def _own_write_failed(self, e: OwnWriteFailed) -> int:
         """A file of the controller's own could not be written: the job stops (every group
