@@ -20,8 +20,8 @@ while its state agrees is :class:`Suspect`: its compute, not its memory, is bad.
 Also here, pure: the interval ``ft.integrity_every=auto`` picks (:func:`choose_interval`) and
 whether a checkpoint holds the state the replicas agreed on at its step (:meth:`IntegrityJudge.vouch`).
 What the judge knows is :class:`IntegrityState`, a part of the job's state (a takeover goes on
-with it). The relay (:mod:`monarch_ft.controller.relay`) feeds it the step records; the verdicts
-are applied by :mod:`monarch_ft.controller.recovery`, through the planner: a corrupt or suspect
+with it). The tick's decision (:mod:`monarch_ft.controller.decide.reports`) feeds it the step records; the
+verdicts are applied by :mod:`monarch_ft.controller.decide.recovery`, through the planner: a corrupt or suspect
 group fails like any group, a divergence is a full restart from no newer than ``trusted_step``.
 """
 

@@ -13,7 +13,7 @@ wrong: the ranks were killed some other way). A process fault never excludes a n
 task wrapper records the rank's exit.
 
 Pure: what happened in, decisions out (unit-tested in tests/unit/test_placement.py);
-:class:`monarch_ft.controller.node_watch.NodeWatch` applies them to the launcher and the
+:mod:`monarch_ft.controller.decide.job` (nodes) and the executor apply them to the launcher and the
 event log.
 """
 

@@ -83,7 +83,7 @@ class RankSpec:
     scratch_dir: str = ""
     # A file the rank waits for before its first step ("" for none): a shared start gate
     # (Supervisor._open_start_gate) or the group's own launch gate, whose JSON content says
-    # where its state comes from (records.decisions.StateDecision; controller.recovery.Recovery.open_launch_gates).
+    # where its state comes from (records.decisions.StateDecision; controller.decide.recovery.open_launch_gates).
     start_gate: str = ""
     # A warm standby (monarch_ft.rank.standby_wait): its number, and the promotion file it waits for
     # after building everything identity-free; "" / -1 for a rank of a replica group.

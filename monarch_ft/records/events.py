@@ -146,7 +146,7 @@ class EventKind(StrEnum):
     """A ready standby took a failed group's identity."""
     STANDBY_LOST = "standby_lost"
     """A standby died (or was stopped) while waiting; it is rebuilt, never promoted."""
-    # The nodes of a cluster (launcher=slurm; monarch_ft.controller.node_watch applies
+    # The nodes of a cluster (launcher=slurm; monarch_ft.controller.decide.job.nodes applies
     # monarch_ft.controller.placement's rules).
     GROUP_PLACED = "group_placed"
     """A group's or a standby's allocation started: the node the scheduler gave it (node,

@@ -214,7 +214,7 @@ class RunLayout:
 
     def launch_gate(self, group: int, attempt: int) -> str:
         """One relaunched group's gate; its content is the controller's decision on where the
-        group's state comes from (see monarch_ft.controller.recovery.Recovery.open_launch_gates)."""
+        group's state comes from (see monarch_ft.controller.decide.recovery.open_launch_gates)."""
         return self._p("control", f"launch.g{group}.a{attempt}")
 
     def promotion(self, standby: int) -> str:
