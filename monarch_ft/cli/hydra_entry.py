@@ -123,6 +123,35 @@ def _check_lines(overrides: list[str], multirun: bool) -> list[list[str]]:
     return lines
 
 
+def run_dir_problem(overrides: list[str], multirun: bool) -> Optional[str]:
+    """Why the run directory a command line names (``hydra.run.dir``; in a multirun
+    ``hydra.sweep.dir``; else Hydra's default under ``outputs/``, ``multirun/``) cannot be
+    created or written (one line), or None. Hydra creates it before the job's own code runs,
+    and a read-only or full file system there would end the launch in Hydra's traceback."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == key and "=" in o), None)
+    path = os.path.abspath(given if given and "${" not in given else ("multirun" if multirun else "outputs"))
+    probe = path
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+    if os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK):
+        return None
+    import errno as _errno
+
+    why = "not a directory" if not os.path.isdir(probe) else "permission denied"
+    try:
+        st = os.statvfs(probe)
+        if st.f_flag & os.ST_RDONLY:
+            why = os.strerror(_errno.EROFS)
+    except OSError:
+        pass
+    named = f"{key}={given}" if given else f"the run directory ({path}, Hydra's default under the working directory)"
+    return f"{named}: cannot create or write it ({probe}: {why}): give a writable directory with {key}="
+
+
 def check_command_line(config_name: str, argv: list[str]) -> None:
     """Exit 2 with one ``monarch_ft: error:`` line if the command line's config does not compose."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -143,6 +172,8 @@ def check_command_line(config_name: str, argv: list[str]) -> None:
         problem = composition_problem(args.config_name or config_name, line)
         if problem:
             break
+    if not problem:
+        problem = run_dir_problem(args.overrides, args.multirun)
     if problem:
         print(f"monarch_ft: error: {problem}", file=sys.stderr)
         sys.exit(2)

@@ -31,11 +31,22 @@ from monarch_ft.records.reports import ReportTail
 
 
 def atomic_write(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one."""
+    """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one.
+
+    A write the file system refuses (a full or read-only disk) leaves no temporary file behind
+    (on a full disk it would hold space), and its error names ``path``, the file meant."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        e.filename = path
+        raise
 
 
 def atomic_write_json(path: str, obj: Any) -> None:
