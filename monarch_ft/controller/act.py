@@ -358,6 +358,10 @@ class Executor:
     def _SetNodeExclusions(self, a: A.SetNodeExclusions) -> None:
         self.launcher.exclude_nodes(set(a.nodes))
 
+    def _ReplanPending(self, a: A.ReplanPending) -> None:
+        # Refused when the job started or ended meanwhile: it is no longer pending (nothing to do).
+        self.launcher.replan_pending(a.job_id, set(a.nodes))
+
     def _StartProbe(self, a: A.StartProbe) -> None:
         self.prober.start(a.targets, a.reason, a.step)
 

@@ -226,6 +226,14 @@ class SetNodeExclusions:
 
 
 @dataclass(frozen=True)
+class ReplanPending:
+    """Give pending allocation ``job_id`` the nodes to keep off now (the scheduler's own command)."""
+
+    job_id: str
+    nodes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class RestartLighthouse:
     """The Lighthouse died: its epoch moves on (written for the ranks) and it starts again on the same address."""
 
@@ -295,6 +303,7 @@ Action = Union[
     Quarantine,
     QuarantineNewer,
     SetNodeExclusions,
+    ReplanPending,
     RestartLighthouse,
     StartProbe,
     RequestFinish,

@@ -17,7 +17,8 @@ The order, and why:
    *before* it exits, so a rank seen exited here has all its records read in the same tick;
 4. **control files**: a ``stop`` request, the hold, the current start gate;
 5. **the Lighthouse**: alive or not;
-6. **nodes**: new placements and the scheduler's view (launchers with nodes);
+6. **nodes**: new placements, the scheduler's view of its nodes, the allocations it holds
+   pending (launchers with nodes);
 7. what the controller's own helper threads finished: a link probe round, a checkpoint scrub
    pass; and the signals it was sent (stop, detach).
 """
@@ -108,9 +109,11 @@ class Observations:
     detach_requested: bool = False
     lighthouse_alive: bool = True
     lighthouse_exit: Optional[int] = None
-    # New placements of allocations, the scheduler's view of its nodes (launchers with nodes).
+    # New placements of allocations, the scheduler's view of its nodes, and the allocations it
+    # holds pending with the nodes each keeps off (launchers with nodes).
     placements: list[dict] = field(default_factory=list)
     node_states: dict[str, str] = field(default_factory=dict)
+    pending: dict[str, tuple[str, ...]] = field(default_factory=dict)
     # A probe round and checkpoint scrub passes the helper threads finished; a round still running.
     probe: Optional[ProbeRound] = None
     probe_busy: bool = False
@@ -208,6 +211,7 @@ class Observer:
         # 6. nodes.
         obs.placements = list(self.launcher.take_placements())
         obs.node_states = dict(self.launcher.node_states())
+        obs.pending = dict(self.launcher.pending_allocations())
         if self.forks.enabled:
             for g in state.groups:
                 if not g.finished:

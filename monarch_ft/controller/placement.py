@@ -100,6 +100,9 @@ class NodePool:
     history: list[dict] = field(default_factory=list)
     states: dict[str, str] = field(default_factory=dict)
     placements: int = 0
+    # Pending allocations whose exclusions were asked to change: job id -> the nodes asked (a job
+    # is asked again only for another set).
+    replans: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def exclude(self, node: str, reason: ExclusionReason, now: float, group: int, attempt: int) -> Optional[Exclusion]:
         """Exclude ``node``; None when it already is (the first reason stands)."""

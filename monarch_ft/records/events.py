@@ -160,6 +160,9 @@ class EventKind(StrEnum):
     group and attempt that failed there, and the nodes excluded now."""
     NODE_RETURNED = "node_returned"
     """An excluded node is back in the pool: node, reason (ReturnReason), excluded_s."""
+    ALLOCATION_REPLANNED = "allocation_replanned"
+    """An allocation the scheduler holds pending was given the nodes to keep off now (job_id,
+    excluded_before, excluded): a node came back, or another failed, while it waited."""
     NODE_RESTORED = "node_restored"
     """A node that a node fault took down is back (link up, slurmd started again, resumed):
     node, lasted_s. The scheduler's node_state shows when it counts it up again."""

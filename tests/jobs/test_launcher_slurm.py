@@ -254,12 +254,15 @@ def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path,
     does, its link cut and everything on it killed; Slurm is not told): the first before the
     standby is ready (an excluding relaunch), the second through the standby. Each time the
     controller sees the ranks lost, excludes the node at once (long before Slurm counts it not
-    responding), and never places a job on it while it is out; the first node comes back
-    (slurmd restarted, resumed), returns to the pool and is used again. The promoted standby is
-    a Slurm job of its own, niced, its processes the ones that healed. Weights agree, squeue
-    is empty, nothing is left running, every namespace is removed. (A rank's SIGKILL through
-    Slurm: test_exit_codes_and_signals_per_rank; a group relaunched as a new Slurm job healed
-    from its peer: the attach test.)"""
+    responding), and never places a job on it while it is out. The replacement standby is then
+    submitted with both failed nodes excluded and no other node free: it waits, pending, and when
+    a failed node comes back (slurmd restarted, resumed) and returns to the pool, the pending job
+    is given the exclusions as they are now (scontrol update) and runs there; a third fault, a
+    process kill, then recovers through it. The promoted standby is a Slurm job of its own,
+    niced, its processes the ones that healed. Weights agree, squeue is empty, nothing is left
+    running, every namespace is removed. (A rank's SIGKILL through Slurm:
+    test_exit_codes_and_signals_per_rank; a group relaunched as a new Slurm job healed from its
+    peer: the attach test.)"""
     need_netns()
     cluster = LocalSlurmCluster(str(tmp_path / "slurm"), cpus=2, nodes=4)
     with cluster:
@@ -275,7 +278,9 @@ def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path,
             # Long enough for Slurm to count the second node not responding (about 5 s, polled every 3-6 s)
             # before the job ends: 40 steps were 6.7 s once, too short (a job tier at 2026-12-04).
             "chaos.tail_steps=100",
-            "chaos.faults=[{kind: node_down, at_step: 3, duration_s: 15, wait_standby: false}, {kind: node, at_step: 6}]",
+            # The first node stays down past the second fault (the replacement standby then finds
+            # both failed nodes excluded and no node free); the third fault needs that standby.
+            "chaos.faults=[{kind: node_down, at_step: 3, duration_s: 45, wait_standby: false}, {kind: node, at_step: 6}, {kind: process_kill, at_step: 9}]",
             timeout=900,
         )
         # A job whose node failed under it stays COMPLETING until Slurm counts that node down
@@ -294,8 +299,9 @@ def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path,
     assert any(e["event"] == "quorum_change" and e["participating_groups"] == [0, 1] for e in events)
     assert all(e["allocation_s"] is not None and 0 < e["allocation_s"] < 60 for e in placed), placed
 
-    faults = [e for e in events if e["event"] == "fault_injected"]
-    assert [f["kind"] for f in faults] == ["node_down", "node"]
+    injected = [e for e in events if e["event"] == "fault_injected"]
+    assert [f["kind"] for f in injected] == ["node_down", "node", "process_kill"]
+    faults = injected[:2]
     down = [f["node"] for f in faults]
     assert len(set(down)) == 2, "two different nodes"
     for f in faults:
@@ -317,9 +323,17 @@ def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path,
     (returned,) = [e for e in events if e["event"] == "node_returned" and e["node"] == down[0]]
     assert returned["reason"] == "back_up" and returned["time"] >= restored["time"]
     assert [e for e in placed if e["node"] == down[0] and e["time"] > returned["time"]], placed
-    # Recovered: an excluding relaunch (cold start), then the standby.
+    # Recovered: an excluding relaunch (cold start), then the standby, then its replacement.
     paths = [f["recovery_path"] for f in drill["faults"]]
-    assert paths == ["cold_start", "standby"], paths
+    assert paths == ["cold_start", "standby", "standby"], paths
+    # The replacement standby: submitted with both failed nodes kept off, held pending, given
+    # the exclusions as they were once a node returned, then placed on a returned node.
+    replans = [e for e in events if e["event"] == "allocation_replanned"]
+    assert replans and sorted(replans[0]["excluded_before"]) == sorted(down) and len(replans[0]["excluded"]) < 2, replans
+    back_at = {e["node"]: e["time"] for e in events if e["event"] == "node_returned"}
+    assert replans[0]["time"] >= min(back_at.values()), (replans, back_at)
+    third = [e for e in placed if e["standby"] is not None and e["time"] > replans[0]["time"]]
+    assert third and third[0]["node"] in down, (third, down)
     relaunch = (run_dir / "slurm" / f"g{faults[0]['target']}.a1.sbatch").read_text()
     assert f"--exclude={down[0]}" in relaunch, relaunch
     assert all(f["recovered"] and f["weights_consistent"] is not False for f in drill["faults"])
@@ -338,7 +352,7 @@ def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path,
     assert json.loads((run_dir / "slurm" / f"sb{k}.json").read_text())["ranks"][0]["niceness"] == 10
     assert_weights_agree_after(run_dir, group, attempt)
     # Slurm's own detection beside ours, in the drill's analysis.
-    for f in drill["faults"]:
+    for f in drill["faults"][:2]:
         sched = f["scheduler"]
         assert sched["failed_node"] in down and sched["excluded_s"] < sched["not_responding_s"], sched
     summary = json.loads((run_dir / "summary.json").read_text())

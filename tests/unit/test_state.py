@@ -124,6 +124,7 @@ def populated() -> JobState:
             history=[{"node": "n1", "reason": "ranks_lost", "group": 1, "attempt": 2, "at": 80.0, "returned_at": None, "return_reason": None}],
             states={"n0": "idle", "n1": "down*"},
             placements=4,
+            replans={"17": ("n1",)},
         ),
         launcher_handles={"jobs": [["17", 0, 1, 5.0, False]]},
         stop_seen=True,

@@ -11,7 +11,8 @@ The order of a pass, and why:
 
 1. the controller itself: its own stall (silence while it was held up is not the ranks'), a
    signal to stop, a lost job state, a detach;
-2. the Lighthouse, a cluster's nodes (before any launch: exclusions apply to it);
+2. the Lighthouse, a cluster's nodes (before any launch: exclusions apply to it; an allocation
+   still pending is given the exclusions as they are now);
 3. every report read (groups, then standbys): the state catches up with the world first; the
    groups a new controller found with a rank gone are failed then (their reports read first);
 4. every exit, then each group judged (exit, done, or a hang verdict), then the hang verdicts
@@ -52,6 +53,7 @@ def decide(rules: Rules, state: JobState, obs: Observations, facts: Facts | None
     # 2. the Lighthouse and the nodes
     job.lighthouse(t)
     job.nodes(t)
+    job.replan_pending(t)
     # 3. the reports
     reports.absorb_reports(t)
     pools.standby_reports(t)

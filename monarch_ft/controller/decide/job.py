@@ -11,6 +11,7 @@ from monarch_ft.controller.actions import (
     OpenStartGate,
     Quarantine,
     RefuseDetach,
+    ReplanPending,
     RequestFinish,
     RestartLighthouse,
     SetHold,
@@ -119,6 +120,26 @@ def nodes(t: Tick) -> None:
         t.out.emit(EventKind.NODE_RETURNED, node=back.node, reason=back.reason, excluded_s=back.excluded_s)
     if returned:
         t.out.do(SetNodeExclusions(tuple(sorted(pool.to_exclude(pool.states)))))
+
+
+def replan_pending(t: Tick) -> None:
+    """An allocation the scheduler holds pending keeps off the nodes excluded when it was
+    submitted; when the exclusions changed since (a node returned, another failed), it is given
+    the current ones, through the scheduler's own command: else a standby submitted while two
+    failed nodes were out waits for them both forever, though one came back. Once per change."""
+    pool = t.state.nodes
+    if not t.obs.pending:
+        pool.replans.clear()
+        return
+    now_out = tuple(sorted(pool.to_exclude(pool.states))) if pool.excluded else ()
+    for job_id, kept_off in sorted(t.obs.pending.items()):
+        if set(kept_off) == set(now_out) or pool.replans.get(job_id) == now_out:
+            continue
+        pool.replans[job_id] = now_out
+        t.out.do(ReplanPending(job_id, now_out))
+        t.out.emit(EventKind.ALLOCATION_REPLANNED, job_id=job_id, excluded_before=list(kept_off), excluded=list(now_out))
+    for job_id in [j for j in pool.replans if j not in t.obs.pending]:
+        del pool.replans[job_id]
 
 
 # ---------------------------------------------------------------- gates and control files
