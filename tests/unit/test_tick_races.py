@@ -266,3 +266,23 @@ def test_the_decision_reads_nothing_but_its_inputs(tmp_path, monkeypatch, freeze
     actions = job.tick(job.observe(exits={(0, 0): -signal.SIGKILL}))
     assert [type(a).__name__ for a in actions if not isinstance(a, A.Emit)][:2] == ["FailGroup", "PromoteStandby"]
     monkeypatch.undo()
+
+
+def test_a_full_restarts_gate_waits_for_a_group_still_in_its_backoff(tmp_path):
+    """The shared gate of a full restart opens once every group scheduled to it is up and ready,
+    the ones still waiting out their backoff included: the job comes back as one quorum."""
+    from monarch_ft.controller.state import LaunchPlan
+
+    job = Replay(tmp_path, job_step=20)
+    gate = job.layout.start_gate(1)
+    job.state.full_restarts, job.state.gate_since = 1, job.now
+    g0, g1 = job.state.groups
+    g0.move(GroupStatus.STOPPED)
+    g0.move(GroupStatus.STARTING)
+    g0.gate = gate  # launched, built, waiting at the gate
+    g1.move(GroupStatus.STOPPED)
+    g1.move(GroupStatus.WAITING)
+    g1.plan = LaunchPlan(job.now + 30.0, 20, None, gate)  # its relaunch still backing off
+    closed = ControlFiles(hold=True, start_gate_open=False)
+    actions = job.tick(job.observe(control=closed))
+    assert not [a for a in actions if isinstance(a, A.OpenStartGate)], actions

@@ -150,7 +150,9 @@ def open_start_gate(t: Tick) -> None:
     gate = t.rules.layout.start_gate(state.full_restarts)
     if t.obs.control.start_gate_open or state.watch.gate_opened == gate:
         return
-    waiting = [g for g in state.groups if g.gate == gate and not g.finished]
+    # The groups launched to wait at it, and those scheduled to (a full restart's relaunches
+    # still in their backoff): the job comes back as one quorum, not group by group.
+    waiting = [g for g in state.groups if not g.finished and (g.gate == gate or (g.status == GroupStatus.WAITING and g.plan.start_gate == gate))]
     ready = all(g.active and all(r.model_ready for r in g.ranks) for g in waiting)
     if start_gate_opens(ready, t.now - state.gate_since, t.cfg.ft.startup_timeout_s):
         state.watch.gate_opened = gate
