@@ -47,6 +47,7 @@ from monarch_ft.common import proctitle
 from monarch_ft.common.clock import SYSTEM_CLOCK, Clock
 from monarch_ft.common.data import prepare_data
 from monarch_ft.common.devices import gpu_device_nodes
+from monarch_ft.common.process import allow_open_files
 from monarch_ft.config.ft import hang_timeout_setting, integrity_setting
 from monarch_ft.config.job import JobConfig
 from monarch_ft.controller import actions as A
@@ -175,6 +176,7 @@ class Supervisor:
             self._data = prepare_data(cfg.data, cfg.model.vocab_size, cfg.training.seq_len)
             self._data_seconds = round(self.clock.time() - started, 2)
         os.makedirs(self.run_dir, exist_ok=True)
+        allow_open_files()  # every rank's report file is kept open (records.reports.ReportTail)
         self.takeover.open()
         try:
             if attaching:

@@ -77,7 +77,11 @@ def read_int(path: str, default: int = 0) -> int:
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
     """Every complete JSON line of ``path`` (a torn last line of a writer that died is skipped)."""
-    return ReportTail(path).read()
+    tail = ReportTail(path)
+    try:
+        return tail.read()
+    finally:
+        tail.close()
 
 
 class RunLayout:
