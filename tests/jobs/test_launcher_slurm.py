@@ -341,7 +341,8 @@ def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path,
     # The standby that took the second fault's group: a Slurm job of its own (none of the
     # groups'), niced below the training ranks, whose processes healed from the peer as the group,
     # in step with it from then on.
-    (promoted,) = [e for e in events if e["event"] == "standby_promoted"]
+    promoted, then = [e for e in events if e["event"] == "standby_promoted"]
+    assert then["group"] == injected[2]["target"] and then["standby"] == third[0]["standby"], (then, third)
     k, group, attempt = promoted["standby"], promoted["group"], promoted["attempt"]
     assert group == faults[1]["target"], (promoted, faults[1])
     sb = {r: json.loads((run_dir / "logs" / f"sb{k}r{r}.log.pid").read_text()) for r in (0, 1)}
