@@ -404,6 +404,10 @@ class WatchState:
     peers_published: Optional[dict] = None
     # When each group's first launch began to wait for its host's fork server.
     first_wait: dict[int, float] = field(default_factory=dict)
+    # The CPU stragglers found at the last step taken (controller.decide.slow; None: not yet).
+    cpu_stragglers: Optional[list] = None
+    # The state hashes of steps below this were pruned (controller.decide.reports._record_commit).
+    hashes_pruned_below: int = -1
     # The shared start gate this controller opened last ("" : none yet).
     gate_opened: str = ""
     # Groups this controller found, on taking the job over, with ranks gone: group -> those ranks

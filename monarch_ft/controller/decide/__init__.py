@@ -61,9 +61,10 @@ def decide(rules: Rules, state: JobState, obs: Observations, facts: Facts | None
     # 4. exits, groups judged, hangs, integrity, stragglers
     failures.take_exits(t)
     hangs: dict[int, Hang] = {}
+    limits = failures.hang_limits(t)
     for g in state.groups:
         if g.active:
-            hang = failures.judge_group(t, g)
+            hang = failures.judge_group(t, g, limits)
             if hang is not None:
                 hangs[g.index] = hang
     failures.judge_hangs(t, hangs)

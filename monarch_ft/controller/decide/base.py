@@ -107,6 +107,8 @@ class Tick:
     out: Decision
     # Integrity verdicts the reports completed, acted on after the failures.
     verdicts: list[Verdict] = field(default_factory=list)
+    # Some step record was taken this pass (what the step-time judgements are worked out from).
+    steps_seen: bool = False
 
     @property
     def now(self) -> float:

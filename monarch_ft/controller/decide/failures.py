@@ -69,10 +69,11 @@ def take_exits(t: Tick) -> None:
         t.out.emit(EventKind.RANK_EXITED, group=g.index, rank=rs.rank, attempt=g.attempt, **describe_exit(code))
 
 
-def judge_group(t: Tick, g: GroupState) -> Optional[Hang]:
+def judge_group(t: Tick, g: GroupState, limits: HangLimits) -> Optional[Hang]:
     """A rank that exited non-zero fails its group at once (:func:`~monarch_ft.records.exits.blamed_exit`
     names which); every rank exited 0: the group is done; else a silent rank is returned as a
-    hang verdict for :func:`judge_hangs`, which looks at every group's before acting."""
+    hang verdict for :func:`judge_hangs`, which looks at every group's before acting (``limits``:
+    the hang model's bounds this tick, :func:`hang_limits`)."""
     blamed = blamed_exit([(rs.rank, rs.exited) for rs in g.ranks if rs.exited])
     if blamed is not None:
         failure = {"reason": "exit", "rank": blamed[0], **describe_exit(blamed[1])}
@@ -110,7 +111,6 @@ def judge_group(t: Tick, g: GroupState) -> Optional[Hang]:
         )
         for rs in live
     ]
-    limits = hang_limits(t)
     # A rank of this group silent and asleep is frozen by itself only while ranks elsewhere beat.
     others_beating = any(
         watched(state, rs.last_progress, now) < limits.suspect_silence_s for o in state.groups if o is not g and o.active for rs in o.ranks if rs.exited is None

@@ -68,6 +68,7 @@ def _step(t: Tick, g: GroupState, rs: RankState, rec: StepRecord, metrics: list[
     raw = rec.raw
     rs.last_progress, rs.last_step = t.now, rec.step
     rs.first_step_seen = True
+    t.steps_seen = True
     state.step_times.observe(raw)
     state.stragglers.observe(raw, t.cfg.ft.straggler_window)
     if state.first_step_time is None:
@@ -141,10 +142,14 @@ def _record_commit(t: Tick, g: GroupState, rec: StepRecord) -> None:
             redo = {"step": step, "group": later["group"], "quorum_id": later["quorum_id"], "earlier": earlier}
             state.steps_redone.append(redo)
             t.out.emit(EventKind.STEP_REDONE, **redo)
-        for old in [s for s in state.step_hashes if s < step - HASHES_KEPT]:
-            del state.step_hashes[old]
-        for key in [k for k in state.commit_hashes if k[0] < step - HASHES_KEPT]:
-            del state.commit_hashes[key]
+        # Pruned once per step the hashes move past, not once per record (every group commits
+        # each step: a prune per record was groups x kept steps of work a step).
+        if step - HASHES_KEPT > state.watch.hashes_pruned_below:
+            state.watch.hashes_pruned_below = step - HASHES_KEPT
+            for old in [s for s in state.step_hashes if s < step - HASHES_KEPT]:
+                del state.step_hashes[old]
+            for key in [k for k in state.commit_hashes if k[0] < step - HASHES_KEPT]:
+                del state.commit_hashes[key]
 
 
 def _track_membership(t: Tick, rec: StepRecord) -> None:

@@ -37,12 +37,18 @@ def check_stragglers(t: Tick) -> None:
     watch = state.stragglers
     limits = StragglerLimits(ft.straggler_factor, ft.straggler_window)
     running = [g.index for g in state.groups if g.status == GroupStatus.RUNNING and not g.train_done]
-    found = {s.group: s for s in find_stragglers(watch, running, limits)}
+    # The step-time judgements change only with new steps: worked out again only then (every
+    # group every tick is groups x window of work a tick, for the same answer).
+    fresh = t.steps_seen or state.watch.cpu_stragglers is None
+    if fresh:
+        state.watch.cpu_stragglers = find_stragglers(watch, running, limits)
+    found = {s.group: s for s in state.watch.cpu_stragglers or () if s.group in running}
     probe_links(t, running, limits)
     for g, s in watch.link_found.items():
         if g in running and g not in found:
             found[g] = s
-    for group in [i for i in watch.flagged if i not in found and (watch.flagged[i] == SlowKind.LINK or back_to_pace(watch, i, running, limits))]:
+    cleared = [i for i in watch.flagged if i not in found and (watch.flagged[i] == SlowKind.LINK or (fresh and back_to_pace(watch, i, running, limits)))]
+    for group in cleared:
         watch.flagged.pop(group)
         watch.kept.pop(group, None)
         t.out.emit(EventKind.STRAGGLER_CLEARED, group=group)
