@@ -197,7 +197,7 @@ def main(cfg: DictConfig) -> None:
         drills, skipped = plan(job, hc.overrides.task)
     except ConfigError as e:
         print(f"monarch_ft: error: {e}", file=sys.stderr)
-        sys.exit(2)  # the same for every job of a multirun: stop the sweep
+        sys.exit(2)
     for line in skipped:
         print(f"[mttr_bench] skipping mode {line}", flush=True)
     report_dir = hc.sweep.dir if multirun else out
@@ -227,9 +227,8 @@ def main(cfg: DictConfig) -> None:
             print(f"[mttr_bench] {mode} {kind}: a fault did not recover cleanly, see {drill_dir}/drill.json", file=sys.stderr, flush=True)
     if drills:
         print(f"[mttr_bench] aggregate over the sweep: {paths['report']}", flush=True)
-    # sys.exit inside a multirun job would end the whole sweep: only a single run exits.
-    if not multirun:
-        sys.exit(0 if ok else 1)
+    # In a multirun each job's code is kept and the next job runs (monarch_ft.cli.sweep).
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

@@ -148,16 +148,68 @@ def check_command_line(config_name: str, argv: list[str]) -> None:
         sys.exit(2)
 
 
+def _exit_code(exit: SystemExit) -> int:
+    """The code a ``SystemExit`` would end the process with (a message is printed, as Python does)."""
+    if exit.code is None:
+        return 0
+    if isinstance(exit.code, int):
+        return exit.code
+    print(exit.code, file=sys.stderr)
+    return 1
+
+
 def hydra_main(config_name: str) -> Callable[[Callable], Callable[[], None]]:
-    """``@hydra_main("pretrain")``: ``hydra.main`` on configs/, after :func:`check_command_line`."""
+    """``@hydra_main("pretrain")``: ``hydra.main`` on configs/, after :func:`check_command_line`.
+
+    The task returns its exit code or ends with ``sys.exit(code)``. A single run exits with it;
+    in a sweep (``-m``) each job's code is kept, every job runs, and the sweep ends with a table
+    and a code of its own (:mod:`monarch_ft.cli.sweep`)."""
     import hydra
 
     def wrap(task: Callable) -> Callable[[], None]:
-        run = hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name=config_name)(task)
+        from monarch_ft.cli.sweep import INTERRUPTED, SweepJob, finish_sweep
+
+        jobs: list[SweepJob] = []
+        sweep_dir: list[str] = []
+
+        def job(cfg):
+            from hydra.core.hydra_config import HydraConfig
+            from hydra.types import RunMode
+
+            hc = HydraConfig.get()
+            if hc.mode != RunMode.MULTIRUN:
+                code = task(cfg)
+                if code:
+                    sys.exit(code)
+                return code
+            try:
+                code = int(task(cfg) or 0)
+            except SystemExit as e:
+                code = _exit_code(e)
+            except Exception:  # a bug in one job: told, and the sweep goes on with the next
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            jobs.append(SweepJob(int(hc.job.num), list(hc.overrides.task), hc.runtime.output_dir, code))
+            sweep_dir[:] = [hc.sweep.dir]
+            if code in INTERRUPTED:
+                raise SystemExit(code)  # the user stopped the sweep, not one job: the table, then exit
+            return code
+
+        run = hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name=config_name)(job)
 
         def main() -> None:
             check_command_line(config_name, sys.argv[1:])
-            run()
+            try:
+                run()
+            except SystemExit:
+                if not jobs:
+                    raise
+                finish_sweep(jobs, sweep_dir[0] if sweep_dir else None)
+                raise
+            if jobs:
+                sys.exit(finish_sweep(jobs, sweep_dir[0] if sweep_dir else None))
 
         return main
 
