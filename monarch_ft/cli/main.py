@@ -1,4 +1,4 @@
-"""``python -m monarch_ft {status,stacks,stop,verify} RUN_DIR``: a running (or finished) job from any shell.
+"""``monarch-ft {status,stacks,stop,verify} RUN_DIR`` (``python -m monarch_ft ...`` alike): a running (or finished) job from any shell.
 
     python -m monarch_ft status RUN_DIR           each group's state, step, loss, restarts; faults and MTTR; the controller
     python -m monarch_ft stacks RUN_DIR [--group G]   every rank's Python stacks now (py-spy), to RUN_DIR/stacks/ and here
@@ -18,12 +18,12 @@ from monarch_ft.records.errors import ConfigError
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # one line, exit 2 (argparse prints usage too)
-        print(f"monarch_ft: error: {message}: see python -m monarch_ft --help", file=sys.stderr)
+        print(f"monarch_ft: error: {message}: see monarch-ft --help", file=sys.stderr)
         sys.exit(2)
 
 
 def main(argv: list[str]) -> int:
-    parser = _Parser(prog="python -m monarch_ft", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="monarch-ft", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     sub.add_parser("status", help="the job at a glance").add_argument("run_dir")
     stacks = sub.add_parser("stacks", help="every rank's Python stacks now (py-spy)")
