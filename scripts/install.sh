@@ -74,16 +74,18 @@ fi
 # torch first, its build chosen through the PyTorch wheel index for that build: the CPU
 # build by its own version (2.13.0+cpu), the CUDA one from its CUDA variant's index (on
 # Linux, PyPI's plain torch is a CUDA build: a bare pin cannot say which). The project's
-# range (>=2.13,<2.14) is then already satisfied, so nothing replaces it.
+# range (>=2.13,<2.14) is then already satisfied, so nothing replaces it. Only torch itself
+# comes from there (--no-deps): its own dependencies are resolved with the project's, from the
+# ordinary index.
 installed=$(.venv/bin/python -c 'import torch; print(torch.__version__)' 2>/dev/null || true)
 if [ "$build" = cpu ]; then
-    .venv/bin/python -m pip install -q "torch==$TORCH_VERSION+cpu" --index-url "$PYTORCH_INDEX/cpu"
+    .venv/bin/python -m pip install -q --no-deps "torch==$TORCH_VERSION+cpu" --index-url "$PYTORCH_INDEX/cpu"
 else
     variant=${CUDA_VARIANT:-cu130}
     if [ "${installed#*+}" = cpu ]; then
         .venv/bin/python -m pip uninstall -q -y torch  # a CPU build satisfies ==$TORCH_VERSION too
     fi
-    .venv/bin/python -m pip install -q "torch==$TORCH_VERSION" --index-url "$PYTORCH_INDEX/$variant"
+    .venv/bin/python -m pip install -q --no-deps "torch==$TORCH_VERSION" --index-url "$PYTORCH_INDEX/$variant"
 fi
 .venv/bin/python -m pip install -q -e ".[dev]"
 echo "install.sh: $(.venv/bin/python -c 'import torch; cuda = torch.version.cuda; print(f"torch {torch.__version__}: the " + (f"CUDA {cuda} build" if cuda else "CPU build"))')"
