@@ -54,6 +54,7 @@ from monarch_ft.controller.lighthouse import Lighthouse
 from monarch_ft.controller.node_watch import NodeWatch
 from monarch_ft.controller.planner import FailureKind, RecoveryPlanner, RecoveryPolicy
 from monarch_ft.controller.preflight import preflight
+from monarch_ft.controller.prometheus import start_exporter
 from monarch_ft.controller.recovery import Recovery
 from monarch_ft.controller.relay import ReportRelay
 from monarch_ft.controller.standby_pool import STANDBY_NICENESS, StandbyPool, resolve_standby_groups
@@ -193,6 +194,8 @@ class Supervisor:
             self.events.events = read_jsonl(layout.events)
             state.ckpt_health = CheckpointHealth.from_events(self.events.events)
             state.unloadable.update({f["step"]: f["error"] for f in state.ckpt_health.load_failures if f.get("step") is not None})
+        # metrics.prometheus_port: /metrics, fed by the event log (its events so far on a takeover); it ends itself at job_finished.
+        self.exporter = start_exporter(cfg.metrics, self.events, state, cfg.training.steps)
         self._metrics = open(layout.metrics, "a", buffering=1)
         # The configured host wins unless it is the loopback default and the launcher's ranks
         # cannot reach loopback (ranks on other hosts or in network namespaces).

@@ -402,6 +402,17 @@ class EventLog:
         self._lock = threading.Lock()
         self._echo = echo
         self._clock = clock
+        self._listeners: list[Callable[[dict], None]] = []
+
+    def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``listener`` with each record emitted from now on, after it is written and echoed
+        (in the emitting thread: the controller's). What reports the job elsewhere (a metrics
+        endpoint) listens here instead of being called from the loop.
+
+        Args:
+            listener: called with the record; it must not raise (what it does is its own business).
+        """
+        self._listeners.append(listener)
 
     def emit(self, _event: EventKind, **fields: Any) -> dict[str, Any]:
         """Write one event of kind ``_event`` (an :class:`EventKind`; see :func:`event_name`) with ``fields``; returns the record."""
@@ -412,6 +423,8 @@ class EventLog:
             self._f.write(json.dumps(record, default=str) + "\n")
         if self._echo is not None:
             self._echo(record)
+        for listener in self._listeners:
+            listener(record)
         return record
 
     def find(self, kind: str, **match: Any) -> list[dict[str, Any]]:
