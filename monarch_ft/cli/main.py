@@ -11,8 +11,6 @@ Thin entries over monarch_ft.cli.jobctl; bad input is one ``monarch_ft: error:``
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import sys
 
 from monarch_ft.records.errors import ConfigError
@@ -42,8 +40,9 @@ def main(argv: list[str]) -> int:
 
     try:
         if args.command == "status":
-            view = jobctl.job_status(args.run_dir)
-            print(json.dumps(dataclasses.asdict(view), indent=2) if args.json else jobctl.format_status(view))
+            from monarch_ft.cli import api
+
+            print(api.status_json(args.run_dir) if args.json else jobctl.format_status(jobctl.job_status(args.run_dir)))
             return 0
         if args.command == "stacks":
             for label, path in sorted(jobctl.job_stacks(args.run_dir, args.group).items()):

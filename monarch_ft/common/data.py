@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from monarch_ft import IS_CHECKOUT, REPO_ROOT
+from monarch_ft.paths import IS_CHECKOUT, REPO_ROOT
 from monarch_ft.records.errors import ConfigError
 
 _FORMAT_VERSION = 1

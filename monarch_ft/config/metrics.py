@@ -39,6 +39,18 @@ class MetricsConfig:
     many seconds (a job that ends between two scrapes would otherwise never show its last step): set
     it to your scrape interval; 0 stops at once."""
 
+    wandb: bool = False
+    """Write one Weights & Biases run per job (needs the ``wandb`` extra), from the controller: the loss,
+    tokens/s and steps/s at each job step; restarts, group failures and recoveries with their MTTR as
+    they happen (monarch_ft/controller/wandb_run.py). ``WANDB_MODE=offline`` is honoured (the run goes
+    to ``<run>/wandb/``, for ``wandb sync``); a controller that takes the job over resumes the run."""
+
+    wandb_project: str = "monarch_ft"
+    """The W&B project of the run."""
+
+    wandb_mode: Optional[str] = None
+    """``online``, ``offline`` or ``disabled``; null: wandb's own choice (``WANDB_MODE``, else online)."""
+
     def check(self) -> None:
         """What the types cannot say about this section (one line naming the fix)."""
         require(self.tensorboard_flush_s > 0, f"metrics.tensorboard_flush_s={self.tensorboard_flush_s}: must be > 0")
@@ -49,4 +61,9 @@ class MetricsConfig:
             refuse_unused(self, "metrics", ("prometheus_addr", "prometheus_linger_s"), "without metrics.prometheus_port", fix)
         else:
             require(0 < self.prometheus_port < 65536, f"metrics.prometheus_port={self.prometheus_port}: give a TCP port, 1-65535")
+        if not self.wandb:
+            refuse_unused(self, "metrics", ("wandb_project", "wandb_mode"), "with metrics.wandb=false", "drop it, or set metrics.wandb=true")
+        require(
+            self.wandb_mode in (None, "online", "offline", "disabled"), f"metrics.wandb_mode={self.wandb_mode}: choose online, offline or disabled (or null)"
+        )
         require(self.prometheus_linger_s >= 0, f"metrics.prometheus_linger_s={self.prometheus_linger_s}: must be >= 0")

@@ -55,6 +55,7 @@ from monarch_ft.controller.node_watch import NodeWatch
 from monarch_ft.controller.planner import FailureKind, RecoveryPlanner, RecoveryPolicy
 from monarch_ft.controller.preflight import preflight
 from monarch_ft.controller.prometheus import start_exporter
+from monarch_ft.controller.wandb_run import start_wandb
 from monarch_ft.controller.recovery import Recovery
 from monarch_ft.controller.relay import ReportRelay
 from monarch_ft.controller.standby_pool import STANDBY_NICENESS, StandbyPool, resolve_standby_groups
@@ -196,6 +197,7 @@ class Supervisor:
             state.unloadable.update({f["step"]: f["error"] for f in state.ckpt_health.load_failures if f.get("step") is not None})
         # metrics.prometheus_port: /metrics, fed by the event log (its events so far on a takeover); it ends itself at job_finished.
         self.exporter = start_exporter(cfg.metrics, self.events, state, cfg.training.steps)
+        self.wandb = start_wandb(cfg, self.events, layout)  # metrics.wandb: one run per job (controller.wandb_run); ends at job_finished
         self._metrics = open(layout.metrics, "a", buffering=1)
         # The configured host wins unless it is the loopback default and the launcher's ranks
         # cannot reach loopback (ranks on other hosts or in network namespaces).

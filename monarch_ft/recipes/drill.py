@@ -33,8 +33,9 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as e:
         print(f"monarch_ft: error: {e}", file=sys.stderr)
         sys.exit(2)
-    if not is_watched() and any(fault_kind(f.kind).ends_this_process for f in faults):
-        # A fault that kills the controller: this process becomes the watchdog that kills and reattaches it.
+    if not is_watched() and (cfg.chaos.on_demand or any(fault_kind(f.kind).ends_this_process for f in faults)):
+        # A fault that kills the controller (configured, or one that may be asked for): this process
+        # becomes the watchdog that kills and reattaches it.
         from hydra.core.hydra_config import HydraConfig
 
         from monarch_ft.common import proctitle

@@ -243,6 +243,10 @@ class EventKind(StrEnum):
     # Chaos drills, written by the injector in the controller.
     FAULT_INJECTED = "fault_injected"
     """A fault was done (its kind, target and what was done)."""
+    FAULT_REQUESTED = "fault_requested"
+    """A fault asked for while the drill runs (``chaos.on_demand``: ``JobHandle.inject``) joined the queue as ``fault_id``."""
+    FAULT_REQUEST_REFUSED = "fault_request_refused"
+    """A fault asked for while the drill runs was refused: ``error``, one line naming the fix."""
     FAULT_RECOVERED = "fault_recovered"
     """The fault is recovered (records.recovered): the MTTR clock stops."""
     FAULT_RECOVERY_TIMEOUT = "fault_recovery_timeout"

@@ -1,5 +1,6 @@
 """The controller's /metrics scraped by a real Prometheus server (Debian's ``prometheus``) through a
-drill with a process kill and a controller kill: what Prometheus stored is what the job did."""
+drill with a process kill and a controller kill: what Prometheus stored is what the job did. The
+same drill writes its W&B run offline (metrics.wandb): one run, resumed by the second controller."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 from monarch_ft.common.net import free_port
 from monarch_ft.testing.jobs import FAST, run_drill_job, wait_for
+from monarch_ft.testing.wandb_offline import history, offline_runs, run_id
 
 pytestmark = pytest.mark.slow
 
@@ -51,12 +53,14 @@ def _query(url: str, promql: str) -> float:
     return float(body["data"]["result"][0]["value"][1])
 
 
-def test_prometheus_scrapes_a_drill_across_a_controller_takeover(run_dir, tmp_path):
+def test_prometheus_scrapes_a_drill_across_a_controller_takeover(run_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_MODE", "offline")
     port = free_port()
     prometheus, url = _start_prometheus(tmp_path / "prometheus", port)
     try:
         faults = "chaos.faults=[{kind: process_kill, at_step: 8, target: 1}, {kind: controller, at_step: 16, delay_s: 2}]"
-        drill = run_drill_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=1", faults, f"metrics.prometheus_port={port}")
+        metrics = [f"metrics.prometheus_port={port}", "metrics.wandb=true"]
+        drill = run_drill_job(run_dir, *FAST, "ft.replica_groups=2", "ft.ranks_per_group=1", faults, *metrics)
         recovered = sum(1 for f in drill["faults"] if f["recovered"])
         assert recovered == 2, drill["faults"]
         summary = json.loads((run_dir / "summary.json").read_text())
@@ -70,6 +74,15 @@ def test_prometheus_scrapes_a_drill_across_a_controller_takeover(run_dir, tmp_pa
         assert _query(url, "max_over_time(monarch_ft_controller_takeovers_total[1h])") == 1
         assert _query(url, "sum(max_over_time(monarch_ft_mttr_seconds_count[1h]))") == recovered
         assert _query(url, "sum(max_over_time(monarch_ft_restarts_total[1h]))") >= 1
+
+        # W&B, offline: one run for the job (each controller's part of it under the same id), the
+        # loss at the job's steps, every recovery counted across the takeover.
+        runs = offline_runs(str(run_dir))
+        assert len(runs) == 2 and len({run_id(r) for r in runs}) == 1, runs
+        rows = [row for r in runs for row in history(r)]
+        assert max(row.get("recoveries", 0) for row in rows) == recovered
+        steps = [row["_step"] for row in rows if "loss" in row]
+        assert steps == sorted(set(steps)) and steps[-1] == summary["job_step"] - 1, steps
     finally:
         prometheus.terminate()
         prometheus.wait(timeout=30)

@@ -108,6 +108,8 @@ def test_the_endpoint_serves_gauges_from_the_state_and_lingers_for_a_last_scrape
     [
         (MetricsConfig(prometheus_port=70000), "metrics.prometheus_port=70000: give a TCP port, 1-65535"),
         (MetricsConfig(prometheus_linger_s=5), "metrics.prometheus_linger_s=5 has no effect without metrics.prometheus_port"),
+        (MetricsConfig(wandb_project="x"), "metrics.wandb_project=x has no effect with metrics.wandb=false"),
+        (MetricsConfig(wandb=True, wandb_mode="offlin"), "metrics.wandb_mode=offlin: choose online, offline or disabled"),
     ],
 )
 def test_bad_settings_are_one_line(metrics, expected):
