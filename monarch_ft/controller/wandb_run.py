@@ -7,9 +7,12 @@ steps/s; and as they happen, at the step they happen at: restarts (by recovery p
 failures, faults recovered with their MTTR. ``WANDB_MODE=offline`` (or ``metrics.wandb_mode``) is
 honoured as wandb honours it: the run is written under ``<run>/wandb/`` for ``wandb sync``.
 
-A controller that takes the job over resumes the same run (its id and last step are kept in
-``<run>/wandb.json``). Fed by the EventLog (a listener) and a reader thread over metrics.jsonl;
-nothing in the watch loop calls it.
+A controller that takes the job over resumes the same run (its id, last step and the time of the
+last event it logged are kept in ``<run>/wandb.json``): it counts the job's events again from
+``events.jsonl`` (the counts go on), and logs those its predecessor had not logged when it was lost.
+
+Fed by the EventLog (a listener) and a reader thread over metrics.jsonl; nothing in the watch loop
+calls it.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ class WandbRun:
     Args:
         cfg: the job's config (logged as the run's config).
         layout: the run directory.
+        past: the job's events so far (a takeover's; none for a new job).
     """
 
-    def __init__(self, cfg: JobConfig, layout: RunLayout) -> None:
+    def __init__(self, cfg: JobConfig, layout: RunLayout, past: list[dict]) -> None:
         try:
             import wandb
         except ImportError:
@@ -51,8 +55,14 @@ class WandbRun:
         kept = read_json(self._file) or {}
         self.run_id = kept.get("id") or uuid.uuid4().hex[:12]
         self.step = int(kept.get("step", -1))
-        self.counts: dict[str, float] = dict(kept.get("counts") or {})
+        self.logged_until = float(kept.get("events_until", 0.0))
+        self.counts: dict[str, float] = {}
         self._events: "queue.Queue[dict]" = queue.Queue()
+        for e in past:
+            if e["time"] <= self.logged_until:
+                self._row(e)  # counted; logged already
+            else:
+                self._events.put(e)
         self._stop = threading.Event()
         self._rate = StepRate()
         self._tail = ReportTail(layout.metrics)
@@ -71,7 +81,7 @@ class WandbRun:
         self._thread.start()
 
     def _save(self) -> None:
-        atomic_write_json(self._file, {"id": self.run_id, "step": self.step, "counts": self.counts})
+        atomic_write_json(self._file, {"id": self.run_id, "step": self.step, "events_until": self.logged_until})
 
     def on_event(self, e: dict) -> None:
         """The EventLog's listener: counted by the reader thread; the job's end (or a detach) ends the run."""
@@ -103,18 +113,24 @@ class WandbRun:
                 e = self._events.get_nowait()
             except queue.Empty:
                 break
-            kind, row = e.get("event"), {}
-            if kind == EventKind.RECOVERY_PATH:
-                row = {**self._count("restarts"), **self._count(f"restarts/{e.get('path')}")}
-            elif kind == EventKind.GROUP_FAILED:
-                row = self._count(f"group_failures/{e.get('reason')}")
-            elif kind == EventKind.FAULT_RECOVERED:
-                row = {**self._count("recoveries"), f"mttr_s/{e.get('kind')}": e.get("seconds")}
-            elif kind == EventKind.FAULT_INJECTED:
-                row = self._count(f"faults/{e.get('kind')}")
+            row = self._row(e)
             if row:
                 self.run.log(row, step=at)
+            self.logged_until = max(self.logged_until, float(e["time"]))
         self._save()
+
+    def _row(self, e: dict) -> dict[str, Any]:
+        """What an event adds to the run (its counts updated), {} for one it does not log."""
+        kind = e.get("event")
+        if kind == EventKind.RECOVERY_PATH:
+            return {**self._count("restarts"), **self._count(f"restarts/{e.get('path')}")}
+        if kind == EventKind.GROUP_FAILED:
+            return self._count(f"group_failures/{e.get('reason')}")
+        if kind == EventKind.FAULT_RECOVERED:
+            return {**self._count("recoveries"), f"mttr_s/{e.get('kind')}": e.get("seconds")}
+        if kind == EventKind.FAULT_INJECTED:
+            return self._count(f"faults/{e.get('kind')}")
+        return {}
 
     def close(self, end: Optional[dict[str, Any]] = None) -> None:
         """Log what is left and end the run (its summary: how the job ended).
@@ -145,6 +161,6 @@ def start_wandb(cfg: JobConfig, events: EventLog, layout: RunLayout) -> Optional
     """
     if not cfg.metrics.wandb:
         return None
-    run = WandbRun(cfg, layout)
+    run = WandbRun(cfg, layout, events.events)
     events.add_listener(run.on_event)
     return run
