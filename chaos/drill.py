@@ -16,6 +16,7 @@ from chaos.injector import ChaosInjector
 from chaos.kinds import fault_mode
 from chaos.mttr import analyze_fault, steps_never_go_back
 from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
+from chaos.requests import FaultRequests
 from chaos.schedule import build_faults
 from monarch_ft.controller.preflight import preflight
 from monarch_ft.records.events import EventKind
@@ -43,10 +44,15 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         cfg.chaos.recovery_timeout_s,
         cfg.chaos.tail_steps,
         state_path=RunLayout(run_dir).chaos_state,
+        finish_when_done=not cfg.chaos.on_demand,
     )
-    supervisor = Supervisor(cfg, run_dir, hooks=[injector])
+    # chaos.on_demand: faults asked for while the drill runs join the queue (before the injector: due the same tick).
+    requested = FaultRequests(injector, cfg, run_dir) if cfg.chaos.on_demand else None
+    supervisor = Supervisor(cfg, run_dir, hooks=[requested, injector] if requested else [injector])
     if cfg.controller.attach:
         injector.restore()  # a controller fault: this controller took the drill over
+        if requested is not None:
+            requested.restore()
     started = injector.started
     code = supervisor.run()
     events = _read_jsonl(os.path.join(run_dir, "events.jsonl"))

@@ -33,7 +33,11 @@ class ChaosInjector:
         recovery_timeout_s: float,
         tail_steps: int = 10,
         state_path: Optional[str] = None,
+        finish_when_done: bool = True,
     ) -> None:
+        # False (chaos.on_demand): faults may still be asked for after the last one; the job
+        # trains to training.steps or a stop instead of finishing tail_steps after it.
+        self.finish_when_done = finish_when_done
         # Where the injector's progress is kept for a controller that takes the drill over
         # (a controller fault kills the process this injector runs in).
         self.state_path = state_path
@@ -142,7 +146,7 @@ class ChaosInjector:
                 self.active, self._records = None, []
             return
         if self.next_index >= len(self.faults):
-            if not self._finish_requested and job.last_commit:
+            if self.finish_when_done and not self._finish_requested and job.last_commit:
                 # Every fault done: train a few more steps together, then finish cleanly.
                 self._finish_requested = True
                 job.finish_at(max(r["step"] for r in job.last_commit.values()) + self.tail_steps)

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from monarch_ft import REPO_ROOT
+from monarch_ft.paths import IS_CHECKOUT, REPO_ROOT
 from monarch_ft.records.errors import ConfigError
 
 _FORMAT_VERSION = 1
@@ -83,7 +83,11 @@ def _stdlib_files(max_bytes: int) -> tuple[Path, ...]:
 
 
 def default_cache_dir() -> Path:
-    return Path(REPO_ROOT) / ".cache" / "monarch_ft"
+    """``data.cache_dir`` unset: a checkout's ``.cache/monarch_ft``; an installed package's
+    ``$XDG_CACHE_HOME/monarch_ft`` (``~/.cache/monarch_ft``), never the install's own directory."""
+    if IS_CHECKOUT:
+        return Path(REPO_ROOT) / ".cache" / "monarch_ft"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "monarch_ft"
 
 
 def prepare(cache_dir: str | os.PathLike | None, vocab_size: int, max_corpus_mb: float) -> PreparedData:

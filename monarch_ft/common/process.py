@@ -9,7 +9,7 @@ import signal
 from dataclasses import dataclass
 from typing import Optional
 
-from monarch_ft import REPO_ROOT
+from monarch_ft.paths import REPO_ROOT
 
 _PR_SET_PDEATHSIG = 1
 

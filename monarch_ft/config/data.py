@@ -29,7 +29,8 @@ class DataConfig:
     takes. Unused when ``path`` names a token file (no tokenizer is needed)."""
 
     cache_dir: Optional[str] = None
-    """Where the trained tokenizer and the token files are cached; null: ``<repo>/.cache/monarch_ft``."""
+    """Where the trained tokenizer and the token files are cached; null: ``<repo>/.cache/monarch_ft`` in a
+    checkout, ``$XDG_CACHE_HOME/monarch_ft`` (``~/.cache/monarch_ft``) for an installed package."""
 
     def check(self) -> None:
         """What the types cannot say about this section (one line naming the fix)."""

@@ -65,8 +65,10 @@ from monarch_ft.controller.link_probe import LinkProber
 from monarch_ft.controller.observe import Observer
 from monarch_ft.controller.planner import DiskFact, RecoveryPlanner, RecoveryPolicy
 from monarch_ft.controller.preflight import preflight
+from monarch_ft.controller.prometheus import start_exporter
 from monarch_ft.controller.standby_pool import STANDBY_NICENESS, resolve_standby_groups
 from monarch_ft.controller.state import JobState
+from monarch_ft.controller.wandb_run import start_wandb
 from monarch_ft.controller.summary import job_outcome, job_summary, rollback_lines
 from monarch_ft.controller.takeover import DETACH_SIGNAL, Takeover, relayed_records
 from monarch_ft.launcher import Launcher, build_launcher, launcher_options
@@ -208,6 +210,9 @@ class Supervisor:
             self.events.events = read_jsonl(layout.events)
             state.ckpt_health = CheckpointHealth.from_events(self.events.events)
             state.unloadable.update({f["step"]: f["error"] for f in state.ckpt_health.load_failures if f.get("step") is not None})
+        # metrics.prometheus_port: /metrics, fed by the event log (its events so far on a takeover); it ends itself at job_finished.
+        self.exporter = start_exporter(cfg.metrics, self.events, state, cfg.training.steps)
+        self.wandb = start_wandb(cfg, self.events, layout)  # metrics.wandb: one run per job (controller.wandb_run); ends at job_finished
         self._metrics = open(layout.metrics, "a", buffering=1)
         # The configured host wins unless it is the loopback default and the launcher's ranks
         # cannot reach loopback (ranks on other hosts or in network namespaces).

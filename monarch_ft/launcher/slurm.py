@@ -56,7 +56,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional
 
-from monarch_ft import REPO_ROOT
+from monarch_ft.paths import REPO_ROOT
 from monarch_ft.common.net import route_to
 from monarch_ft.common.process import pid_space, start_ticks
 from monarch_ft.launcher.base import AdoptedProcess, Capability, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess, restore_later

@@ -246,6 +246,10 @@ class EventKind(StrEnum):
     # Chaos drills, written by the injector in the controller.
     FAULT_INJECTED = "fault_injected"
     """A fault was done (its kind, target and what was done)."""
+    FAULT_REQUESTED = "fault_requested"
+    """A fault asked for while the drill runs (``chaos.on_demand``: ``JobHandle.inject``) joined the queue as ``fault_id``."""
+    FAULT_REQUEST_REFUSED = "fault_request_refused"
+    """A fault asked for while the drill runs was refused: ``error``, one line naming the fix."""
     FAULT_RECOVERED = "fault_recovered"
     """The fault is recovered (records.recovered): the MTTR clock stops."""
     FAULT_RECOVERY_TIMEOUT = "fault_recovery_timeout"
@@ -414,6 +418,17 @@ class EventLog:
         self._clock = clock
         # The first write the file system refused (its filename set), or None.
         self.write_error: Optional[OSError] = None
+        self._listeners: list[Callable[[dict], None]] = []
+
+    def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``listener`` with each record emitted from now on, after it is written and echoed
+        (in the emitting thread: the controller's). What reports the job elsewhere (a metrics
+        endpoint) listens here instead of being called from the loop.
+
+        Args:
+            listener: called with the record; it must not raise (what it does is its own business).
+        """
+        self._listeners.append(listener)
 
     def emit(self, _event: EventKind, **fields: Any) -> dict[str, Any]:
         """Write one event of kind ``_event`` (an :class:`EventKind`; see :func:`event_name`) with ``fields``; returns the record."""
@@ -429,6 +444,8 @@ class EventLog:
                     self.write_error = e
         if self._echo is not None:
             self._echo(record)
+        for listener in self._listeners:
+            listener(record)
         return record
 
     def find(self, kind: str, **match: Any) -> list[dict[str, Any]]:

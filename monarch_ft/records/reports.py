@@ -15,7 +15,7 @@ import os
 import traceback
 from typing import Any, BinaryIO, Optional
 
-from monarch_ft import REPO_ROOT
+from monarch_ft.paths import REPO_ROOT
 
 
 class ReportTail:

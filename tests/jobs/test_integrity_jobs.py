@@ -27,7 +27,7 @@ FLIPS = (
     "chaos.faults=[{kind: bitflip, at_step: 10, target: 1, wait_standby: false}, "
     f"{{kind: bitflip, bit: exponent, tensor: {WQ}, at_step: 11, target: {{T2}}, wait_standby: false}}]"
 )
-# The drill's own training settings (configs/drill_common.yaml) for the fault-free baseline too.
+# The drill's own training settings (monarch_ft/configs/drill_common.yaml) for the fault-free baseline too.
 SAME = [*FAST, "ft.warm_fork=true", "ft.ranks_per_group=1", "training.warmup_steps=5", "ft.timeout_s=3", "training.state_hash_every=1"]
 
 

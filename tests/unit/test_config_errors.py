@@ -119,14 +119,11 @@ def test_drill_and_bench_configs_are_checked_the_same_way(capsys):
     import importlib.util
 
     from chaos.config import register_drill_configs
-    from monarch_ft.testing.jobs import REPO
 
     register_drill_configs()
     code, err = _check("drill", "chaos.nope=1", capsys=capsys)
     _assert_one_error_line(code, err, "chaos.nope=1: no such key")
-    spec = importlib.util.spec_from_file_location("mttr_bench_recipe", REPO / "recipes" / "mttr_bench.py")
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # registers the bench's schema
+    importlib.import_module("monarch_ft.recipes.mttr_bench")  # registers the bench's schema
     # A multirun: every value of every sweep is checked before the first job starts.
     code, err = _check("mttr_bench", "-m", "bench.repeats=1", "ft.recovery=live,full_restart", "ft.max_restarts=1,x", capsys=capsys)
     _assert_one_error_line(code, err, "ft.max_restarts=x: Value 'x'")
@@ -181,3 +178,17 @@ def test_wrong_flavor_refused_by_the_drill_recipe(tmp_path):
     from monarch_ft.testing.jobs import assert_drill_refused
 
     assert_drill_refused(tmp_path, ["model.flavor=nonsense", "chaos.faults=[{kind: process_kill, at_step: 5}]"], "is not a llama3 flavor")
+
+
+def test_a_config_dir_of_the_users_own_is_on_the_search_path(tmp_path, capsys):
+    """``--config-dir``: the user's directory is searched after the package's configs (Hydra's rule), and
+    the check composes with it; a directory that does not exist is one line."""
+    from monarch_ft.cli.hydra_entry import check_command_line
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text("defaults:\n  - schema\nname: llama3\nflavor: debugmodel\ndim: 32\nn_layers: 1\nn_heads: 2\n")
+    check_command_line("pretrain", ["--config-dir", str(tmp_path), "model=mine"])  # composes: returns
+    code, err = _check("pretrain", "--config-dir", str(tmp_path), "model=mine", "model.nope=1", capsys=capsys)
+    _assert_one_error_line(code, err, "model.nope=1: no such key (Key 'nope' not in 'ModelConfig')")
+    code, err = _check("pretrain", "--config-dir", str(tmp_path / "absent"), "model=mine", capsys=capsys)
+    _assert_one_error_line(code, err, f"--config-dir {tmp_path / 'absent'}: no such directory")

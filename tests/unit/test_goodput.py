@@ -137,15 +137,8 @@ def test_each_rates_cells_run_between_two_fault_free_references_and_divide_by_th
 
 def _bench_recipe():
     import importlib.util
-    import sys
 
-    name = "_goodput_bench_recipe_test"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parents[2] / "recipes" / "goodput_bench.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    return importlib.import_module("monarch_ft.recipes.goodput_bench")
 
 
 def test_bench_config_checks_itself_and_refuses_keys_its_cells_set():

@@ -537,3 +537,21 @@ def test_evict_keeps_a_straggler_when_no_standby_is_ready(tmp_path, world):
     assert job.run() == 0
     (kept,) = job.events("straggler_kept")  # said once, not every tick
     assert kept["group"] == 1 and kept["why"] == "no_standby" and "no standby" in kept["because"] and job.events("group_failed") == []
+
+
+def test_status_json_has_the_text_forms_fields(tmp_path, world, capsys):
+    """``monarch-ft status RUN --json``: one JSON object with the fields the text form shows."""
+    import json
+
+    from monarch_ft.cli.jobctl import format_status
+    from monarch_ft.cli.main import main
+
+    job = Job(tmp_path, world, training__steps=20)
+    job.launcher.script(1, 0, Script(exit_at_step=10))
+    assert job.run() == 0
+    assert main(["status", job.run_dir, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    text = format_status(job_status(job.run_dir))
+    assert shown["status"] == "completed" and f"job {shown['run_dir']}: completed, job step {shown['job_step']}" in text
+    assert [(g["index"], g["state"], g["restarts"]) for g in shown["groups"]] == [(0, "done", 0), (1, "done", 1)]
+    assert shown["ended"] in text and shown["standby"]["recoveries"]["standby"] == 1
