@@ -47,7 +47,7 @@ from monarch_ft.rank.components.ft import CommitFloor, FTParts, build_cross_grou
 from monarch_ft.rank.components.integrity import GradGuard, IntegrityInterval, StateMismatch, fingerprint, local_grad_norm, named_tensors
 from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
-from monarch_ft.rank.components.model import build_model
+from monarch_ft.rank.components.model import build_model, param_name
 from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
 from monarch_ft.rank.link_probe import start_probe_server
 from monarch_ft.records.decisions import StateDecision, StateSource
@@ -250,7 +250,7 @@ class Trainer:
         from torchtitan.components.optimizer import OptimizersContainer
         from torchtitan.config.job_config import LRScheduler
 
-        self.model = build_model(cfg.model, tr.seq_len, mesh, device, tr.seed)
+        self.model = build_model(cfg.model, tr.seq_len, mesh, device, tr.seed, tr)
         self.optimizers = OptimizersContainer(
             [self.model],
             torch.optim.AdamW,
@@ -264,7 +264,8 @@ class Trainer:
         # Captured once: FSDP2 keeps these sharded parameter objects for the whole run.
         # model.state_dict() must not be called from the Manager's quorum thread while the
         # main thread runs forward (FSDP2 swaps registered params around forward/backward).
-        self.params = dict(self.model.named_parameters())
+        # Named without the knobs' wrappers: a heal, a fingerprint, a state hash see one name per parameter.
+        self.params = {param_name(n): p for n, p in self.model.named_parameters()}
         self.batches = TokenBatches(spec.tokens_path, tr.batch_size, tr.seq_len, tr.seed)
         # Reports go through self.reporter at call time: a promoted standby re-points it.
         self.cross = build_cross_group(
