@@ -93,6 +93,34 @@ def flavor_args(name: str, flavor: str) -> dict[str, Any]:
     return {}
 
 
+def llama3_shape(name: str, flavor: str, overrides: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """The TransformerModelArgs of TorchTitan's llama3 flavor ``flavor`` with ``overrides``
+    (None values keep the flavor's), as literal values; None for another model or flavor."""
+    if name != "llama3" or flavor not in flavors(name):
+        return None
+    args = {**_llama3_defaults(), **flavor_args(name, flavor)}
+    args.update({k: v for k, v in overrides.items() if v is not None})
+    return args
+
+
+def shape_problem(name: str, flavor: str, overrides: dict[str, Any]) -> Optional[str]:
+    """One line naming the fix for overrides TorchTitan's llama3 cannot build, else None."""
+    args = llama3_shape(name, flavor, overrides)
+    if args is None:
+        return None
+    for key in ("dim", "n_layers", "n_heads", "n_kv_heads", "multiple_of", "vocab_size"):
+        if args.get(key) is not None and not args[key] >= 1:
+            return f"model.{key}={args[key]}: must be >= 1"
+    if args.get("ffn_dim_multiplier") is not None and not args["ffn_dim_multiplier"] > 0:
+        return f"model.ffn_dim_multiplier={args['ffn_dim_multiplier']}: must be > 0"
+    if args["dim"] % args["n_heads"]:
+        return f"model.n_heads={args['n_heads']} does not divide model.dim={args['dim']}: each head takes dim / n_heads"
+    kv = args.get("n_kv_heads") or args["n_heads"]
+    if args["n_heads"] % kv:
+        return f"model.n_kv_heads={kv} does not divide model.n_heads={args['n_heads']}: each key/value head serves n_heads / n_kv_heads heads"
+    return None
+
+
 def param_count(name: str, flavor: str, overrides: dict[str, Any]) -> Optional[int]:
     """Parameters of TorchTitan's llama3 ``Transformer`` of this flavor with ``overrides``
     (``vocab_size`` and the model section's overrides; None values keep the flavor's), counted
@@ -101,10 +129,9 @@ def param_count(name: str, flavor: str, overrides: dict[str, Any]) -> Optional[i
     two norms, the final norm and the output projection (not tied to the embedding).
     None for a model of another architecture (not counted here).
     """
-    if name != "llama3" or flavor not in flavors(name):
+    args = llama3_shape(name, flavor, overrides)
+    if args is None:
         return None
-    args = {**_llama3_defaults(), **flavor_args(name, flavor)}
-    args.update({k: v for k, v in overrides.items() if v is not None})
     dim, layers, heads, vocab = args["dim"], args["n_layers"], args["n_heads"], args["vocab_size"]
     kv_heads = args.get("n_kv_heads") or heads
     head_dim = dim // heads

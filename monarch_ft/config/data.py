@@ -40,7 +40,8 @@ class DataConfig:
 
     max_corpus_mb: float = 4.0
     """Megabytes of the standard library's sources the corpus (and the tokenizer trained on it)
-    takes. Unused when ``path`` names a token file (no tokenizer is needed)."""
+    takes. Unused when the project's tokenizer is not (a token file as ``path``, or ``tokenizer``
+    given with a ``path``)."""
 
     cache_dir: Optional[str] = None
     """Where the trained tokenizer and the token files are cached; null: ``<repo>/.cache/monarch_ft``."""

@@ -18,7 +18,10 @@ class ModelConfig:
 
     flavor: str = "debugmodel"
     """The model's size, a key of ``torchtitan.models.<name>.<name>_args``. ``debugmodel``: llama3's
-    smallest (6 layers, dim 256), which trains on CPU."""
+    smallest (6 layers, dim 256), which trains on CPU. Whole shapes are config groups
+    (configs/model/): ``model=debugmodel`` (the default), ``tiny`` (2 layers, dim 64: tests and
+    drills), ``llama3_1b`` (Llama 3.2 1B's shape, 1.50B parameters) and ``llama3_8b``
+    (TorchTitan's 8B); the pre-flight memory estimate refuses what the machine cannot hold."""
 
     dim: Optional[int] = None
     """Override of the flavor's model width (TransformerModelArgs ``dim``); null: the flavor's."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 from monarch_ft.common.devices import cuda_device_count, device_problem, gpu_device_nodes
-from monarch_ft.common.model_catalog import model_problem, param_count
+from monarch_ft.common.model_catalog import model_problem, param_count, shape_problem
 from monarch_ft.config.job import JobConfig, validate
 from monarch_ft.config.unused import refuse_unused
 from monarch_ft.controller import memory_budget
@@ -34,7 +34,9 @@ def preflight(cfg: JobConfig) -> None:
     )
     launcher_options(cfg.launcher)
     _check_transport_interface(cfg)
-    problem = model_problem(cfg.model.name, cfg.model.flavor)
+    problem = model_problem(cfg.model.name, cfg.model.flavor) or shape_problem(
+        cfg.model.name, cfg.model.flavor, {"vocab_size": cfg.model.vocab_size, **cfg.model.overrides()}
+    )
     require(problem is None, problem or "")
     ft, tr = cfg.ft, cfg.training
     if not launcher_traits(cfg.launcher).ranks_on_this_machine:
