@@ -61,8 +61,10 @@ class TrainingConfig:
 
     compile: bool = False
     """``torch.compile`` each transformer block (TorchTitan's ``apply_compile``: inductor,
-    fullgraph). The first steps of every rank, and of every relaunch, pay the compilation; on
-    CPU inductor needs a C++ compiler (gcc) on the machine."""
+    fullgraph). Every rank, relaunched ones too, compiles while it starts, on a batch of the
+    training shape (within ``ft.startup_timeout_s``: raise it where a cold compilation takes
+    longer; inductor's on-disk cache makes later ones seconds). On CPU inductor needs a C++
+    compiler (gcc) on the machine."""
 
     def check(self) -> None:
         """What the types cannot say about this section (each failure one line naming the fix)."""

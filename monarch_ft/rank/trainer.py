@@ -260,6 +260,8 @@ class Trainer:
         # Materialise the optimizer state now (a zero-lr step, as torch's own state-dict
         # loader does) so a healing group can receive into it in place.
         _init_optim_state(self.optimizer)
+        if tr.compile:
+            self._compile_now()
         self.lr_schedulers = build_lr_schedulers(self.optimizers, LRScheduler(warmup_steps=tr.warmup_steps), tr.steps)
         # Captured once: FSDP2 keeps these sharded parameter objects for the whole run.
         # model.state_dict() must not be called from the Manager's quorum thread while the
@@ -275,6 +277,19 @@ class Trainer:
             backend=self.xgroup_backend,
             fallback_peers=self._fallback_peers,
         )
+
+    def _compile_now(self) -> None:
+        """training.compile: compile the blocks' forward and backward here, in the startup phase,
+        on a batch of the training shape. torch.compile compiles lazily, on the first step; a cold
+        compilation takes tens of seconds to minutes on CPU, past what the hang rules allow a step
+        (monarch_ft.controller.hangs: a step computing longer than the hang timeout is hung) but
+        within the startup budget (``ft.startup_timeout_s``). Every rank of the group builds at
+        once, so the warm-up's FSDP collectives meet; its gradients are dropped, the weights and the
+        optimizer's state are untouched, and later steps of the same shape reuse the compiled code."""
+        tr = self.cfg.training
+        tokens = torch.zeros((tr.batch_size, tr.seq_len), dtype=torch.long, device=self.device)
+        self.model(tokens).float().mean().backward()
+        self.optimizers.zero_grad()
 
     def _fallback_peers(self, src_rank: int, step: int) -> list[str]:
         """Where this rank's shard is also served, by the other stepping groups (the controller's
