@@ -52,6 +52,13 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
         ("ft.restart_window_s=0", "ft.restart_window_s=0.0: must be > 0"),
         ("ft.heartbeat_interval_ms=100", "ft.heartbeat_timeout_ms=200: must be at least 4 x ft.heartbeat_interval_ms=100"),
         ("ft.heartbeat_interval_ms=0", "ft.heartbeat_interval_ms=0: must be > 0"),
+        ("training.mixed_precision=fp16", "training.mixed_precision='fp16': choose one of fp32, bf16"),
+        ("training.activation_checkpoint=op", "training.activation_checkpoint='op': choose one of none, selective, full"),
+        ("model.n_kv_heads=3", "model.n_kv_heads=3 does not divide model.n_heads=16"),
+        ("model.n_heads=7", "model.n_heads=7 does not divide model.dim=256"),
+        ("data.text_column=body", "data.text_column=body has no effect without a dataset as data.path"),
+        # The user's tokenizer and dataset: every case in tests/unit/test_user_data.py.
+        ("data.tokenizer=/nonexistent/tokenizer.json", "data.tokenizer=/nonexistent/tokenizer.json: no such file"),
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):
@@ -88,7 +95,7 @@ def _check(config_name, *argv, capsys):
     [
         ("ft.no_such_key=1", "ft.no_such_key=1: no such key (Key 'no_such_key' not in 'FTConfig'); ft has: replica_groups, ranks_per_group,"),
         ("ft.replica_groups=two", "ft.replica_groups=two: Value 'two' of type 'str' could not be converted to Integer"),
-        ("model=no_such_model", "Could not find 'model/no_such_model' Available options in 'model': debugmodel, tiny"),
+        ("model=no_such_model", "Could not find 'model/no_such_model' Available options in 'model': debugmodel, llama3_1b, llama3_8b, tiny"),
         ("ft.replica_groups=[1", "no viable alternative at input '[1'"),
         # "+" adds a key even to a schema: one the schema lacks is refused, not silently carried.
         ("+ft.nokey=3", "+ft.nokey=3: no such key (Key 'nokey' not in 'FTConfig'); ft has: replica_groups,"),
