@@ -11,7 +11,8 @@ alone, and :mod:`monarch_ft.controller.act` acts.
 The order, and why:
 
 1. **exits**: every process's poll (each active group's ranks, each standby's, each fork server);
-2. **process samples**: the OS state and CPU seconds of every rank still running (the hang model);
+2. **process samples**: the OS state and CPU seconds of every rank still running (the hang model;
+   past :data:`SAMPLED_GROUPS_PER_TICK` groups, of a share of them in turn);
 3. **reports**: every rank's report file read to its end (groups, then standbys). After the
    exits: a rank writes its last records (its last steps, ``rank_finished``, ``rank_error``)
    *before* it exits, so a rank seen exited here has all its records read in the same tick;
@@ -47,6 +48,20 @@ if TYPE_CHECKING:
 
 # A rank or a standby rank: (group or standby number, rank).
 RankKey = tuple[int, int]
+# The most groups whose ranks' OS state and CPU time are sampled in one tick (each a psutil read
+# per rank). Up to this many groups, every group every tick; past it, a share of the groups in
+# turn, every group every ceil(groups / this) ticks: the hang model then judges each group as
+# often, with its samples that fresh (monarch_ft.controller.decide.failures.judge_group).
+SAMPLED_GROUPS_PER_TICK = 64
+
+
+def sampled_share(active: list[int], turn: int, budget: int = SAMPLED_GROUPS_PER_TICK) -> Optional[set[int]]:
+    """The groups of ``active`` sampled at tick ``turn``: None for every one (at most ``budget``),
+    else those whose place in ``active`` is ``turn`` modulo ceil(len(active) / budget)."""
+    if len(active) <= budget:
+        return None
+    period = -(-len(active) // budget)
+    return {g for i, g in enumerate(active) if i % period == turn % period}
 
 
 @dataclass(frozen=True)
@@ -92,8 +107,10 @@ class Observations:
     now: float
     # Ranks that exited since the last tick: (group, rank) -> exit code (negative: a signal).
     exits: dict[RankKey, int] = field(default_factory=dict)
-    # Each running rank's OS state and CPU seconds.
+    # Each sampled running rank's OS state and CPU seconds, and which groups were sampled (None:
+    # every one; see SAMPLED_GROUPS_PER_TICK).
     samples: dict[RankKey, ProcessSample] = field(default_factory=dict)
+    sampled: Optional[set[int]] = None
     # Each active group's new report records: group -> [(rank, record)], rank by rank, in file order.
     reports: dict[int, list[tuple[int, ReportRecord]]] = field(default_factory=dict)
     # The same for the standbys (by standby number), and the OS state of each ready standby's ranks.
@@ -159,6 +176,7 @@ class Observer:
         self.prober = prober
         self.scrub = scrub
         self.takeover = takeover
+        self._turn = 0
 
     def observe(self, now: float) -> Observations:
         """One read of the world at ``now``, in the documented order."""
@@ -184,8 +202,12 @@ class Observer:
             obs.forks[key] = ForkServerSeen(
                 key, server.pid, server_state, server_state is not ServerState.GONE and code is None, code, dict(server.ready_info), server.log_path
             )
-        # 2. process samples of the ranks still running.
+        # 2. process samples of the ranks still running (of a share of the groups, past SAMPLED_GROUPS_PER_TICK).
+        self._turn += 1
+        obs.sampled = sampled_share([g.index for g in active], self._turn)
         for g in active:
+            if obs.sampled is not None and g.index not in obs.sampled:
+                continue
             for rs in g.ranks:
                 if rs.exited is None and (g.index, rs.rank) not in obs.exits:
                     obs.samples[(g.index, rs.rank)] = ProcessSample(*process_sample(rs.proc.pid))

@@ -404,6 +404,11 @@ class WatchState:
     peers_published: Optional[dict] = None
     # When each group's first launch began to wait for its host's fork server.
     first_wait: dict[int, float] = field(default_factory=dict)
+    # Each group's last hang verdict (when, its attempt, the verdict): what a group not sampled
+    # this tick is judged on (controller.decide.failures.judge_group).
+    hangs_seen: dict[int, tuple[float, int, Any]] = field(default_factory=dict)
+    # When each group was last judged by the hang model.
+    judged_at: dict[int, float] = field(default_factory=dict)
     # The CPU stragglers found at the last step taken (controller.decide.slow; None: not yet).
     cpu_stragglers: Optional[list] = None
     # The state hashes of steps below this were pruned (controller.decide.reports._record_commit).

@@ -286,3 +286,37 @@ def test_a_full_restarts_gate_waits_for_a_group_still_in_its_backoff(tmp_path):
     closed = ControlFiles(hold=True, start_gate_open=False)
     actions = job.tick(job.observe(control=closed))
     assert not [a for a in actions if isinstance(a, A.OpenStartGate)], actions
+
+
+def _sampled_tick(job: Replay, turn: int, silent: set[int]) -> list:
+    """A tick as the observer makes it past SAMPLED_GROUPS_PER_TICK groups: a share sampled; the
+    groups not in ``silent`` step."""
+    from monarch_ft.controller.observe import sampled_share
+
+    active = [g.index for g in job.state.groups if g.active]
+    share = sampled_share(active, turn)
+    assert share is not None and len(share) < len(active)
+    step_n = 60 + turn // 2
+    reports = {g: [step(g, 0, step_n, participating_groups=active)] for g in active if g not in silent and turn % 2 == 0}
+    samples = {(g, 0): ProcessSample("sleeping", 1.0) for g in share}
+    return job.tick(job.observe(reports=reports, samples=samples, sampled=share))
+
+
+def test_past_the_sampling_budget_a_whole_job_stall_is_still_one_stall(tmp_path):
+    """130 groups, a share sampled each tick: every group silent is one job-wide stall, never a
+    failure of the groups judged first."""
+    job = Replay(tmp_path, groups=130, job_step=60, ft__stall_timeout_s=600.0)
+    actions: list = []
+    for turn in range(1, 120):
+        actions += _sampled_tick(job, turn, silent=set(range(130)))
+    assert len([a for a in actions if isinstance(a, A.ReportStall)]) == 1 and not [a for a in actions if isinstance(a, A.FailGroup)], [
+        type(a).__name__ for a in actions if not isinstance(a, (A.Emit, A.WriteMetrics))
+    ]
+
+
+def test_past_the_sampling_budget_one_hung_group_is_failed_alone(tmp_path):
+    job = Replay(tmp_path, groups=130, job_step=60)
+    failed: list = []
+    for turn in range(1, 200):
+        failed += [a for a in _sampled_tick(job, turn, silent={7}) if isinstance(a, A.FailGroup)]
+    assert [(a.group, a.why["reason"]) for a in failed] == [(7, "hung")], failed

@@ -62,9 +62,10 @@ def decide(rules: Rules, state: JobState, obs: Observations, facts: Facts | None
     failures.take_exits(t)
     hangs: dict[int, Hang] = {}
     limits = failures.hang_limits(t)
+    beating = failures.beating_groups(t, limits)
     for g in state.groups:
         if g.active:
-            hang = failures.judge_group(t, g, limits)
+            hang = failures.judge_group(t, g, limits, beating)
             if hang is not None:
                 hangs[g.index] = hang
     failures.judge_hangs(t, hangs)

@@ -69,11 +69,26 @@ def take_exits(t: Tick) -> None:
         t.out.emit(EventKind.RANK_EXITED, group=g.index, rank=rs.rank, attempt=g.attempt, **describe_exit(code))
 
 
-def judge_group(t: Tick, g: GroupState, limits: HangLimits) -> Optional[Hang]:
+def beating_groups(t: Tick, limits: HangLimits) -> set[int]:
+    """The active groups with a rank heard from within the suspicion's silence: once per tick (a
+    rank silent and asleep is frozen by itself only while ranks elsewhere beat)."""
+    state, now = t.state, t.now
+    return {
+        g.index
+        for g in state.groups
+        if g.active and any(rs.exited is None and watched(state, rs.last_progress, now) < limits.suspect_silence_s for rs in g.ranks)
+    }
+
+
+def judge_group(t: Tick, g: GroupState, limits: HangLimits, beating: set[int]) -> Optional[Hang]:
     """A rank that exited non-zero fails its group at once (:func:`~monarch_ft.records.exits.blamed_exit`
     names which); every rank exited 0: the group is done; else a silent rank is returned as a
     hang verdict for :func:`judge_hangs`, which looks at every group's before acting (``limits``:
-    the hang model's bounds this tick, :func:`hang_limits`)."""
+    the hang model's bounds this tick, :func:`hang_limits`; ``beating``: :func:`beating_groups`).
+
+    A group whose ranks were not sampled this tick (past observe.SAMPLED_GROUPS_PER_TICK groups,
+    each is sampled in turn) is judged on its last verdict, kept while none of its ranks has been
+    heard from since: a job-wide stall is still every group hung at once."""
     blamed = blamed_exit([(rs.rank, rs.exited) for rs in g.ranks if rs.exited])
     if blamed is not None:
         failure = {"reason": "exit", "rank": blamed[0], **describe_exit(blamed[1])}
@@ -89,8 +104,18 @@ def judge_group(t: Tick, g: GroupState, limits: HangLimits) -> Optional[Hang]:
         t.out.emit(EventKind.GROUP_FINISHED, group=g.index, attempt=g.attempt, step=g.last_step)
         return None
     live = [rs for rs in g.ranks if rs.exited is None]
-    started = all(r.first_step_seen or r.train_done for r in g.ranks)
     state, now, ft = t.state, t.now, t.cfg.ft
+    kept = state.watch.hangs_seen
+    if t.obs.sampled is not None and g.index not in t.obs.sampled:
+        seen = kept.get(g.index)
+        if seen is None:
+            return None
+        at, attempt, hang = seen
+        if attempt != g.attempt or any(rs.last_progress > at for rs in live):
+            del kept[g.index]
+            return None
+        return hang
+    started = all(r.first_step_seen or r.train_done for r in g.ranks)
     # Every tick: a state held for ft.os_stall_s needs every sample in between to see it.
     for rs in live:
         sample = t.obs.samples.get((g.index, rs.rank))
@@ -112,10 +137,13 @@ def judge_group(t: Tick, g: GroupState, limits: HangLimits) -> Optional[Hang]:
         for rs in live
     ]
     # A rank of this group silent and asleep is frozen by itself only while ranks elsewhere beat.
-    others_beating = any(
-        watched(state, rs.last_progress, now) < limits.suspect_silence_s for o in state.groups if o is not g and o.active for rs in o.ranks if rs.exited is None
-    )
-    return find_hang(views, limits, others_beating)
+    hang = find_hang(views, limits, bool(beating - {g.index}))
+    state.watch.judged_at[g.index] = now
+    if hang is None:
+        kept.pop(g.index, None)
+    else:
+        kept[g.index] = (now, g.attempt, hang)
+    return hang
 
 
 # ---------------------------------------------------------------- hangs
@@ -157,6 +185,13 @@ def judge_hangs(t: Tick, hangs: dict[int, Hang]) -> None:
     """
     state, now = t.state, t.now
     stepping = [g.index for g in state.groups if g.status == GroupStatus.RUNNING]
+    if hangs and t.obs.sampled is not None:
+        # A share of the groups judged a tick: act once every stepping group has been judged
+        # since the oldest verdict (a period later at most), or the first groups found silent
+        # in a job-wide stall would be failed one by one before the last were judged.
+        oldest = min(state.watch.hangs_seen[i][0] for i in hangs)
+        if any(state.watch.judged_at.get(g, float("-inf")) < oldest for g in stepping):
+            return
     stalled = is_job_stall(hangs, stepping)
     if state.stall_since is not None and not stalled:
         # Groups come out of a shared stall a beat apart (phases are reported once a
