@@ -367,6 +367,8 @@ def controller_cell(n: int, steps: int, exit_step: int) -> dict[str, Any]:
         cfg = fake_job_config(tokens, f"127.0.0.1:{lighthouse.getsockname()[1]}", ft__replica_groups=n, training__steps=steps)
         cfg.launcher.max_ranks_per_core = n  # nothing runs: the guard is for real ranks
         cfg.training.state_hash_every = 1  # as the drills: a state hash per committed step, kept 200 steps in the job's state
+        # The tiny model's shape (model=tiny): nothing is built, but the memory check sizes the job by it.
+        cfg.model.dim, cfg.model.n_layers, cfg.model.n_heads, cfg.model.vocab_size = 64, 2, 4, 2048
         clock = BenchClock()
         run_dir = os.path.join(d, "run")
         launcher = FakeLauncher(clock, run_dir, step_s=0.1)
