@@ -120,13 +120,14 @@ def analyze_faults(injected: list[dict], events: list[dict], metrics: list[dict]
     One at a time (the drill's default): a fault's records end at the next fault's injection,
     and the throughput before it starts at the previous fault's recovery (a disruption is never
     the "before" of the next). With ``chaos.overlap`` a fault may be injected while another
-    recovers: its records then end at the next fault on the same group only (another group's
-    fault does not end this one's recovery, it is part of it).
+    recovers: nothing cuts its records then (a second fault on a group still coming back delays
+    that group's return, and the first fault is recovered only when the group is back, as the
+    injector judged it live); the phases of overlapping faults may then share events.
     """
     out: list[dict] = []
     for i, f in enumerate(injected):
-        later = [g for g in injected[i + 1 :] if not cfg.chaos.overlap or g["target"] == f["target"]]
-        until = later[0]["injected_at"] if later else float("inf")
+        later = injected[i + 1 :]
+        until = later[0]["injected_at"] if later and not cfg.chaos.overlap else float("inf")
         since = float("-inf")
         if out:
             prev = out[-1]

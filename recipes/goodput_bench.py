@@ -1,7 +1,7 @@
 """Goodput under a fault rate: arms interleaved over repetitions, each with its own fault-free cells,
 against plain no-FT training, with 95% intervals and the realised fault rate.
 
-    python recipes/goodput_bench.py                                   # the defaults: ~40 min on a quiet 2-core machine
+    python recipes/goodput_bench.py                                   # the defaults: 21 cells, about 35 min on a quiet 2-core machine
     python recipes/goodput_bench.py goodput.cell_s=40 goodput.repetitions=1 'goodput.arms=[live_standby,full_restart]'   # a smoke
     python recipes/goodput_bench.py 'goodput.rates=[0,1,2,4]' goodput.repetitions=5                                     # a longer study
 

@@ -7,6 +7,8 @@ the tiny model):
   standby, promoted, committed step 180 while healing (its batch not in the update), and group 0 waited.
 - ``full_restart_2x1/``: a drill under ``ft.recovery=full_restart``: group 1 SIGKILLed at step 26, every
   group resumed from the checkpoint of step 20 and trained steps 20-26 again (``job_rollback`` to 20).
+- ``full_restart_overlap_2x1/``: 8 s of a goodput-bench cell under ``ft.recovery=full_restart`` with
+  ``chaos.overlap``: a second kill of group 1 while every group restarted from the first.
 - ``diloco_standby_2x1/``: a drill with ``ft.mode=diloco ft.sync_every=10`` and a standby: group 1
   SIGKILLed right after its sync at step 29; the standby healed into the sync at step 39.
 
@@ -23,13 +25,14 @@ from pathlib import Path
 import pytest
 
 from monarch_ft.records.goodput import goodput, goodput_ratio, lineage, median_step_s, rollbacks_of, windows
+from monarch_ft.records.layout import read_jsonl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "goodput"
 KILLED_AT = 1796346303.4335356  # process_kill_2x1: the fault_injected event's time
 
 
 def _jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return read_jsonl(str(path))
 
 
 def _run(name: str) -> tuple[list[dict], list[dict], dict]:
@@ -304,6 +307,31 @@ def test_a_fault_due_while_another_recovers_fires_on_schedule_with_overlap(tmp_p
     killed = len(job.killed)
     late.tick(job, 105.0)
     assert len(job.killed) == killed and late.blocked[0]["reason"] == "job_stopping"
+
+
+def test_a_second_fault_on_a_group_still_restarting_leaves_both_recovered_when_it_is_back():
+    """full_restart_overlap_2x1: the goodput bench's full-restart cell (seed 7): group 1 SIGKILLed at
+    13.0 s, and again 0.7 s later while every group was being restarted; back together at 19.9 s. The
+    injector judged both recovered live (6.907 s and 6.235 s); the drill's analysis must agree."""
+    from types import SimpleNamespace
+
+    from chaos.drill import analyze_faults
+
+    d = FIXTURES / "full_restart_overlap_2x1"
+    metrics, events = _jsonl(d / "metrics.jsonl"), _jsonl(d / "events.jsonl")
+    injected = json.loads((d / "injected.json").read_text())
+    live = {e["fault_id"]: e["seconds"] for e in events if e["event"] == "fault_recovered"}
+    assert live == {0: 6.907, 1: 6.235}
+
+    def cfg(overlap):
+        return SimpleNamespace(chaos=SimpleNamespace(overlap=overlap), ft=SimpleNamespace(recovery="full_restart", replica_groups=2, ranks_per_group=1))
+
+    both = analyze_faults(injected, events, metrics, cfg(True))
+    assert [(f["recovered"], f["mttr_s"]) for f in both] == [(True, 6.907), (True, 6.235)]
+    # One-at-a-time analysis cuts the first fault's records at the second's injection: a drill that
+    # fired them that way could not have; the bench's faults do, and must not be called unrecovered.
+    cut = analyze_faults(injected, events, metrics, cfg(False))
+    assert cut[0]["recovered"] is False and cut[1]["recovered"] is True
 
 
 def test_bench_arms_interleave_with_their_own_fault_free_cells_over_repetitions():
