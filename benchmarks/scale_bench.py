@@ -54,6 +54,8 @@ from typing import Any, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from monarch_ft.records.stats import percentile  # noqa: E402
+
 KINDS = ("process_kill", "node")
 FIGURES = (
     ("mttr_p50_s", "MTTR p50 (s)"),
@@ -67,17 +69,6 @@ FIGURES = (
     ("detected_p50_s", "fault told p50 (s)"),
     ("controller_tick_ms", "controller wall time per tick (ms)"),
 )
-
-
-def percentile(values: list[float], q: float) -> Optional[float]:
-    """The q-th percentile (linear interpolation), None for no values."""
-    if not values:
-        return None
-    v = sorted(values)
-    pos = (len(v) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
 def faults_override(n: int, groups: int, first_step: int, every: int) -> str:

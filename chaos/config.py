@@ -63,6 +63,13 @@ class ChaosConfig:
     tail_steps: int = 10
     """Steps trained after the last fault has recovered, before the drill finishes."""
 
+    overlap: bool = False
+    """false: a fault fires only once the previous one has recovered, on a healthy group, so each
+    MTTR is measured on its own (a drill's phases need that). true: every fault fires when its
+    trigger comes, recovering peers or not, on any group whose ranks are running (a starting or
+    healing one too), as faults arrive in production: the goodput bench's schedule is then the
+    rate applied. The last healthy group is still spared unless ``allow_last_healthy``."""
+
 
 @dataclass
 class DrillConfig(JobConfig):

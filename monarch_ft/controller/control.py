@@ -76,6 +76,15 @@ class JobControl:
             if g.status == GroupStatus.RUNNING and not g.train_done and g.index in members and g.index in self.last_commit
         ]
 
+    def live_groups(self) -> list[int]:
+        """Groups whose ranks run (starting, healing or stepping; not finished): what a fault that
+        comes on schedule may hit, as one in production can (``chaos.overlap``)."""
+        return [
+            g.index
+            for g in self._sup.state.groups
+            if g.active and not g.train_done and g.ranks and all(r.proc is not None and r.exited is None for r in g.ranks)
+        ]
+
     def consistent_at(self, groups: set[int], min_step: int) -> Optional[tuple[int, bool]]:
         """See Supervisor.consistent_at."""
         return self._sup.consistent_at(groups, min_step)

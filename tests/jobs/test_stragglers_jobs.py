@@ -101,7 +101,7 @@ def test_a_slow_group_and_a_slow_link_are_named_and_evicted_to_standbys(run_dir)
     for fault in (slow, link):
         assert fault["recovery_path"] == "standby" and fault["evicted"] is True, fault
         assert fault["recovered"] and fault["weights_consistent"] is True and fault["throughput_ratio"] is not None, fault
-    assert slow["throughput_steps_per_s"]["after"] > slow["throughput_steps_per_s"]["during"], slow
+    assert slow["throughput_group_steps_per_s"]["after"] > slow["throughput_group_steps_per_s"]["during"], slow
     assert drill["weights_consistent"] and drill["steps_lost"] == 0 and drill["steps_never_go_back"]
     # status tells both; no cgroup is left behind.
     lines = job_status(str(run_dir)).stragglers
@@ -110,5 +110,5 @@ def test_a_slow_group_and_a_slow_link_are_named_and_evicted_to_standbys(run_dir)
     assert cpu_line.startswith("group 1 (attempt 0) cpu straggler") and ": evicted," in cpu_line, lines
     assert link_line.startswith("group 2 (attempt 0) link straggler") and " per 256 KiB (" in link_line and ": evicted," in link_line, lines
     assert sorted(set(leftover_cgroups()) - set(before)) == []
-    print(f"slow: {slow['throughput_steps_per_s']} named at steps {found['steps']} ({found['ratio']}x)")
-    print(f"link: {link['throughput_steps_per_s']}, {len(rounds)} probe rounds")
+    print(f"slow: {slow['throughput_group_steps_per_s']} named at steps {found['steps']} ({found['ratio']}x)")
+    print(f"link: {link['throughput_group_steps_per_s']}, {len(rounds)} probe rounds")
