@@ -4,8 +4,9 @@
 #   scripts/stress.sh [--times K] [--hogs N] TEST...
 #
 # TEST is a pytest node id (tests/jobs/test_x.py::test_y, or a whole file). A hog is a busy loop
-# at this script's own niceness, which the job's ranks inherit: it competes with them for the
-# cores as another job on the machine would (a niced hog would yield to them and find nothing).
+# at this script's own niceness, which the job's ranks inherit, in a session of its own as each
+# rank is: it competes with them for the cores as another job on the machine would (a niced hog,
+# or hogs sharing one session's autogroup, would leave them most of the CPU).
 # The hogs run from the first run to the last and are killed at the end, on Ctrl-C too.
 #
 # Each run gets a pytest --basetemp of its own under one folder (STRESS_DIR, else a new
@@ -75,10 +76,9 @@ trap stop_hogs EXIT
 trap interrupted INT TERM
 
 for _ in $(seq "$hogs"); do
-    (
-        trap - INT TERM EXIT
-        while :; do :; done
-    ) &
+    # A session of its own, as each rank has: the kernel's autogroups share the CPU among
+    # sessions first, so hogs in this script's session would share one rank's worth between them.
+    setsid bash -c 'while :; do :; done' &
     hog_pids+=($!)
 done
 
