@@ -86,9 +86,9 @@ class EventKind(StrEnum):
     GROUP_STOPPED = "group_stopped"
     """A group's ranks were stopped (after a failure, for a full restart, or at the job's end)."""
     STRAGGLER_DETECTED = "straggler_detected"
-    """A group is slower than ``ft.straggler_factor`` x its peers' median (controller.stragglers): ``slow_kind`` cpu (its compute
-    per step over ``ft.straggler_window`` steps) or link (a probe's seconds for ``probe_bytes``, with Mbit/s); its slowest rank,
-    its figure, the peers' median, the ratio."""
+    """A group is slower than ``ft.straggler_factor`` x its peers' median (controller.stragglers): ``slow_kind`` cpu (its own
+    seconds per step, the iteration less its waits for the peers, over the steps judged) or link (a probe's seconds for
+    ``probe_bytes``, with Mbit/s); its slowest rank, its figure, the peers' median, the ratio."""
     LINK_PROBED = "link_probed"
     """A probe round timed every rank's link (controller.link_probe): why it ran (ProbeReason), each rank's seconds each way, the unanswered."""
     STRAGGLER_CLEARED = "straggler_cleared"
