@@ -28,6 +28,7 @@ import json
 import os
 from typing import Any, Optional
 
+from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.journal import read_state
 from monarch_ft.records.reports import ReportTail
 
@@ -107,8 +108,15 @@ class RunLayout:
 
     def read_controller_state(self) -> Optional[dict]:
         """The takeover state as one record (None: no job was started here): the base with its
-        journal applied (monarch_ft.records.journal.read_state)."""
-        return read_state(self.controller_state, self.controller_journal)
+        journal applied (monarch_ft.records.journal.read_state). A state that cannot be read
+        (damaged, not this format) is a :class:`ConfigError`: one line, naming the files."""
+        try:
+            return read_state(self.controller_state, self.controller_journal)
+        except ValueError as e:
+            raise ConfigError(
+                f"the takeover state of {self.run_dir} cannot be read ({e}): {self.controller_state} and {self.controller_journal} "
+                "are not a state this version wrote whole; nothing can take this job over"
+            ) from None
 
     @property
     def controller_journal(self) -> str:

@@ -18,6 +18,7 @@ from monarch_ft.controller.loop import Supervisor
 from monarch_ft.controller.snapshot import from_record, to_record
 from monarch_ft.controller.state import GroupState, JobState, LaunchRecord, RankState
 from monarch_ft.controller.takeover import Takeover
+from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.journal import JournalDamaged, StateJournal, apply, diff, read_state
 from monarch_ft.records.layout import RunLayout
 from monarch_ft.testing.fakes import FakeClock, FakeLauncher, Script, fake_job_config
@@ -135,6 +136,8 @@ def test_a_torn_last_journal_line_is_ignored_and_a_damaged_middle_line_is_an_err
         f.write(lines[0][:-5] + b"\n" + lines[1] + b"\n")
     with pytest.raises(JournalDamaged, match="line 1 of 2"):
         read_state(base, journal)
+    with pytest.raises(ConfigError, match="cannot be read .*nothing can take this job over"):
+        RunLayout(str(tmp_path)).read_controller_state()  # one line for the command line and a takeover
     # Lines of an older generation (killed between a new base and emptying the journal): skipped.
     stale = StateJournal(base, journal)
     stale.write_base({"a": 10})
