@@ -42,7 +42,7 @@ def _kill_rank(layout: RunLayout, group: int, rank: int) -> str:
     """SIGKILL one recorded rank (checked by pid and start time) while nobody supervises."""
     from monarch_ft.common.process import ProcessIdentity
 
-    state = read_json(layout.controller_state) or {}
+    state = layout.read_controller_state() or {}
     for r in state["groups"][group]["ranks"]:
         if r["launch"]["rank"] == rank and r.get("pid"):
             ident = ProcessIdentity(r["pid"], r["start"])

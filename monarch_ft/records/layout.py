@@ -10,7 +10,8 @@ because a rank may read it at any instant.
 Layout of ``<run>/``::
 
     events.jsonl metrics.jsonl summary.json   the controller's record of the job
-    controller.json controller.lock           what a takeover needs; the live controller's lock
+    controller.json controller.journal        what a takeover needs: a base and what changed since (records.journal)
+    controller.lock                           the live controller's lock
     ranks/g<G>r<R>.a<A>.{jsonl,spec.json}     each rank attempt's reports and spec
     logs/g<G>r<R>.a<A>.log, lighthouse.log    process output
     control/                                  controller -> ranks (see the properties)
@@ -27,6 +28,8 @@ import json
 import os
 from typing import Any, Optional
 
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.journal import read_state
 from monarch_ft.records.reports import ReportTail
 
 
@@ -114,8 +117,26 @@ class RunLayout:
 
     @property
     def controller_state(self) -> str:
-        """Everything a new controller needs to take the job over (monarch_ft.controller)."""
+        """Everything a new controller needs to take the job over (monarch_ft.controller), as of
+        its last compaction: read it with :meth:`read_controller_state` (the journal applied)."""
         return self._p("controller.json")
+
+    def read_controller_state(self) -> Optional[dict]:
+        """The takeover state as one record (None: no job was started here): the base with its
+        journal applied (monarch_ft.records.journal.read_state). A state that cannot be read
+        (damaged, not this format) is a :class:`ConfigError`: one line, naming the files."""
+        try:
+            return read_state(self.controller_state, self.controller_journal)
+        except ValueError as e:
+            raise ConfigError(
+                f"the takeover state of {self.run_dir} cannot be read ({e}): {self.controller_state} and {self.controller_journal} "
+                "are not a state this version wrote whole; nothing can take this job over"
+            ) from None
+
+    @property
+    def controller_journal(self) -> str:
+        """What changed since ``controller.json`` was written (monarch_ft.records.journal)."""
+        return self._p("controller.journal")
 
     @property
     def controller_lock(self) -> str:

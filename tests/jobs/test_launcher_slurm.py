@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from monarch_ft.launcher import RankLaunch, build_launcher
+from monarch_ft.records.layout import RunLayout
 from monarch_ft.testing.jobs import (
     FAST,
     assert_weights_agree_after,
@@ -207,7 +208,7 @@ def test_controller_sigkilled_then_attached_readopts_slurm_jobs_by_id(cluster, r
         raise AssertionError(console(run_dir)[-3000:])
     proc.send_signal(signal.SIGKILL)
     proc.wait(10)
-    state = json.loads((run_dir / "controller.json").read_text())
+    state = RunLayout(str(run_dir)).read_controller_state()
     jobs = {g: json.loads((run_dir / "logs" / f"g{g}r0.a0.log.pid").read_text())["job_id"] for g in (0, 1)}
     assert sorted(j[0] for j in state["launcher_handles"]["jobs"]) == sorted(jobs.values()), state["launcher_handles"]
     victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 1 and e["rank"] == 1][-1]

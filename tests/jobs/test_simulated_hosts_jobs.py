@@ -15,6 +15,7 @@ import time
 import psutil
 import pytest
 
+from monarch_ft.records.layout import RunLayout
 from monarch_ft.testing.jobs import FAST, NO_STANDBY, console, finish_job, need_netns, netns_left_behind, read_jsonl, run_drill_job, start_job, wait_for
 
 PROBE = textwrap.dedent(
@@ -156,7 +157,7 @@ def test_pretrain_2x2_on_simulated_hosts_detached_and_attached(run_dir):
     wait_for(lambda: len({m["group"] for m in read_jsonl(run_dir / "metrics.jsonl") if m.get("committed")}) == 2, 150, "both groups committing")
     first.send_signal(signal.SIGUSR2)
     assert first.wait(30) == 0, console(run_dir)[-3000:]
-    ranks = [r["pid"] for g in json.loads((run_dir / "controller.json").read_text())["groups"] for r in g["ranks"]]
+    ranks = [r["pid"] for g in RunLayout(str(run_dir)).read_controller_state()["groups"] for r in g["ranks"]]
     assert all(psutil.pid_exists(p) for p in ranks), "the ranks outlive a detached controller"
     code = finish_job(start_job(run_dir, *overrides, "controller.attach=true"), run_dir, 180)
     assert code == 0, console(run_dir)[-3000:]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from monarch_ft.records.layout import RunLayout
 from monarch_ft.testing.jobs import FAST, REPO, console, job_processes, read_jsonl, start_job, wait_for
 
 # ft.quorum_timeout_s: the survivors' quorum in flight is retried at the restarted Lighthouse
@@ -36,7 +37,7 @@ SMALL = [
 
 
 def _state(run_dir: Path) -> dict:
-    return json.loads((run_dir / "controller.json").read_text())
+    return RunLayout(str(run_dir)).read_controller_state()
 
 
 def _committed(run_dir: Path, group: int, attempt: int = 0) -> int:
