@@ -41,7 +41,7 @@ import shutil
 import signal
 import sys
 import threading
-from typing import IO, Any, Callable, Optional, Protocol
+from typing import IO, Any, Callable, Iterable, Optional, Protocol
 
 from monarch_ft.common import proctitle
 from monarch_ft.common.clock import SYSTEM_CLOCK, Clock
@@ -291,8 +291,10 @@ class Supervisor:
             clear_detach=self.takeover.clear_detach,
         )
 
-    def _save(self) -> None:
-        """Write controller.json (the launcher's and the Lighthouse's handles mirrored first)."""
+    def _save(self, groups: Optional[Iterable[int]] = None) -> None:
+        """Write controller.json (the launcher's and the Lighthouse's handles mirrored first);
+        ``groups``: only these groups may have changed since the last save (the rest of this
+        pass's changes go with the tick's own save, at its end)."""
         state = self.state
         state.launcher_handles = self.launcher.handles()
         lh = self.lighthouse
@@ -301,7 +303,7 @@ class Supervisor:
         state.lighthouse.guard_pid, state.lighthouse.guard_start = ident["guard_pid"], ident["guard_start"]
         state.lighthouse.server_pid, state.lighthouse.server_start = ident["server_pid"], ident["server_start"]
         try:
-            self.takeover.save(state)
+            self.takeover.save(state, groups=groups, partial=groups is not None)
         except OSError as e:
             e.filename = e.filename or self.layout.controller_state
             raise OwnWriteFailed(e.filename, e) from None

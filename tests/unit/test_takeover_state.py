@@ -48,12 +48,19 @@ def test_a_journal_replayed_equals_the_snapshot_at_every_save_of_a_job(tmp_path)
         takeover = sup.takeover
         takeover.journal.compact_min_bytes = 1 << 10
         layout = RunLayout(run_dir)
-        saves = []
+        saves, partials = [], []
         real_save = takeover.save
 
-        def save(state, finished=False, groups=None):
-            real_save(state, finished, groups)
+        def save(state, finished=False, groups=None, partial=False):
+            real_save(state, finished, groups, partial)
             on_disk = layout.read_controller_state()
+            if partial:
+                # A launch's save, of its group only: that group is on disk as it is now; the
+                # pass's other changes go with the tick's own save.
+                now = whole(takeover.snapshot(state, finished))
+                assert all(whole(on_disk)["groups"][i] == now["groups"][i] for i in groups)
+                partials.append(groups)
+                return
             assert whole(on_disk) == whole(takeover.snapshot(state, finished))
             assert on_disk["finished"] is finished
             assert from_record(JobState, {k: v for k, v in on_disk.items() if k not in FILE_FIELDS}) == state
@@ -64,6 +71,7 @@ def test_a_journal_replayed_equals_the_snapshot_at_every_save_of_a_job(tmp_path)
     assert sup.events.events and any(e["event"] == "group_failed" for e in sup.events.events)
     assert len(saves) > 100 and takeover.journal.compactions > 3, (len(saves), takeover.journal.compactions)
     assert max(saves) > 0  # the journal was used between compactions
+    assert len(partials) >= 3  # the three first launches (the killed rank's group: a standby promoted)
 
 
 def populated_groups(n: int) -> JobState:
@@ -179,6 +187,13 @@ def test_the_check_names_a_change_the_save_was_not_told_of_and_a_record_changed_
     state.groups[1].restarts = 4
     with pytest.raises(AssertionError, match=r"\['groups', 1, 'restarts'\]"):
         takeover.save(state, groups=[0])  # told group 0 only
+    takeover.save(state)
+    # A partial save (a launch's, mid-pass) is checked for its groups: the rest is written later.
+    state.groups[1].restarts, state.groups[2].restarts = 5, 6
+    takeover.save(state, groups=[2], partial=True)
+    with pytest.raises(AssertionError, match=r"\['groups', 0, 'restarts'\]"):  # the first of those checked
+        state.groups[2].restarts = 7
+        takeover.check(state, only={2})
     takeover.save(state)
     state.last_commit[0]["participating_groups"].remove(2)  # a rank's record is replaced, never changed in place
     with pytest.raises(AssertionError, match=r"\['last_commit', '0', 'participating_groups'\]"):
