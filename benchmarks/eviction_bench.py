@@ -13,9 +13,12 @@ Each round runs one drill per arm, interleaved (before, after, before, ...) so t
 on both alike: 2 groups x 1 rank, the tiny model, ``--faults`` faults alternating process kill and node
 fault, alternating target group. Per arm: the survivors' longest stall between committed steps around
 each fault (chaos.mttr's ``survivor_max_stall_s``, which also holds the survivor's own step and any
-checkpoint save next to the fault), p50/p95; the fault-to-survivors-stepping phase p50/p95; MTTR p50;
-then after/before ratios. ``--summarize OUT`` prints them again from a run's directories.
-Printed, never asserted; ``--out`` keeps each drill's run directory and a ``summary.json``.
+checkpoint save next to the fault); the fault-to-survivors-stepping phase; MTTR; each as p50 and p95
+with their 95% bootstrap intervals, the max and n (monarch_ft.records.stats); then after/before ratios
+of the p50s. Every fault counts: one injected and never recovered keeps its stall in the stall figures
+(it has no MTTR), and is counted as not recovered; one that never fired, and a drill that failed
+(it is reported, and the bench goes on), are counted too. ``--summarize OUT`` prints them again from a
+run's directories. Printed, never asserted; ``--out`` keeps each drill's run directory and a ``summary.json``.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from monarch_ft.records.stats import spread  # noqa: E402
+
 ARMS = {
     "before": ["ft.heartbeat_timeout_ms=1000", "ft.heartbeat_interval_ms=100"],
     "after": [],
@@ -39,21 +44,13 @@ ARMS = {
 KINDS = ("process_kill", "node")
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile (linear interpolation), None for no values."""
-    if not values:
-        return None
-    import numpy as np
-
-    return float(np.percentile(values, q))
-
-
 def faults_override(n: int, first_step: int = 15, every: int = 20) -> str:
     entries = [f"{{kind: {KINDS[i % len(KINDS)]}, at_step: {first_step + i * every}, target: {(i // len(KINDS) + i) % 2}}}" for i in range(n)]
     return "chaos.faults=[" + ", ".join(entries) + "]"
 
 
-def run_drill(run_dir: str, arm: str, faults: int) -> dict:
+def run_drill(run_dir: str, arm: str, faults: int) -> tuple[list[dict], bool]:
+    """One drill of ``arm``: (its faults as drill.json has them, whether the drill failed)."""
     argv = [
         sys.executable,
         os.path.join(REPO, "recipes", "drill.py"),
@@ -65,50 +62,75 @@ def run_drill(run_dir: str, arm: str, faults: int) -> dict:
         f"hydra.run.dir={run_dir}",
     ]
     with open(run_dir + ".console.log", "wb") as log:
-        code = subprocess.run(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=900).returncode
-    if code != 0:
-        raise SystemExit(f"eviction_bench: the {arm} drill failed (exit {code}); its console: {run_dir}.console.log")
-    with open(os.path.join(run_dir, "drill.json")) as f:
-        return json.load(f)
+        try:
+            code = subprocess.run(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, timeout=900).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    return drill_faults(run_dir), code != 0
 
 
-def summarize(rows: dict[str, list[dict]]) -> dict:
-    """Per arm: the survivors' longest stall (p50/p95, and p50 per kind), the fault-to-survivors-stepping
-    phase (p50/p95: the part eviction shortens, without the survivor's own step around it) and MTTR p50."""
+def drill_faults(run_dir: str) -> list[dict]:
+    """The faults of a drill's drill.json (none if the drill left none)."""
+    path = os.path.join(run_dir, "drill.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return json.load(f)["faults"]
+
+
+def summarize(rows: dict[str, list[dict]], failed_drills: dict[str, int] | None = None) -> dict:
+    """Per arm: how many faults and what became of them, and the spreads (n, p50 and p95 with their
+    intervals, max) of the survivors' longest stall (every injected fault, recovered or not), of the
+    fault-to-survivors-stepping phase and of MTTR (recovered faults: the others have none).
+
+    Args:
+        rows: each arm's faults, as drill.json has them (injected or not).
+        failed_drills: each arm's drills that exited non-zero (reported; their faults are in ``rows``).
+    """
     summary = {}
     for arm, faults in rows.items():
-        stalls = [f["survivor_max_stall_s"] for f in faults]
-        stepping = [f["phases"]["survivors_stepping"] for f in faults if f["phases"].get("survivors_stepping") is not None]
+        fired = [f for f in faults if f.get("injected")]
         summary[arm] = {
             "faults": len(faults),
-            "stall_p50_s": percentile(stalls, 50),
-            "stall_p95_s": percentile(stalls, 95),
-            "survivors_stepping_p50_s": percentile(stepping, 50),
-            "survivors_stepping_p95_s": percentile(stepping, 95),
-            "mttr_p50_s": percentile([f["mttr_s"] for f in faults], 50),
-            "stall_p50_by_kind": {k: percentile([f["survivor_max_stall_s"] for f in faults if f["kind"] == k], 50) for k in KINDS},
+            "recovered": sum(1 for f in fired if f.get("recovered") is True),
+            "not_recovered": sum(1 for f in fired if f.get("recovered") is not True),
+            "not_injected": len(faults) - len(fired),
+            "failed_drills": (failed_drills or {}).get(arm, 0),
+            "stall_s": spread(f.get("survivor_max_stall_s") for f in fired).as_dict(),
+            "survivors_stepping_s": spread((f.get("phases") or {}).get("survivors_stepping") for f in fired).as_dict(),
+            "mttr_s": spread(f.get("mttr_s") for f in fired if f.get("recovered") is True).as_dict(),
+            "stall_p50_by_kind": {k: spread(f.get("survivor_max_stall_s") for f in fired if f["kind"] == k).p50 for k in KINDS},
         }
     return summary
 
 
+def _text(s: dict) -> str:
+    """``p50 x [lo, hi], p95 y [lo, hi], max z, n=k`` of a spread's dict."""
+    from monarch_ft.records.stats import Spread
+
+    return Spread(**{k: tuple(v) if k.endswith("_ci") and v is not None else v for k, v in s.items()}).text(3)
+
+
 def print_summary(summary: dict, out: str) -> None:
-    print(f"{'arm':8} {'faults':>6} {'stall p50 (s)':>14} {'stall p95 (s)':>14} {'stepping p50':>13} {'stepping p95':>13} {'MTTR p50 (s)':>13}  by kind")
     for arm, s in summary.items():
-        kinds = ", ".join(f"{k} {v:.3f}" for k, v in s["stall_p50_by_kind"].items() if v is not None)
         print(
-            f"{arm:8} {s['faults']:>6} {s['stall_p50_s']:>14.3f} {s['stall_p95_s']:>14.3f} {s['survivors_stepping_p50_s']:>13.3f} "
-            f"{s['survivors_stepping_p95_s']:>13.3f} {s['mttr_p50_s']:>13.3f}  {kinds}"
+            f"{arm}: {s['faults']} faults, {s['recovered']} recovered, {s['not_recovered']} not recovered, "
+            f"{s['not_injected']} never fired, {s['failed_drills']} drill(s) failed"
         )
-    b, a = summary["before"], summary["after"]
-    print(
-        f"after/before: stall p50 {a['stall_p50_s'] / b['stall_p50_s']:.2f}, stall p95 {a['stall_p95_s'] / b['stall_p95_s']:.2f}, "
-        f"survivors stepping p50 {a['survivors_stepping_p50_s'] / b['survivors_stepping_p50_s']:.2f}, "
-        f"MTTR p50 {a['mttr_p50_s'] / b['mttr_p50_s']:.2f} (run directories: {out})"
+        print(f"  survivors' stall (s): {_text(s['stall_s'])}")
+        print(f"  survivors stepping (s): {_text(s['survivors_stepping_s'])}")
+        print(f"  MTTR (s): {_text(s['mttr_s'])}")
+        print("  stall p50 by kind (s): " + ", ".join(f"{k} {v:.3f}" for k, v in s["stall_p50_by_kind"].items() if v is not None))
+    b, a = summary.get("before"), summary.get("after")
+    if not (a and b):
+        return
+    ratio = lambda key, q: (  # noqa: E731
+        f"{a[key][q] / b[key][q]:.2f}" if a[key][q] is not None and b[key][q] else "n/a"
     )
-
-
-def recovered_faults(drill: dict) -> list[dict]:
-    return [f for f in drill["faults"] if f.get("injected") and f.get("recovered")]
+    print(
+        f"after/before: stall p50 {ratio('stall_s', 'p50')}, stall p95 {ratio('stall_s', 'p95')}, "
+        f"survivors stepping p50 {ratio('survivors_stepping_s', 'p50')}, MTTR p50 {ratio('mttr_s', 'p50')} (run directories: {out})"
+    )
 
 
 def main() -> None:
@@ -120,23 +142,33 @@ def main() -> None:
     args = ap.parse_args()
     if args.summarize:
         rows = {arm: [] for arm in ARMS}
-        for path in sorted(glob.glob(os.path.join(args.summarize, "*-*", "drill.json"))):
-            arm = os.path.basename(os.path.dirname(path)).split("-", 1)[1]
-            with open(path) as f:
-                rows[arm] += recovered_faults(json.load(f))
+        for run_dir in sorted(glob.glob(os.path.join(args.summarize, "*-*"))):
+            arm = os.path.basename(run_dir).split("-", 1)[1]
+            if os.path.isdir(run_dir) and arm in rows:
+                rows[arm] += drill_faults(run_dir)
         print_summary(summarize(rows), args.summarize)
         return
     out = args.out or tempfile.mkdtemp(prefix="eviction_bench_")
     os.makedirs(out, exist_ok=True)
     rows: dict[str, list[dict]] = {arm: [] for arm in ARMS}
+    failed = dict.fromkeys(ARMS, 0)
     started = time.time()
     for r in range(args.rounds):
         for arm in ARMS:
-            faults = recovered_faults(run_drill(os.path.join(out, f"{r}-{arm}"), arm, args.faults))
+            faults, broke = run_drill(os.path.join(out, f"{r}-{arm}"), arm, args.faults)
             rows[arm] += faults
-            stalls = ", ".join(f"{f['kind']} {f['survivor_max_stall_s']:.3f}" for f in faults)
-            print(f"[eviction_bench {time.time() - started:5.0f}s] round {r + 1}/{args.rounds} {arm}: survivors' stall (s) {stalls}", flush=True)
-    summary = summarize(rows)
+            failed[arm] += int(broke)
+            stalls = ", ".join(
+                f"{f['kind']} {f['survivor_max_stall_s']:.3f}" + ("" if f.get("recovered") else " (NOT RECOVERED)")
+                if f.get("injected")
+                else f"{f['kind']} never fired"
+                for f in faults
+            )
+            note = f" (the drill FAILED: {os.path.join(out, f'{r}-{arm}')}.console.log)" if broke else ""
+            print(
+                f"[eviction_bench {time.time() - started:5.0f}s] round {r + 1}/{args.rounds} {arm}: survivors' stall (s) {stalls or 'none'}{note}", flush=True
+            )
+    summary = summarize(rows, failed)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     print_summary(summary, out)

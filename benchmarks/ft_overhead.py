@@ -6,9 +6,9 @@
 
 One run, same model, global batch, data, steps and hyper-parameters for every case:
 
-1. ``no-FT``: plain PyTorch, no torchft anywhere: 4 processes launched by torchrun
-   (``torch.distributed.run --standalone``), a 2-D device mesh (replicate x shard) and
-   TorchTitan's FSDP2 over it (HSDP), gloo;
+1. ``no-FT``: plain PyTorch, no torchft anywhere (monarch_ft/recipes/noft_train.py, the goodput bench's
+   no-FT reference too): 4 processes launched by torchrun (``torch.distributed.run --standalone``),
+   a 2-D device mesh (replicate x shard) and TorchTitan's FSDP2 over it (HSDP), gloo;
 2. ``hsdp``: ours, 2 groups x 2 ranks, the per-step cross-group allreduce through torchft;
 3. ``localsgd`` / ``diloco`` (and streaming DiLoCo with ``--fragments``): ours, synced
    every H steps.
@@ -33,57 +33,14 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from monarch_ft.recipes.noft_train import command as noft_command  # noqa: E402
+
 SIZES = {
     # name: (model overrides, seq_len, steps, H)
     "smoke": ({"flavor": "debugmodel", "dim": 64, "n_layers": 2, "n_heads": 4}, 64, 20, 10),
     "debug": ({"flavor": "debugmodel"}, 128, 100, 20),
     "large": ({"flavor": "debugmodel", "dim": 512, "n_layers": 8, "n_heads": 8}, 128, 60, 20),
 }
-
-
-def _worker(spec: dict) -> None:
-    """One no-FT rank under torchrun: HSDP on a (replicate, shard) mesh, no torchft."""
-    import torch
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torchtitan.components.lr_scheduler import build_lr_schedulers
-    from torchtitan.components.optimizer import OptimizersContainer
-    from torchtitan.config.job_config import LRScheduler
-
-    from monarch_ft.common.data import TokenBatches
-    from monarch_ft.config.model import ModelConfig
-    from monarch_ft.rank.components.model import build_model
-
-    torch.set_num_threads(1)
-    rank = int(os.environ["RANK"])
-    dist.init_process_group("gloo")
-    mesh = init_device_mesh("cpu", (spec["groups"], spec["ranks"]), mesh_dim_names=("replicate", "shard"))
-    group, grank = divmod(rank, spec["ranks"])
-    model = build_model(ModelConfig(**spec["model"]), spec["seq_len"], mesh, torch.device("cpu"), spec["seed"])
-    optimizers = OptimizersContainer(
-        [model],
-        torch.optim.AdamW,
-        {"lr": spec["lr"], "betas": (0.9, 0.95), "eps": 1e-8, "weight_decay": spec["weight_decay"], "foreach": True},
-    )
-    schedulers = build_lr_schedulers(optimizers, LRScheduler(warmup_steps=spec["warmup_steps"]), spec["steps"])
-    batches = TokenBatches(spec["tokens_path"], spec["batch_size"], spec["seq_len"], spec["seed"])
-    params = [p for p in model.parameters()]
-    times, losses = [], []
-    dist.barrier()
-    for step in range(spec["steps"]):
-        start = time.time()
-        optimizers.zero_grad()
-        inputs, labels = batches.batch(step, group, grank)
-        loss = torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1).float(), labels.flatten())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0, foreach=True)
-        optimizers.step()
-        schedulers.step()
-        times.append(time.time() - start)
-        losses.append(float(loss.item()))
-    with open(os.path.join(spec["out"], f"rank{rank}.json"), "w") as f:
-        json.dump({"group": group, "rank": grank, "times": times, "losses": losses}, f)
-    dist.destroy_process_group()
 
 
 def _stats(times: list[float], quorum: list[float], xgroup: list[float], losses: list[float], tokens_per_step: int) -> dict:
@@ -102,17 +59,7 @@ def _stats(times: list[float], quorum: list[float], xgroup: list[float], losses:
 def run_noft(args, spec: dict, out: str) -> dict:
     os.makedirs(out, exist_ok=True)
     spec = {**spec, "out": out}
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        f"--nproc-per-node={spec['groups'] * spec['ranks']}",
-        os.path.abspath(__file__),
-        "--worker",
-        json.dumps(spec),
-    ]
-    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
+    res = subprocess.run(noft_command(spec), cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
     if res.returncode != 0:
         raise RuntimeError(f"no-FT run failed ({res.returncode}): {res.stderr[-2000:]}")
     ranks = [json.load(open(os.path.join(out, f"rank{r}.json"))) for r in range(spec["groups"] * spec["ranks"])]
@@ -163,7 +110,6 @@ def run_ours(args, spec: dict, overrides: list[str], out: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--smoke", action="store_true", help="tiny model, few steps (the test suite's size)")
     ap.add_argument("--size", choices=sorted(SIZES), default="debug")
     ap.add_argument("--steps", type=int, help="override the size's step count (a multiple of --sync-every)")
@@ -177,9 +123,6 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=1200)
     ap.add_argument("--keep", help="directory for the runs (default: a temporary one, removed)")
     args = ap.parse_args()
-    if args.worker:
-        _worker(json.loads(args.worker))
-        return
     size = "smoke" if args.smoke else args.size
     model, seq_len, steps, h = SIZES[size]
     steps, h = args.steps or steps, args.sync_every or h

@@ -176,7 +176,10 @@ def plot(out: str, seed: int, rows: list[dict]) -> str:
 
 
 def print_rows(rows: list[dict]) -> None:
-    print(f"{'policy':9} {'seed':>4} {'steps':>5} {'one group':>9} {'global_tokens':>14} {'skipped':>7} {'repeated':>8} {'|dloss| mean':>12} {'max':>7} {'last50':>7}")
+    print(
+        f"{'policy':9} {'seed':>4} {'steps':>5} {'one group':>9} {'global_tokens':>14} "
+        f"{'skipped':>7} {'repeated':>8} {'|dloss| mean':>12} {'max':>7} {'last50':>7}"
+    )
     for r in rows:
         print(
             f"{r['policy']:9} {r['seed']:>4} {r['steps']:>5} {r['steps_with_one_group']:>9} {str(r['global_tokens']):>14} {r['slots_skipped']:>7} "

@@ -29,10 +29,15 @@ progress line per cell; the closing line gives the largest cell over the smalles
 (``mttr_p50_16_over_2=R controller_cpu_per_tick_per_group_16_over_2=R``). Printed, never asserted.
 
 ``--controller-only`` measures the controller's cost apart from the machine's load: the real watch
-loop on the fake launcher and clock of the fast tests (``monarch_ft.testing.fakes``: every group steps
-each 0.1 s of fake time and writes real report records, no process started) for ``--steps`` steps per
-group count, its CPU seconds per tick from the same ``controller.watch_loop`` (the fake ranks' writes,
-in the same process, are counted with it).
+loop on the fake launcher of the fast tests (``monarch_ft.testing.fakes``: every group of one rank
+steps each 0.1 s of fake time and writes real report records, no process started) for ``--steps``
+steps per group count. The fake world acts between two ticks and fake time also moves by each tick's
+own wall time (a slow tick delays the next, as on a real machine), so the figures are the
+controller's: its CPU per tick (p50, p99, max: every tick, the first launch's included), the time
+from group 0's rank exiting at the middle step to the decision pass that failed its group (fake time:
+the wait for the next tick and the processing before the action), and the bytes of its takeover
+state at the end. The closing line is the largest count's
+(``tick_cpu_p50_ms_N=… tick_cpu_p99_ms_N=… act_latency_ms_N=… state_bytes_N=…``).
 """
 
 from __future__ import annotations
@@ -49,6 +54,8 @@ from typing import Any, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from monarch_ft.records.stats import percentile  # noqa: E402
+
 KINDS = ("process_kill", "node")
 FIGURES = (
     ("mttr_p50_s", "MTTR p50 (s)"),
@@ -62,17 +69,6 @@ FIGURES = (
     ("detected_p50_s", "fault told p50 (s)"),
     ("controller_tick_ms", "controller wall time per tick (ms)"),
 )
-
-
-def percentile(values: list[float], q: float) -> Optional[float]:
-    """The q-th percentile (linear interpolation), None for no values."""
-    if not values:
-        return None
-    v = sorted(values)
-    pos = (len(v) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
 
 
 def faults_override(n: int, groups: int, first_step: int, every: int) -> str:
@@ -321,37 +317,111 @@ def write_outputs(out: str, cells: list[dict], meta: dict) -> None:
     fig.savefig(os.path.join(out, "scale.png"), dpi=100)
 
 
-def controller_only(counts: list[int], steps: int) -> None:
-    """The controller's CPU per tick on the fakes, per group count (see the module docstring)."""
+class BenchClock:
+    """The fake clock of ``--controller-only``: it moves when the loop sleeps, and by the wall
+    time the controller's own tick took (a tick that takes 30 ms delays the next by as much, as on
+    a real machine); the fake world acts between two ticks (:meth:`sleep`), so a tick's CPU is the
+    controller's alone."""
+
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+        self.world: Any = None
+
+    def time(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        if self.world is not None:
+            self.world.advance()
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def controller_cell(n: int, steps: int, exit_step: int) -> dict[str, Any]:
+    """One job of ``n`` groups x 1 rank on the fakes, ``steps`` steps, group 0's rank exiting at
+    ``exit_step``: the controller's CPU per tick, the latency from the exit to the group's
+    FailGroup action, the takeover state's bytes."""
     import socket
     import tempfile
 
     import numpy as np
 
+    from monarch_ft.controller import actions as A
     from monarch_ft.controller.loop import Supervisor
-    from monarch_ft.records.layout import read_json
-    from monarch_ft.testing.fakes import FakeClock, FakeLauncher, fake_job_config
+    from monarch_ft.testing.fakes import FakeLauncher, Script, fake_job_config
 
-    print("| groups | ticks | controller CPU/tick (ms) | per group (ms) |")
-    print("|---|---|---|---|")
+    with tempfile.TemporaryDirectory(prefix=f"scale_fake{n}_") as d, socket.create_server(("127.0.0.1", 0)) as lighthouse:
+        tokens = os.path.join(d, "tokens.npy")
+        np.save(tokens, (np.arange(4096) % 1000).astype(np.uint16))
+        cfg = fake_job_config(tokens, f"127.0.0.1:{lighthouse.getsockname()[1]}", ft__replica_groups=n, training__steps=steps)
+        cfg.launcher.max_ranks_per_core = n  # nothing runs: the guard is for real ranks
+        cfg.training.state_hash_every = 1  # as the drills: a state hash per committed step, kept 200 steps in the job's state
+        # The tiny model's shape (model=tiny): nothing is built, but the memory check sizes the job by it.
+        cfg.model.dim, cfg.model.n_layers, cfg.model.n_heads, cfg.model.vocab_size = 64, 2, 4, 2048
+        clock = BenchClock()
+        run_dir = os.path.join(d, "run")
+        launcher = FakeLauncher(clock, run_dir, step_s=0.1)
+        clock.world = launcher
+        launcher.script(0, 0, Script(exit_at_step=exit_step))
+        journal: list = []
+        sup = Supervisor(cfg, run_dir, launcher=launcher, echo=False, clock=clock, fork_server=launcher.fork_server, journal=journal)
+        cpu: list[float] = []
+        acted: list[tuple[float, float]] = []  # (fake time the tick began + its wall time so far, at each decision pass)
+        tick = sup.tick
+        act = sup._act
+
+        def timed_act(now: float, actions: list):
+            acted.append((now + time.perf_counter() - started[0], bool([a for a in actions if isinstance(a, A.FailGroup) and a.group == 0])))
+            return act(now, actions)
+
+        started = [0.0]
+
+        def timed(now: float):
+            c0, started[0] = time.process_time(), time.perf_counter()
+            out = tick(now)
+            cpu.append(time.process_time() - c0)
+            clock.advance(time.perf_counter() - started[0])
+            return out
+
+        sup.tick, sup._act = timed, timed_act  # type: ignore[method-assign]
+        sup.run()
+        state_bytes = sum(os.path.getsize(os.path.join(run_dir, f)) for f in os.listdir(run_dir) if f.startswith("controller.json"))
+        failed_at = next((t for t, hit in acted if hit), None)
+        due = launcher.step_due.get(exit_step)
+    cpu_ms = sorted(1000.0 * c for c in cpu)
+    return {
+        "groups": n,
+        "ticks": len(cpu),
+        "tick_cpu_p50_ms": round(cpu_ms[len(cpu_ms) // 2], 3),
+        "tick_cpu_p99_ms": round(cpu_ms[min(len(cpu_ms) - 1, int(len(cpu_ms) * 0.99))], 3),
+        "tick_cpu_max_ms": round(cpu_ms[-1], 3),
+        "act_latency_ms": round(1000.0 * (failed_at - due), 1) if failed_at is not None and due is not None else None,
+        "state_bytes": state_bytes,
+    }
+
+
+def controller_only(counts: list[int], steps: int) -> None:
+    """The controller alone on the fakes, per group count (see the module docstring): a table,
+    then one line for the largest count."""
+    print("| groups | ticks | tick CPU p50 (ms) | p99 (ms) | max (ms) | exit -> action (ms, fake time) | takeover state (bytes) |")
+    print("|---|---|---|---|---|---|---|")
     rows = []
     for n in counts:
-        with tempfile.TemporaryDirectory(prefix=f"scale_fake{n}_") as d, socket.create_server(("127.0.0.1", 0)) as lighthouse:
-            tokens = os.path.join(d, "tokens.npy")
-            np.save(tokens, (np.arange(4096) % 1000).astype(np.uint16))
-            cfg = fake_job_config(tokens, f"127.0.0.1:{lighthouse.getsockname()[1]}", ft__replica_groups=n, training__steps=steps)
-            cfg.launcher.max_ranks_per_core = n  # nothing runs: the guard is for real ranks
-            cfg.training.state_hash_every = 1  # as the drills: a state hash per committed step, kept 200 steps in the job's state
-            clock = FakeClock()
-            run_dir = os.path.join(d, "run")
-            launcher = FakeLauncher(clock, run_dir, step_s=0.1)
-            Supervisor(cfg, run_dir, launcher=launcher, echo=False, clock=clock, fork_server=launcher.fork_server).run()
-            loop = read_json(os.path.join(run_dir, "summary.json"))["controller"]["watch_loop"]
-        per_tick = loop["cpu_s_per_tick"] * 1000.0
-        rows.append((n, per_tick / n))
-        print(f"| {n} | {loop['ticks']} | {per_tick:.2f} | {per_tick / n:.3f} |", flush=True)
-    if len(rows) > 1:
-        print(f"controller_cpu_per_tick_per_group_{rows[-1][0]}_over_{rows[0][0]}={rows[-1][1] / rows[0][1]:.3f}")
+        row = controller_cell(n, steps, exit_step=steps // 2)
+        rows.append(row)
+        print(
+            f"| {n} | {row['ticks']} | {row['tick_cpu_p50_ms']:.2f} | {row['tick_cpu_p99_ms']:.2f} | {row['tick_cpu_max_ms']:.1f} | "
+            f"{row['act_latency_ms']} | {row['state_bytes']} |",
+            flush=True,
+        )
+    last = rows[-1]
+    n = last["groups"]
+    print(
+        f"tick_cpu_p50_ms_{n}={last['tick_cpu_p50_ms']} tick_cpu_p99_ms_{n}={last['tick_cpu_p99_ms']} "
+        f"act_latency_ms_{n}={last['act_latency_ms']} state_bytes_{n}={last['state_bytes']}"
+    )
 
 
 def git_commit() -> str:

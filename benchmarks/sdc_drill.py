@@ -45,7 +45,7 @@ FAULTS = (
     "{kind: ckpt_corrupt, mode: rewrite, all_groups: true, at_step: 80, target: 1}, "
     "{kind: process_kill, at_step: 100, target: 0}]"
 )
-# The drill's training (configs/drill_common.yaml), spelled out for the clean run's recipe.
+# The drill's training (monarch_ft/configs/drill_common.yaml), spelled out for the clean run's recipe.
 JOB = [
     "model=tiny",
     "training.seq_len=64",

@@ -55,8 +55,20 @@ class ChaosConfig:
     recovery_timeout_s: float = 120.0
     """Seconds after which a fault whose recovery has not finished counts as not recovered."""
 
+    on_demand: bool = False
+    """Faults may also be asked for while the drill runs (``monarch_ft.launch(...).inject``; read from
+    ``control/fault_requests/``): the drill may start with none, and trains until ``training.steps`` or a
+    ``stop`` instead of ending after its last fault."""
+
     tail_steps: int = 10
     """Steps trained after the last fault has recovered, before the drill finishes."""
+
+    overlap: bool = False
+    """false: a fault fires only once the previous one has recovered, on a healthy group, so each
+    MTTR is measured on its own (a drill's phases need that). true: every fault fires when its
+    trigger comes, recovering peers or not, on any group whose ranks are running (a starting or
+    healing one too), as faults arrive in production: the goodput bench's schedule is then the
+    rate applied. The last healthy group is still spared unless ``allow_last_healthy``."""
 
 
 @dataclass
@@ -92,7 +104,7 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultOptions]) -> None:
         )
     if ft.recovery == "full_restart":
         refuse_unused(ch, "chaos", ("baseline",), "with ft.recovery=full_restart (the drill is the full-restart baseline)", "drop it, or use ft.recovery=live")
-    if not faults:
+    if not faults and not ch.on_demand:
         raise ConfigError("the drill has no faults: give chaos.faults=[{kind: process_kill, at_step: 10}] or chaos.schedule=poisson chaos.count=N")
     if ft.replica_groups < 2 and not ch.allow_last_healthy:
         raise ConfigError("a drill needs ft.replica_groups >= 2 (one group keeps training), or chaos.allow_last_healthy=true")

@@ -16,17 +16,13 @@ from chaos.injector import ChaosInjector
 from chaos.kinds import fault_mode
 from chaos.mttr import analyze_fault, steps_never_go_back
 from chaos.outcome import NotInjected, explain_not_injected, explain_not_recovered
+from chaos.requests import FaultRequests
 from chaos.schedule import build_faults
 from monarch_ft.controller.preflight import preflight
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.integrity import INTEGRITY_ROLLBACK
-from monarch_ft.records.goodput import goodput, goodput_ratio
-from monarch_ft.records.layout import RunLayout
-from monarch_ft.records.reports import ReportTail
-
-
-def _read_jsonl(path: str) -> list[dict]:
-    return ReportTail(path).read()
+from monarch_ft.records.goodput import goodput, goodput_ratio, median_step_s, rollbacks_of
+from monarch_ft.records.layout import RunLayout, read_jsonl
 
 
 def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
@@ -43,21 +39,23 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         cfg.chaos.recovery_timeout_s,
         cfg.chaos.tail_steps,
         state_path=RunLayout(run_dir).chaos_state,
+        finish_when_done=not cfg.chaos.on_demand,
+        overlap=cfg.chaos.overlap,
     )
-    supervisor = Supervisor(cfg, run_dir, hooks=[injector])
+    # chaos.on_demand: faults asked for while the drill runs join the queue (before the injector: due the same tick).
+    requested = FaultRequests(injector, cfg, run_dir) if cfg.chaos.on_demand else None
+    supervisor = Supervisor(cfg, run_dir, hooks=[requested, injector] if requested else [injector])
     if cfg.controller.attach:
         injector.restore()  # a controller fault: this controller took the drill over
+        if requested is not None:
+            requested.restore()
     started = injector.started
     code = supervisor.run()
-    events = _read_jsonl(os.path.join(run_dir, "events.jsonl"))
-    metrics = [m for m in _read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if m["time"] >= started]
-    events = [e for e in events if e["time"] >= started]
-    nexts = [f["injected_at"] for f in injector.injected[1:]] + [float("inf")]
-    analyzed = [
-        analyze_fault(f, events, metrics, cfg.ft.recovery == "full_restart", cfg.ft.replica_groups, cfg.ft.ranks_per_group, until)
-        for f, until in zip(injector.injected, nexts)
-    ]
-    summary = json.load(open(os.path.join(run_dir, "summary.json")))
+    layout = RunLayout(run_dir)
+    events = [e for e in read_jsonl(layout.events) if e["time"] >= started]
+    metrics = [m for m in read_jsonl(layout.metrics) if m["time"] >= started]
+    analyzed = analyze_faults(injector.injected, events, metrics, cfg)
+    summary = json.load(open(layout.summary))
     timed_out = {e.get("fault_id") for e in events if e["event"] == "fault_recovery_timeout"}
     for f in analyzed:
         if not f["recovered"]:
@@ -80,11 +78,7 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         )
     integrity_rollbacks = [e for e in events if e["event"] == EventKind.JOB_ROLLBACK and e.get("reason") == INTEGRITY_ROLLBACK]
     first_fault = min((f["injected_at"] for f in injector.injected), default=None)
-    # One definition of goodput, the goodput bench's too (monarch_ft.records.goodput): "fault free"
-    # is the same rate from the first commit to the first fault.
-    groups = cfg.ft.replica_groups
-    before, whole = goodput(metrics, groups, end=first_fault), goodput(metrics, groups)
-    rate, good = (before.rate if before else None), (whole.rate if whole else None)
+    figures = drill_goodput(cfg, events, metrics, summary, first_fault)
     drill = {
         "recovery": cfg.ft.recovery,
         # Warm standby groups (ft.standby_groups, where this build has them): a sweep axis.
@@ -106,12 +100,9 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
         "started_at": started,
         "finished_at": time.time(),
         "exit_code": code,
-        # Goodput counts batches that went into committed updates (a step with 1 of 2
-        # groups counts once), per second; "fault free" is the same rate before the first fault.
-        "fault_free_batches_per_s": rate,
-        "goodput_batches_per_s": good,
-        "goodput_ratio": goodput_ratio(good, rate),
-        "ettr": whole.ettr if whole else None,
+        # monarch_ft.records.goodput's definitions (drill_goodput): the useful group-steps from the
+        # job's launch, against the steady rate before the first fault; ETTR at that pace.
+        **figures,
         "weights_consistent": summary["weights_consistent"],
         "steps_never_go_back": steps_never_go_back(metrics, integrity_rollbacks),
         # Committed steps given up on purpose: two replicas disagreed with no majority, and the
@@ -127,6 +118,76 @@ def run_drill(cfg: DrillConfig, run_dir: str) -> dict:
     with open(os.path.join(run_dir, "drill.json"), "w") as f:
         json.dump(drill, f, indent=2)
     return drill
+
+
+def analyze_faults(injected: list[dict], events: list[dict], metrics: list[dict], cfg: DrillConfig) -> list[dict]:
+    """Each injected fault analysed (chaos.mttr.analyze_fault) over its own stretch of the run.
+
+    One at a time (the drill's default): a fault's records end at the next fault's injection,
+    and the throughput before it starts at the previous fault's recovery (a disruption is never
+    the "before" of the next). With ``chaos.overlap`` a fault may be injected while another
+    recovers: nothing cuts its records then (a second fault on a group still coming back delays
+    that group's return, and the first fault is recovered only when the group is back, as the
+    injector judged it live); the phases of overlapping faults may then share events.
+    """
+    out: list[dict] = []
+    for i, f in enumerate(injected):
+        later = injected[i + 1 :]
+        until = later[0]["injected_at"] if later and not cfg.chaos.overlap else float("inf")
+        since = float("-inf")
+        if out:
+            prev = out[-1]
+            # The previous fault's end: its recovery; one never recovered leaves no clean "before".
+            since = prev["injected_at"] + prev["mttr_s"] if prev.get("mttr_s") is not None else float("inf")
+        out.append(analyze_fault(f, events, metrics, cfg.ft.recovery == "full_restart", cfg.ft.replica_groups, cfg.ft.ranks_per_group, until, since))
+    return out
+
+
+def drill_goodput(cfg: DrillConfig, events: list[dict], metrics: list[dict], summary: dict, first_fault: float | None) -> dict:
+    """The drill's goodput figures (monarch_ft.records.goodput's definitions).
+
+    ``goodput``: useful group-steps per second from the job's launch (its ``job_started`` event) to
+    the last useful commit, warm-up and every loss charged. ``fault_free_group_steps_per_s``: the
+    steady rate before the first fault (from the first commit: a drill has no fault-free run of
+    its own, so its warm-up is not in the reference and a drill without faults would still read
+    below 1 by its warm-up). ``ettr``: useful group-steps at the median step time before the first
+    fault, over groups x wall seconds.
+
+    Args:
+        cfg: the drill's config.
+        events, metrics: the run's records.
+        summary: the job's summary.json (the standby groups it kept).
+        first_fault: the first fault's injection (None: none fired).
+    """
+    groups = cfg.ft.replica_groups
+    standbys = int((summary.get("standby") or {}).get("standby_groups") or 0)
+    launched = [e["time"] for e in events if e.get("event") == EventKind.JOB_STARTED]
+    commits = [m["time"] for m in metrics if m.get("rank") == 0 and m.get("committed")]
+    launch = min(launched, default=min(commits, default=None))
+    if launch is None:
+        return {"launched_at": None, "goodput_group_steps_per_s": None, "fault_free_group_steps_per_s": None, "goodput_ratio": None, "ettr": None}
+    rollbacks = rollbacks_of(events)
+    tokens = cfg.training.batch_size * cfg.training.seq_len * cfg.ft.ranks_per_group
+    whole = goodput(metrics, launch, groups, groups + standbys, rollbacks=rollbacks, tokens_per_group_step=tokens)
+    first_commit = min(commits, default=None)
+    steady = goodput(metrics, first_commit, groups, end=first_fault, rollbacks=rollbacks) if first_commit is not None else None
+    pace = median_step_s(metrics, end=first_fault)
+    rate, reference = (whole.rate if whole else None), (steady.rate if steady else None)
+    return {
+        "launched_at": launch,
+        "warmup_s": round(first_commit - launch, 3) if first_commit is not None else None,
+        "provisioned_replicas": groups + standbys,
+        "useful_group_steps": whole.useful if whole else 0,
+        "trained_group_steps": whole.trained if whole else 0,
+        "rolled_back_group_steps": whole.rolled_back if whole else 0,
+        "goodput_group_steps_per_s": rate,
+        "goodput_tokens_per_s": whole.tokens_per_s if whole else None,
+        "goodput_per_provisioned_replica": whole.rate_per_provisioned if whole else None,
+        "fault_free_group_steps_per_s": reference,
+        "goodput_ratio": goodput_ratio(rate, reference),
+        "fault_free_median_step_s": pace,
+        "ettr": whole.ettr(pace) if whole else None,
+    }
 
 
 def drill_ok(drill: dict) -> bool:

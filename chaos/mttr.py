@@ -30,12 +30,13 @@ the node and allocation time (submission to running) of the replacement's job.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from chaos.kinds import FaultCategory, fault_kind
 from chaos.outcome import recovery_path
 from monarch_ft.records.events import PHASES  # one definition, shared with chaos.report
 from monarch_ft.records.events import EventKind, NodeHealth, event_node
+from monarch_ft.records.goodput import lineage, rollbacks_of, windows
 from monarch_ft.records.recovered import Failure, recovery
 
 
@@ -51,8 +52,10 @@ def analyze_fault(
     replica_groups: int,
     ranks_per_group: int,
     until: float = float("inf"),
+    since: float = float("-inf"),
 ) -> dict[str, Any]:
-    """``until``: the next fault's injection; nothing after it belongs to this fault."""
+    """``until``: the next fault's injection; nothing after it belongs to this fault. ``since``:
+    the previous fault's recovery (the throughput before this fault is measured after it)."""
     t0, g = fault["injected_at"], fault["target"]
     kind = fault_kind(fault["kind"])
     all_metrics = metrics
@@ -175,9 +178,10 @@ def analyze_fault(
             lambda m: m["group"] == g and m.get("attempt", 0) > fault["attempt"] and set(members) <= set(m.get("participating_groups") or ()),
         )
         after_from = back["time"] if back else after_from
-    rates = throughput(all_metrics, t0, after_from, until=until)
+    rates = throughput(all_metrics, t0, after_from, since=since, until=until, rollbacks=rollbacks_of(events))
     return {
         **{k: fault[k] for k in ("id", "kind", "target", "rank", "at_step", "injected_at")},
+        "at_s": fault.get("at_s"),
         "mode": fault.get("mode"),
         "injected": True,
         "injected_step": fault["step"],
@@ -206,33 +210,35 @@ def analyze_fault(
         # injected), where it was caught, and how many steps it went unseen.
         **steps,
         # A straggler evicted (ft.straggler=evict) while the fault lasted, and the job's
-        # committed steps per second around the fault (``throughput_ratio``: after / before).
+        # useful group-steps per second around the fault (``throughput_ratio``: after / before;
+        # None with ``throughput_group_steps_per_s.why`` saying what was missing).
         "evicted": evicted is not None,
-        "throughput_steps_per_s": rates,
+        "throughput_group_steps_per_s": rates,
         "throughput_ratio": rates["ratio"],
     }
 
 
-# Steps each side of a fault the throughput is measured over (a rate over fewer is noise).
-THROUGHPUT_STEPS = 30
+# Group-steps each side of a fault the throughput is measured over (a rate over fewer is noise):
+# about 30 job steps of two groups.
+THROUGHPUT_GROUP_STEPS = 60
 
 
-def step_rate(metrics: list[dict], start: float, end: float, steps: Optional[int] = None, last: bool = False) -> Optional[float]:
-    """Committed job steps per second in [start, end): the distinct steps any group's rank 0
-    committed there, over the time they took. ``steps``: only the first (``last``: the last)
-    that many. None: fewer than 3 steps there (no rate to speak of).
+def step_rate(
+    metrics: list[dict], start: float, end: float, steps: Optional[int] = None, last: bool = False, rollbacks: Iterable[dict] = ()
+) -> Optional[float]:
+    """Useful group-steps per second in [start, end): the (group, step) pairs of the final
+    history (monarch_ft.records.goodput.lineage: a step later rolled back, or trained and never
+    kept, does not count) whose own step fell there, over the time they took. ``steps``: only
+    the first (``last``: the last) that many. None: fewer than 3 there (no rate to speak of).
 
     Args:
         metrics: step records (any order).
         start, end: the window.
-        steps: at most this many steps.
-        last: take the window's last steps (the rate just before a fault), not its first.
+        steps: at most this many group-steps.
+        last: take the window's last group-steps (the rate just before a fault), not its first.
+        rollbacks: ``job_rollback`` events.
     """
-    first_commit: dict[int, float] = {}
-    for m in metrics:
-        if m.get("rank", 0) == 0 and m.get("committed") and start <= m["time"] < end:
-            first_commit[m["step"]] = min(m["time"], first_commit.get(m["step"], m["time"]))
-    times = sorted(first_commit.values())
+    times = sorted(t for t in lineage(metrics, rollbacks).step_times.values() if start <= t < end)
     if steps is not None:
         times = times[-steps:] if last else times[:steps]
     if len(times) < 3 or times[-1] <= times[0]:
@@ -240,13 +246,16 @@ def step_rate(metrics: list[dict], start: float, end: float, steps: Optional[int
     return (len(times) - 1) / (times[-1] - times[0])
 
 
-def throughput(metrics: list[dict], t0: float, back_at: Optional[float], since: float = float("-inf"), until: float = float("inf")) -> dict[str, Any]:
-    """Committed steps per second before a fault, while it lasted, and after its recovery.
+def throughput(
+    metrics: list[dict], t0: float, back_at: Optional[float], since: float = float("-inf"), until: float = float("inf"), rollbacks: Iterable[dict] = ()
+) -> dict[str, Any]:
+    """Useful group-steps per second before a fault, while it lasted, and after its recovery.
 
-    ``before``: the last :data:`THROUGHPUT_STEPS` steps before ``t0`` (after ``since``, the
-    previous fault's end); ``during``: from ``t0`` to ``back_at``; ``after``: the first
-    :data:`THROUGHPUT_STEPS` steps from ``back_at`` (before ``until``, the next fault).
-    ``ratio``: after / before (None when either is unknown): 1 is full speed again.
+    ``before``: the last :data:`THROUGHPUT_GROUP_STEPS` group-steps in [``since``, ``t0``) (``since``:
+    the previous fault's recovery, so that the rate before is not one of an earlier disruption);
+    ``during``: from ``t0`` to ``back_at``; ``after``: the first :data:`THROUGHPUT_GROUP_STEPS` from
+    ``back_at`` (before ``until``, the next fault). ``ratio``: after / before (None when either is
+    unknown; ``why`` then says which was missing): 1 is full speed again.
 
     Args:
         metrics: step records.
@@ -255,16 +264,26 @@ def throughput(metrics: list[dict], t0: float, back_at: Optional[float], since: 
             quorum); None: never, and nothing is measured after it.
         since: nothing before this counts for ``before``.
         until: nothing from this on counts.
+        rollbacks: ``job_rollback`` events (steps they gave up do not count).
     """
-    before = step_rate(metrics, since, t0, THROUGHPUT_STEPS, last=True)
-    during = step_rate(metrics, t0, back_at if back_at is not None else until)
-    after = step_rate(metrics, back_at, until, THROUGHPUT_STEPS) if back_at is not None else None
+    before = step_rate(metrics, since, t0, THROUGHPUT_GROUP_STEPS, last=True, rollbacks=rollbacks)
+    during = step_rate(metrics, t0, back_at if back_at is not None else until, rollbacks=rollbacks)
+    after = step_rate(metrics, back_at, until, THROUGHPUT_GROUP_STEPS, rollbacks=rollbacks) if back_at is not None else None
     rnd = lambda x: round(x, 3) if x is not None else None  # noqa: E731
+    why = None
+    if back_at is None:
+        why = "not recovered"
+    elif before is None:
+        why = "fewer than 3 group-steps between the previous fault's recovery and this fault"
+    elif after is None:
+        why = "fewer than 3 group-steps between its recovery and the next fault or the end"
     return {
         "before": rnd(before),
         "during": rnd(during),
         "after": rnd(after),
         "ratio": rnd(after / before) if after is not None and before else None,
+        "since": since if since != float("-inf") else None,
+        "why": why,
     }
 
 
@@ -360,30 +379,20 @@ def steps_never_go_back(metrics: list[dict], rollbacks: list[dict] = ()) -> bool
 def batch_accounting(metrics: list[dict]) -> dict[str, Any]:
     """Which batches the job kept, per group, from rank 0's step records (any ft.mode).
 
-    A group's inner steps are provisional until a sync commits them (hsdp: every step is a
-    sync): a committed sync that did not heal keeps the window's batches; a sync that failed,
-    a window replaced by a heal, and the steps a group trained before it died are discarded.
-    Returns ``kept`` {group: [batch, ...] in order}, ``windows`` [(group, sync step,
-    [batches])] for each kept window, and ``discarded`` [{group, attempt, steps, time, tail}]."""
+    The windows are monarch_ft.records.goodput's (the one rule of what a sync keeps): a group's
+    inner steps are provisional until a sync keeps them; a sync that failed, a window replaced
+    by a heal, a sync the group's batch was not part of, and the steps a group trained before
+    it died are discarded. Returns ``kept`` {group: [batch, ...] in order}, ``windows``
+    [(group, sync step, [batches])] for each kept window, and ``discarded`` [{group, attempt,
+    steps, time, tail}]."""
     kept: dict[int, list[int]] = {}
-    windows: list[tuple[int, int, list[int]]] = []
+    kept_windows: list[tuple[int, int, list[int]]] = []
     discarded: list[dict] = []
-    pending: dict[tuple[int, int], list[dict]] = {}
-    for m in sorted((m for m in metrics if m["rank"] == 0), key=lambda m: m["time"]):
-        key = (m["group"], m["attempt"])
-        run = pending.setdefault(key, [])
-        if m.get("batch") is not None or "batch" not in m:
-            run.append(m)
-        if not m.get("sync", True):
-            continue
-        batches = [r.get("batch", r["step"]) for r in run]
-        if m.get("committed") and not m.get("healed"):
-            kept.setdefault(m["group"], []).extend(batches)
-            windows.append((m["group"], m["step"], batches))
+    for w in windows(metrics):
+        batches = [r.get("batch", r["step"]) for r in w.steps]
+        if w.kept:
+            kept.setdefault(w.group, []).extend(batches)
+            kept_windows.append((w.group, w.sync["step"], batches))
         elif batches:
-            discarded.append({"group": m["group"], "attempt": m["attempt"], "steps": len(batches), "time": m["time"], "tail": False})
-        pending[key] = []
-    for (group, attempt), run in pending.items():
-        if run:
-            discarded.append({"group": group, "attempt": attempt, "steps": len(run), "time": run[-1]["time"], "tail": True})
-    return {"kept": kept, "windows": windows, "discarded": discarded}
+            discarded.append({"group": w.group, "attempt": w.attempt, "steps": len(batches), "time": w.time, "tail": w.sync is None})
+    return {"kept": kept, "windows": kept_windows, "discarded": discarded}

@@ -21,6 +21,7 @@ class NotInjected(StrEnum):
     NOT_DUE = "not_due"  # its trigger (at_step / at_s) was never reached
     NO_HEALTHY_TARGET = "no_healthy_target"  # its target group was not stepping, or it was the last one
     QUEUED = "queued"  # an earlier fault never fired, and faults fire in order
+    JOB_STOPPING = "job_stopping"  # the job was asked to stop (python -m monarch_ft stop) before it was due
 
 
 def blocked_reason(active_id: Optional[int], due: bool, target_ok: bool) -> Optional[NotInjected]:
@@ -59,6 +60,9 @@ def explain_not_injected(fault: dict, blocked: Optional[dict], steps: int, job_s
         fix = f"raise training.steps above {fault['at_step']}" if fault.get("at_step") is not None else "lower at_s or raise training.steps"
         if fault.get("at_step") is not None:
             fix += f" or move at_step below {job_step}"
+    elif reason is NotInjected.JOB_STOPPING:
+        detail = f"the job was asked to stop (python -m monarch_ft stop) before its trigger {trigger}; {ended}"
+        fix = "stop the job later, or move the fault earlier"
     elif reason is NotInjected.NO_HEALTHY_TARGET:
         healthy = list(blocked.get("healthy") or [])
         if fault.get("target") is not None and fault["target"] not in healthy:

@@ -19,7 +19,6 @@ module is safe to import anywhere.
 from __future__ import annotations
 
 import json
-import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -32,6 +31,9 @@ from matplotlib.transforms import blended_transform_factory
 
 from chaos.kinds import fault_label
 from monarch_ft.records.events import PHASES  # one definition, shared with chaos.mttr
+from monarch_ft.records.goodput import lineage
+from monarch_ft.records.layout import read_jsonl
+from monarch_ft.records.stats import finite, spread
 
 __all__ = [
     "PHASES",
@@ -58,25 +60,13 @@ _GROUP_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b
 
 def _num(x: Any) -> float | None:
     """A finite float, or None for anything that is not one (None, NaN, strings, bools)."""
-    if x is None or isinstance(x, bool):
-        return None
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
+    found = finite([x])
+    return found[0] if found else None
 
 
-def _summary(values: Iterable[Any]) -> dict[str, float | None]:
-    vals = [v for v in (_num(x) for x in values) if v is not None]
-    if not vals:
-        return {"mean": None, "p50": None, "p95": None}
-    arr = np.asarray(vals, dtype=float)
-    return {
-        "mean": float(np.mean(arr)),
-        "p50": float(np.percentile(arr, 50)),
-        "p95": float(np.percentile(arr, 95)),
-    }
+def _summary(values: Iterable[Any]) -> dict[str, Any]:
+    """n, mean, p50 and p95 with their 95% bootstrap intervals, and max (monarch_ft.records.stats.spread)."""
+    return spread(values).as_dict()
 
 
 def _phase_order(faults: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -107,28 +97,26 @@ def _by_kind(faults: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str,
 
 
 def phase_stats(faults: list[dict]) -> dict:
-    """Per fault kind: count, MTTR and phase mean/p50/p95, survivors' stall, recovered count.
+    """Per fault kind: count, MTTR and phase spreads, survivors' stall, recovered count.
 
-    Returns ``{kind: {"count": n, "mttr": {"mean","p50","p95"},
-    "phases": {name: {"mean","p50","p95"}}, "survivor_max_stall_s": {"mean","max"},
-    "recovered": n}}``. Percentiles are numpy's (linear). ``None`` values (a phase that
-    does not apply, an unrecovered fault's MTTR) are skipped; a statistic with no values
-    is ``None``. Kinds keep first-seen order; phases keep :data:`PHASES` order with
-    unknown names appended.
+    Returns ``{kind: {"count": n, "mttr": S, "phases": {name: S}, "survivor_max_stall_s": S,
+    "recovered": n, "not_recovered": n}}``, each S a spread (monarch_ft.records.stats.Spread as a
+    dict: n, mean, p50, p50_ci, p95, p95_ci, max; percentiles linear, intervals 95% bootstrap).
+    ``None`` values (a phase that does not apply, an unrecovered fault's MTTR) are skipped; a
+    statistic with no values is ``None``. Kinds keep first-seen order; phases keep
+    :data:`PHASES` order with unknown names appended.
     """
     out: dict[str, dict] = {}
     # A fault that never fired has nothing to measure (reported apart, with its reason).
     for kind, fs in _by_kind([f for f in faults if f.get("injected") is not False]).items():
-        stalls = [v for v in (_num(f.get("survivor_max_stall_s")) for f in fs) if v is not None]
         out[kind] = {
             "count": len(fs),
             "mttr": _summary(f.get("mttr_s") for f in fs),
             "phases": {name: _summary((f.get("phases") or {}).get(name) for f in fs) for name in _phase_order(fs)},
-            "survivor_max_stall_s": {
-                "mean": float(np.mean(stalls)) if stalls else None,
-                "max": float(np.max(stalls)) if stalls else None,
-            },
+            "survivor_max_stall_s": _summary(f.get("survivor_max_stall_s") for f in fs),
             "recovered": sum(1 for f in fs if f.get("recovered") is True),
+            # Injected and not back: shown beside the statistics, which cannot hold them (no MTTR).
+            "not_recovered": sum(1 for f in fs if f.get("recovered") is not True),
         }
         sched = [f["scheduler"] for f in fs if f.get("scheduler")]
         if sched:
@@ -305,40 +293,33 @@ def _plot_timeline(path: str, drill: Mapping[str, Any], metrics: Sequence[Mappin
     _save(fig, path)
 
 
-# Committed steps a point of the throughput panel is averaged over.
+# Useful group-steps a point of the throughput panel is averaged over.
 RATE_WINDOW_STEPS = 10
 
 
 def step_rate_series(metrics: Sequence[Mapping[str, Any]], window: int = RATE_WINDOW_STEPS) -> list[tuple[float, float]]:
-    """(time, committed job steps per second over the last ``window`` steps), one point per
-    step: the job's first commit of each step (any group's rank 0)."""
-    first: dict[float, float] = {}
-    for m in metrics:
-        if m.get("type", "step") != "step" or m.get("rank", 0) != 0 or m.get("committed") is not True:
-            continue
-        t, step = _num(m.get("time")), _num(m.get("step"))
-        if t is not None and step is not None:
-            first[step] = min(t, first.get(step, t))
-    times = sorted(first.values())
+    """(time, useful group-steps per second over the last ``window`` of them), one point per
+    group-step of the final history (monarch_ft.records.goodput.lineage), at its own step's time."""
+    times = sorted(lineage([dict(m) for m in metrics]).step_times.values())
     return [(times[i], window / (times[i] - times[i - window])) for i in range(window, len(times)) if times[i] > times[i - window]]
 
 
 def _plot_step_rate(ax: Any, metrics: Sequence[Mapping[str, Any]], t0: float, faults: Sequence[Mapping[str, Any]]) -> None:
-    """The timeline's throughput panel: committed steps per second, each fault marked, and
+    """The timeline's throughput panel: useful group-steps per second, each fault marked, and
     the rate before it (a dotted line: where recovery should bring it back to)."""
     pts = step_rate_series(metrics)
     if pts:
-        ax.plot([t - t0 for t, _ in pts], [r for _, r in pts], color="0.2", lw=1.4, label=f"steps/s (last {RATE_WINDOW_STEPS})")
+        ax.plot([t - t0 for t, _ in pts], [r for _, r in pts], color="0.2", lw=1.4, label=f"group-steps/s (last {RATE_WINDOW_STEPS})")
     for f in faults:
         inj = _num(f.get("injected_at"))
         if inj is None:
             continue
         ax.axvline(inj - t0, color="black", ls="--", lw=1.0)
-        before = _num((f.get("throughput_steps_per_s") or {}).get("before"))
+        before = _num((f.get("throughput_group_steps_per_s") or {}).get("before"))
         if before is not None:
             ax.hlines(before, inj - t0 - 5, inj - t0 + 60, colors="tab:green", linestyles=":", lw=1.2)
     ax.set_xlabel("seconds since drill start")
-    ax.set_ylabel("committed steps/s")
+    ax.set_ylabel("useful group-steps/s")
     ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
 
@@ -432,19 +413,26 @@ def _stacks_cell(run_dir: str, f: Mapping[str, Any]) -> str:
     return ", ".join(parts)
 
 
+def _pct(st: Mapping[str, Any], key: str) -> str:
+    """A percentile of a spread with its 95% interval: ``1.23 [1.10, 1.40]`` (no interval: too few values)."""
+    ci = st.get(f"{key}_ci")
+    return _fmt(st.get(key)) + (f" [{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "")
+
+
 def _kind_header(order: Sequence[str]) -> list[str]:
     return (
-        ["kind", "count", "recovered", "MTTR mean (s)", "MTTR p50 (s)", "MTTR p95 (s)"]
+        ["kind", "count", "recovered", "not recovered", "MTTR n", "MTTR mean (s)", "MTTR p50 [95% CI] (s)", "MTTR p95 [95% CI] (s)", "MTTR max (s)"]
         + [f"{p} mean (s)" for p in order]
-        + ["survivor max stall mean (s)", "survivor max stall max (s)"]
+        + ["survivors' longest stall p50 [95% CI] (s)", "stall p95 [95% CI] (s)", "stall max (s)"]
     )
 
 
 def _kind_cells(st: Mapping[str, Any], order: Sequence[str]) -> list[str]:
+    m, stall = st["mttr"], st["survivor_max_stall_s"]
     return (
-        [str(st["count"]), str(st["recovered"]), _fmt(st["mttr"]["mean"]), _fmt(st["mttr"]["p50"]), _fmt(st["mttr"]["p95"])]
+        [str(st["count"]), str(st["recovered"]), str(st["not_recovered"]), str(m["n"]), _fmt(m["mean"]), _pct(m, "p50"), _pct(m, "p95"), _fmt(m["max"])]
         + [_fmt(st["phases"].get(p, {}).get("mean")) for p in order]
-        + [_fmt(st["survivor_max_stall_s"]["mean"]), _fmt(st["survivor_max_stall_s"]["max"])]
+        + [_pct(stall, "p50"), _pct(stall, "p95"), _fmt(stall["max"])]
     )
 
 
@@ -558,11 +546,24 @@ def write_drill_report(
         para += f", hosts: {_hosts_text(drill['hosts'])}"
     if duration is not None:
         para += f", {duration:.2f} s wall clock"
+    para += "."
+    fired_n = [f for f in faults if f.get("injected") is not False]
+    lost = [f for f in fired_n if f.get("recovered") is not True]
+    never = [f for f in faults if f.get("injected") is False]
     para += (
-        f". Goodput {_fmt(drill.get('goodput_batches_per_s'))} group-batches/s committed against "
-        f"{_fmt(drill.get('fault_free_batches_per_s'))} before the first fault "
-        f"(ratio {_fmt(drill.get('goodput_ratio'))}; ETTR {_fmt(drill.get('ettr'))}: "
-        "monarch_ft/records/goodput.py)."
+        f" **Faults: {len(fired_n)} injected, {len(fired_n) - len(lost)} recovered, {len(lost)} not recovered"
+        + (f" (ids {', '.join(_cell(f.get('id')) for f in lost)})" if lost else "")
+        + f", {len(never)} never fired.**"
+    )
+    para += (
+        f" Goodput {_fmt(drill.get('goodput_group_steps_per_s'))} useful group-steps/s from the job's launch "
+        f"({_fmt(drill.get('goodput_tokens_per_s'), 0)} tokens/s; {_fmt(drill.get('goodput_per_provisioned_replica'))} per provisioned "
+        f"replica of {_cell(drill.get('provisioned_replicas'))}, standbys counted), against {_fmt(drill.get('fault_free_group_steps_per_s'))} "
+        f"at steady state before the first fault: ratio {_fmt(drill.get('goodput_ratio'))}, warm-up "
+        f"({_fmt(drill.get('warmup_s'))} s to the first commit) charged; ETTR {_fmt(drill.get('ettr'))} "
+        f"(useful group-steps x the {_fmt(drill.get('fault_free_median_step_s'), 3)} s median step before the first fault, over groups x wall time); "
+        f"{_cell(drill.get('rolled_back_group_steps'))} group-steps rolled back, {_cell(drill.get('useful_group_steps'))} useful of "
+        f"{_cell(drill.get('trained_group_steps'))} trained (monarch_ft/records/goodput.py)."
     )
     if baseline is None:
         para += " The full-restart baseline was not run, so the baseline columns read n/a."
@@ -592,7 +593,7 @@ def write_drill_report(
         + list(order)
         + ["recovered", "weights_consistent", "job steps lost", "recovered_from_group", "recovery MB", "recovery s", "recovery path", "blamed rank", "stacks"]
         + ["detected at step (latency)"]
-        + ["steps/s before", "during", "after", "throughput ratio"]
+        + ["group-steps/s before", "during", "after", "throughput ratio"]
     )
     rows = []
     fired = [f for f in faults if f.get("injected") is not False]
@@ -615,16 +616,21 @@ def write_drill_report(
                 _stacks_cell(run_dir, f),
                 _cell(f.get("detected_step")) + (f" ({f['detection_latency_steps']})" if f.get("detection_latency_steps") is not None else ""),
             ]
-            + [_fmt((f.get("throughput_steps_per_s") or {}).get(k)) for k in ("before", "during", "after")]
-            + [_fmt(f.get("throughput_ratio")) + (" (evicted)" if f.get("evicted") else "")]
+            + [_fmt((f.get("throughput_group_steps_per_s") or {}).get(k)) for k in ("before", "during", "after")]
+            + [
+                _fmt(f.get("throughput_ratio"))
+                + (" (evicted)" if f.get("evicted") else "")
+                + (f" ({(f.get('throughput_group_steps_per_s') or {}).get('why')})" if (f.get("throughput_group_steps_per_s") or {}).get("why") else "")
+            ]
         )
     lines += _table(header, rows) + [""]
     lines += [
         "MB are 10^6 bytes. Recovery path: how the failed group came back (standby, warm fork, cold start; "
         "in place: no relaunch). Stacks: every thread of the hung rank and its group peers at the hang verdict. "
         "Detected at step: the training step the fault was caught at (latency: steps after the one it landed in).",
-        "Steps/s: committed job steps per second over the 30 steps before the fault, while it lasted, and over the 30 after "
-        "its recovery (an evicted straggler's: after its standby is back); the ratio is after / before.",
+        "Group-steps/s: useful group-steps (those in the final history) per second over the 60 before the fault "
+        "(counted from the previous fault's recovery), while it lasted, and over the 60 after its recovery (an evicted "
+        "straggler's: after its standby is back); the ratio is after / before, n/a with the reason when either is missing.",
         "",
     ]
     lines += _scheduler_section(fired)
@@ -711,7 +717,13 @@ def _side_by_side(kinds: Sequence[str], modes: Sequence[str], stats: Mapping[str
     then each mode's mean MTTR over full restart's (x full restart: lower is better)."""
     header = ["kind"]
     for m in modes:
-        header += [f"{m} MTTR p50 (s)", f"{m} MTTR p95 (s)", f"{m} survivors' longest stall (s)"]
+        header += [
+            f"{m} MTTR p50 [95% CI] (s)",
+            f"{m} MTTR p95 [95% CI] (s)",
+            f"{m} MTTR max (s)",
+            f"{m} n (not recovered)",
+            f"{m} survivors' longest stall max (s)",
+        ]
     others = [m for m in modes if m != BASELINE_RECOVERY]
     has_base = BASELINE_RECOVERY in modes
     if has_base:
@@ -721,7 +733,17 @@ def _side_by_side(kinds: Sequence[str], modes: Sequence[str], stats: Mapping[str
         row = [_cell(k)]
         for m in modes:
             st = stats.get(k, {}).get(m)
-            row += [_fmt(st["mttr"]["p50"]), _fmt(st["mttr"]["p95"]), _fmt(st["survivor_max_stall_s"]["max"])] if st else ["not run"] * 3
+            row += (
+                [
+                    _pct(st["mttr"], "p50"),
+                    _pct(st["mttr"], "p95"),
+                    _fmt(st["mttr"]["max"]),
+                    f"{st['mttr']['n']} ({st['not_recovered']})",
+                    _fmt(st["survivor_max_stall_s"]["max"]),
+                ]
+                if st
+                else ["not run"] * 5
+            )
         if has_base:
             base = (stats.get(k, {}).get(BASELINE_RECOVERY) or {}).get("mttr", {}).get("mean")
             for m in others:
@@ -843,29 +865,11 @@ def write_aggregate_report(out_dir: str, drills: list[dict]) -> dict[str, str]:
 # --------------------------------------------------------------------------- run dirs
 
 
-def _read_jsonl(path: str) -> list[dict]:
-    out: list[dict] = []
-    if not os.path.exists(path):
-        return out
-    with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line from a killed writer
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
-
-
 def load_run(run_dir: str) -> tuple[dict, list[dict], list[dict]]:
     """(drill.json, metrics.jsonl records, events.jsonl records) of a drill's run directory."""
     with open(os.path.join(run_dir, "drill.json"), encoding="utf-8") as fh:
         drill = json.load(fh)
-    return drill, _read_jsonl(os.path.join(run_dir, "metrics.jsonl")), _read_jsonl(os.path.join(run_dir, "events.jsonl"))
+    return drill, read_jsonl(os.path.join(run_dir, "metrics.jsonl")), read_jsonl(os.path.join(run_dir, "events.jsonl"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

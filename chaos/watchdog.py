@@ -1,7 +1,7 @@
 """The drill's watchdog: the process that SIGKILLs the controller and attaches a new one.
 
 A ``controller`` fault cannot be injected from inside the controller it kills (the chaos
-injector is a supervisor hook), so ``recipes/drill.py`` with such a fault runs the drill
+injector is a supervisor hook), so a drill (``monarch-ft drill``) with such a fault runs the drill
 in a child process and becomes this small watchdog. When the injector asks
 (:func:`request_controller_kill`, a file in ``control/``), the watchdog SIGKILLs the child
 at once, lets the job train unsupervised for the fault's ``delay_s``, then starts the
@@ -33,7 +33,7 @@ def request_controller_kill(layout: RunLayout, delay_s: float, rank: Optional[tu
     """What the injector does for a ``controller`` fault: ask the watchdog (fails loudly without
     one); ``rank``: (group, rank) to SIGKILL too while no controller is attached."""
     if not is_watched():
-        raise RuntimeError("a controller fault needs the drill's watchdog: run it through recipes/drill.py")
+        raise RuntimeError("a controller fault needs the drill's watchdog: run it through monarch-ft drill")
     atomic_write_json(layout.kill_controller, {"delay_s": delay_s, "requested_at": time.time(), "pid": os.getpid(), "rank": rank})
     return {"pid": os.getpid(), "signal": "SIGKILL", "delay_s": delay_s, "by": "watchdog", "watchdog_pid": os.getppid()}
 
@@ -42,7 +42,7 @@ def _kill_rank(layout: RunLayout, group: int, rank: int) -> str:
     """SIGKILL one recorded rank (checked by pid and start time) while nobody supervises."""
     from monarch_ft.common.process import ProcessIdentity
 
-    state = read_json(layout.controller_state) or {}
+    state = layout.read_controller_state() or {}
     for r in state["groups"][group]["ranks"]:
         if r["launch"]["rank"] == rank and r.get("pid"):
             ident = ProcessIdentity(r["pid"], r["start"])
@@ -53,10 +53,12 @@ def _kill_rank(layout: RunLayout, group: int, rank: int) -> str:
 
 
 def run_watched(argv: list[str], run_dir: str, echo=print) -> int:
-    """Run ``argv`` (the drill recipe and its overrides, without hydra.run.dir) as the
-    controller; kill and reattach it on request. Returns the last controller's exit code."""
+    """Run ``argv`` (``-m`` and the drill recipe's module, its overrides, without hydra.run.dir) as
+    the controller; kill and reattach it on request. Returns the last controller's exit code."""
+    from monarch_ft.common.process import on_python_path
+
     layout = RunLayout(run_dir)
-    env = {**os.environ, CHILD_ENV: "1"}
+    env = on_python_path({**os.environ, CHILD_ENV: "1"})
     base = [sys.executable, *argv, f"hydra.run.dir={layout.run_dir}"]
     child = subprocess.Popen(base, env=env)
     current: dict[str, Optional[subprocess.Popen]] = {"child": child}

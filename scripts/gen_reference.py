@@ -55,9 +55,9 @@ CANDIDATES: dict[str, list[str]] = {
     "RecoveryPath": ["monarch_ft.records.events"],
     "RankExit": ["monarch_ft.records.exits"],
 }
-# The benches' own sections live in their recipes (scripts, imported by path).
-BENCH_RECIPE = os.path.join(REPO, "recipes", "mttr_bench.py")
-GOODPUT_RECIPE = os.path.join(REPO, "recipes", "goodput_bench.py")
+# The benches' own sections live in their recipes' modules.
+BENCH_RECIPE = "monarch_ft.recipes.mttr_bench"
+GOODPUT_RECIPE = "monarch_ft.recipes.goodput_bench"
 
 
 def find(name: str) -> Any:
@@ -77,14 +77,9 @@ def find(name: str) -> Any:
     raise SystemExit(f"gen_reference: error: {name} is in none of {', '.join(tried)}: add its module to CANDIDATES in scripts/gen_reference.py")
 
 
-def bench_config(path: str = BENCH_RECIPE, name: str = "BenchConfig") -> type:
-    """``BenchConfig`` of recipes/mttr_bench.py, or another recipe's class (a script, not a package module)."""
-    spec = importlib.util.spec_from_file_location(f"_{os.path.basename(path)[:-3]}_recipe", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses and inspect look the module up there
-    spec.loader.exec_module(module)
-    return getattr(module, name)
+def bench_config(module: str = BENCH_RECIPE, name: str = "BenchConfig") -> type:
+    """``BenchConfig`` of the MTTR bench's recipe (monarch_ft.recipes.mttr_bench), or another recipe's class."""
+    return getattr(importlib.import_module(module), name)
 
 
 # -- the docs of a class's members ------------------------------------------------------------
@@ -258,8 +253,8 @@ def render_config() -> str:
         "# Config reference",
         "",
         "Every key a recipe takes on its command line (`key=value`, Hydra's syntax), with its type, its default and",
-        "what it does. `recipes/pretrain.py` takes the job's sections; `recipes/drill.py` adds `chaos`;",
-        "`recipes/mttr_bench.py` adds `chaos` and `bench`; `recipes/goodput_bench.py` adds `goodput`. A key that is not here,",
+        "what it does. `monarch-ft pretrain` takes the job's sections; `monarch-ft drill` adds `chaos`;",
+        "`monarch-ft mttr-bench` adds `chaos` and `bench`; `monarch-ft goodput-bench` adds `goodput`. A key that is not here,",
         "or a value of the wrong type, is",
         "refused before anything starts (one `monarch_ft: error:` line, exit 2).",
         "",
@@ -283,7 +278,7 @@ def render_config() -> str:
                     level=3,
                 )
     chaos_cls = find("ChaosConfig")
-    out += section("chaos", class_doc(chaos_cls) or "A drill's faults (`recipes/drill.py`, `recipes/mttr_bench.py`).", field_lines(chaos_cls, "chaos."))
+    out += section("chaos", class_doc(chaos_cls) or "A drill's faults (`monarch-ft drill`, `monarch-ft mttr-bench`).", field_lines(chaos_cls, "chaos."))
     base = find("FaultOptions")
     out += section("`chaos.faults` entries", class_doc(base), field_lines(base, ""), level=3)
     common = {f.name for f in dataclasses.fields(base)}
@@ -300,7 +295,7 @@ def render_config() -> str:
         own = field_lines(kind.options, "", skip=common)
         out += section(f"`kind: {name}`", f"{first} {facts}".strip(), own or ["No options of its own."], level=4)
     bench = bench_config()
-    out += section("bench", class_doc(bench) or "The MTTR bench's sweep (`recipes/mttr_bench.py` only).", field_lines(bench, "bench."))
+    out += section("bench", class_doc(bench) or "The MTTR bench's sweep (`monarch-ft mttr-bench` only).", field_lines(bench, "bench."))
     cells = bench_config(GOODPUT_RECIPE, "GoodputConfig")
     out += section("goodput", class_doc(cells), field_lines(cells, "goodput."))
     return "\n".join(out).rstrip() + "\n"

@@ -10,6 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from monarch_ft.controller.takeover import VERIFY_STATE_ENV
 from monarch_ft.records.events import STRICT_EVENTS_ENV
 from monarch_ft.testing.jobs import job_processes, lighthouse_pids
 
@@ -17,6 +18,10 @@ TESTS = Path(__file__).resolve().parent
 # An event kind that is not an EventKind member raises where it is written, in this process and
 # in every process a job test starts (they inherit it): tests/unit/test_event_kinds.py.
 os.environ[STRICT_EVENTS_ENV] = "1"
+# Every save of the takeover state checks what it kept incrementally against the whole snapshot
+# (a change the tick did not tell it of fails the test), here and in every controller a job
+# test starts: tests/unit/test_takeover_state.py.
+os.environ[VERIFY_STATE_ENV] = "1"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -47,8 +47,15 @@ def _one_line(text: str) -> str:
     return " ".join(parts)
 
 
-def composition_problem(config_name: str, overrides: list[str]) -> Optional[str]:
-    """Why ``overrides`` do not compose into ``config_name`` (one line), or None when they do."""
+def composition_problem(config_name: str, overrides: list[str], config_dir: Optional[str] = None) -> Optional[str]:
+    """Why ``overrides`` do not compose into ``config_name`` (one line), or None when they do.
+
+    Args:
+        config_name: the recipe's primary config (or the command line's ``--config-name``).
+        overrides: the command line's overrides (one value of each sweep).
+        config_dir: the command line's ``--config-dir``, added to the search path as Hydra adds it.
+    """
+    search = [f"hydra.searchpath=[file://{os.path.abspath(config_dir)}]"] if config_dir else []
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf import DictConfig, OmegaConf
@@ -56,7 +63,7 @@ def composition_problem(config_name: str, overrides: list[str]) -> Optional[str]
 
     def attempt(items: list[str]):
         with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3", job_name="monarch_ft_check"):
-            return compose(config_name=config_name, overrides=items)
+            return compose(config_name=config_name, overrides=[*items, *search])
 
     try:
         return _appended_unknown_key(attempt(overrides), overrides)
@@ -123,6 +130,35 @@ def _check_lines(overrides: list[str], multirun: bool) -> list[list[str]]:
     return lines
 
 
+def run_dir_problem(overrides: list[str], multirun: bool) -> Optional[str]:
+    """Why the run directory a command line names (``hydra.run.dir``; in a multirun
+    ``hydra.sweep.dir``; else Hydra's default under ``outputs/``, ``multirun/``) cannot be
+    created or written (one line), or None. Hydra creates it before the job's own code runs,
+    and a read-only or full file system there would end the launch in Hydra's traceback."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    given = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0].lstrip("+") == key and "=" in o), None)
+    path = os.path.abspath(given if given and "${" not in given else ("multirun" if multirun else "outputs"))
+    probe = path
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return None
+        probe = parent
+    if os.path.isdir(probe) and os.access(probe, os.W_OK | os.X_OK):
+        return None
+    import errno as _errno
+
+    why = "not a directory" if not os.path.isdir(probe) else "permission denied"
+    try:
+        st = os.statvfs(probe)
+        if st.f_flag & os.ST_RDONLY:
+            why = os.strerror(_errno.EROFS)
+    except OSError:
+        pass
+    named = f"{key}={given}" if given else f"the run directory ({path}, Hydra's default under the working directory)"
+    return f"{named}: cannot create or write it ({probe}: {why}): give a writable directory with {key}="
+
+
 def check_command_line(config_name: str, argv: list[str]) -> None:
     """Exit 2 with one ``monarch_ft: error:`` line if the command line's config does not compose."""
     if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -131,8 +167,11 @@ def check_command_line(config_name: str, argv: list[str]) -> None:
     from hydra.errors import HydraException
 
     args, _ = get_args_parser().parse_known_args(argv)
-    if args.help or args.hydra_help or args.info or args.cfg or args.shell_completion or args.config_path or args.config_dir or args.experimental_rerun:
+    if args.help or args.hydra_help or args.info or args.cfg or args.shell_completion or args.config_path or args.experimental_rerun:
         return  # Hydra's own modes: it reports as it does
+    if args.config_dir and not os.path.isdir(args.config_dir):
+        print(f"monarch_ft: error: --config-dir {args.config_dir}: no such directory: give a directory of your own configs", file=sys.stderr)
+        sys.exit(2)
     try:
         lines = _check_lines(args.overrides, args.multirun)
     except HydraException as e:  # an override Hydra cannot parse
@@ -140,24 +179,78 @@ def check_command_line(config_name: str, argv: list[str]) -> None:
     else:
         problem = None
     for line in lines:
-        problem = composition_problem(args.config_name or config_name, line)
+        problem = composition_problem(args.config_name or config_name, line, args.config_dir)
         if problem:
             break
+    if not problem:
+        problem = run_dir_problem(args.overrides, args.multirun)
     if problem:
         print(f"monarch_ft: error: {problem}", file=sys.stderr)
         sys.exit(2)
 
 
+def _exit_code(exit: SystemExit) -> int:
+    """The code a ``SystemExit`` would end the process with (a message is printed, as Python does)."""
+    if exit.code is None:
+        return 0
+    if isinstance(exit.code, int):
+        return exit.code
+    print(exit.code, file=sys.stderr)
+    return 1
+
+
 def hydra_main(config_name: str) -> Callable[[Callable], Callable[[], None]]:
-    """``@hydra_main("pretrain")``: ``hydra.main`` on configs/, after :func:`check_command_line`."""
+    """``@hydra_main("pretrain")``: ``hydra.main`` on the package's configs (CONFIG_DIR), after :func:`check_command_line`.
+
+    The task returns its exit code or ends with ``sys.exit(code)``. A single run exits with it;
+    in a sweep (``-m``) each job's code is kept, every job runs, and the sweep ends with a table
+    and a code of its own (:mod:`monarch_ft.cli.sweep`)."""
     import hydra
 
     def wrap(task: Callable) -> Callable[[], None]:
-        run = hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name=config_name)(task)
+        from monarch_ft.cli.sweep import INTERRUPTED, SweepJob, finish_sweep
+
+        jobs: list[SweepJob] = []
+        sweep_dir: list[str] = []
+
+        def job(cfg):
+            from hydra.core.hydra_config import HydraConfig
+            from hydra.types import RunMode
+
+            hc = HydraConfig.get()
+            if hc.mode != RunMode.MULTIRUN:
+                code = task(cfg)
+                if code:
+                    sys.exit(code)
+                return code
+            try:
+                code = int(task(cfg) or 0)
+            except SystemExit as e:
+                code = _exit_code(e)
+            except Exception:  # a bug in one job: told, and the sweep goes on with the next
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            jobs.append(SweepJob(int(hc.job.num), list(hc.overrides.task), hc.runtime.output_dir, code))
+            sweep_dir[:] = [hc.sweep.dir]
+            if code in INTERRUPTED:
+                raise SystemExit(code)  # the user stopped the sweep, not one job: the table, then exit
+            return code
+
+        run = hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name=config_name)(job)
 
         def main() -> None:
             check_command_line(config_name, sys.argv[1:])
-            run()
+            try:
+                run()
+            except SystemExit:
+                if not jobs:
+                    raise
+                finish_sweep(jobs, sweep_dir[0] if sweep_dir else None)
+                raise
+            if jobs:
+                sys.exit(finish_sweep(jobs, sweep_dir[0] if sweep_dir else None))
 
         return main
 

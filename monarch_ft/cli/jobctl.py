@@ -34,7 +34,7 @@ def open_run(run_dir: str) -> tuple[RunLayout, dict]:
     layout = RunLayout(run_dir)
     if not os.path.isdir(layout.run_dir):
         raise ConfigError(f"{run_dir}: no such directory: give the run directory of a job (its hydra.run.dir)")
-    state = read_json(layout.controller_state)
+    state = layout.read_controller_state()
     if not state:
         raise ConfigError(f"{run_dir}: no controller.json: not the run directory of a job started by this version of monarch_ft")
     return layout, state
@@ -400,7 +400,7 @@ def job_stop(run_dir: str, timeout_s: float = 120.0, echo=print) -> int:
     deadline = time.time() + timeout_s
     left: dict[str, Any] = {}
     while time.time() < deadline:
-        now_state = read_json(layout.controller_state) or state
+        now_state = layout.read_controller_state() or state
         left = _live_ranks(now_state)
         # With no controller, the job's end (summary.json) is written by its last process (monarch_ft.controller.closeout).
         if not left and (pid is None or controller_attached(layout) is None) and (pid is not None or now_state.get("finished")):

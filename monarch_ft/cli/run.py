@@ -13,7 +13,6 @@ import sys
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from monarch_ft import REPO_ROOT
 from monarch_ft.config.ft import FTConfig
 from monarch_ft.config.job import JobConfig
 from monarch_ft.config.launcher import LauncherConfig
@@ -22,11 +21,14 @@ from monarch_ft.controller.preflight import preflight
 from monarch_ft.launcher import options_types
 from monarch_ft.records.errors import ConfigError
 
-CONFIG_DIR = os.path.join(REPO_ROOT, "configs")
+# The recipes' configs ship inside the package (package data): Hydra's primary config
+# directory, from a checkout or an install alike. A user's own directory is added to Hydra's
+# search path with --config-dir.
+CONFIG_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 
 
 def register_configs() -> None:
-    """Register the schemas so YAML files under configs/ are validated against them."""
+    """Register the schemas so YAML files under monarch_ft/configs/ are validated against them."""
     cs = ConfigStore.instance()
     cs.store(name="pretrain_schema", node=JobConfig)
     cs.store(group="model", name="schema", node=ModelConfig)

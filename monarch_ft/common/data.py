@@ -1,5 +1,6 @@
 """Training data that needs no download: the Python standard library's own sources,
-or a file of the user's own (``data.path``).
+or data of the user's own (``data.path``), encoded by the project's tokenizer or the user's
+(``data.tokenizer``).
 
 The supervisor (single controller) prepares the data once before any rank starts:
 it gathers a deterministic corpus of stdlib ``.py`` files, trains a byte-level BPE
@@ -11,21 +12,30 @@ Batches are a pure function of ``(seed, step, group, rank)``: a rank needs no da
 loader state to resume, and a group healed to step ``s`` reads exactly what a
 fault-free run would have read at ``s``.
 
-``data.path`` names a file on the controller's disk (and, for ranks on other hosts, the
-same path on theirs). By its suffix it is either
+``data.path`` names a file or folder on the controller's disk (and, for ranks on other hosts,
+the same path on theirs). It is either
 
-- text (``.txt``, ``.md``, ``.rst``, ``.py``): encoded with the project's tokenizer (the
-  one trained on the stdlib corpus, so ``model.vocab_size`` holds every id) and cached
-  like the stdlib corpus, keyed by the file's content; or
+- text (``.txt``, ``.md``, ``.rst``, ``.py``): one document, encoded and cached like the
+  stdlib corpus, keyed by the file's content and the tokenizer's;
+- a Hugging Face dataset on disk (a folder saved by ``save_to_disk``; ``.parquet``,
+  ``.jsonl``/``.json``, ``.arrow`` files, or a folder of them): each row's ``data.text_column``
+  one document, read through the ``datasets`` library (monarch_ft/common/text_datasets.py),
+  encoded and cached the same way; or
 - token ids already made (the ranks read the file itself, nothing is copied):
   ``.npy`` (a 1-D integer NumPy array, any integer dtype), ``.bin`` or ``.u16`` (raw
   little-endian ``uint16``, nanoGPT's ``train.bin``), ``.u32`` (raw little-endian ``uint32``).
 
+Text is encoded by ``data.tokenizer`` when given (any Hugging Face ``tokenizers`` file,
+checked against ``model.vocab_size``; its framing of documents: monarch_ft/common/encoder.py),
+else by the project's tokenizer (trained on the stdlib corpus, so ``model.vocab_size`` holds
+every id). The cached ids are ``uint16``, or ``uint32`` for a vocabulary beyond 65536.
+
 A file that is missing, empty, of another format, too short for one sequence, or holding
-an id the model's embedding lacks (``>= model.vocab_size``) is refused on the controller
-with one line (:class:`~monarch_ft.records.errors.ConfigError`) before anything is launched: a
-rank would otherwise fail on its first batch, or index its embedding out of range, in
-every group and on every restart.
+an id the model's embedding lacks (``>= model.vocab_size``), a dataset without the text column,
+or a tokenizer whose vocabulary exceeds the model, is refused on the controller with one line
+(:class:`~monarch_ft.records.errors.ConfigError`) before anything is launched: a rank would
+otherwise fail on its first batch, or index its embedding out of range, in every group and on
+every restart.
 """
 
 from __future__ import annotations
@@ -36,15 +46,19 @@ import json
 import os
 import sys
 import sysconfig
+import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable, Optional
 
 import numpy as np
 
-from monarch_ft import REPO_ROOT
+from monarch_ft.common.encoder import TextEncoder, project_encoder, user_encoder
+from monarch_ft.common.text_datasets import DATASET_SUFFIXES, DatasetSource, documents, find_dataset
+from monarch_ft.paths import IS_CHECKOUT, REPO_ROOT
 from monarch_ft.records.errors import ConfigError
 
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 
 # data.path formats, by suffix: raw token files (dtype) and text the project's tokenizer encodes.
 RAW_TOKEN_DTYPES = {".bin": np.dtype("<u2"), ".u16": np.dtype("<u2"), ".u32": np.dtype("<u4")}
@@ -52,6 +66,8 @@ TOKEN_SUFFIXES = (".npy", *RAW_TOKEN_DTYPES)
 TEXT_SUFFIXES = (".txt", ".md", ".rst", ".py")
 # Text is encoded in pieces of about this many characters, cut at a line end.
 _TEXT_CHUNK = 1 << 20
+# Seconds between two progress lines while a large input is tokenised.
+_PROGRESS_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -83,7 +99,11 @@ def _stdlib_files(max_bytes: int) -> tuple[Path, ...]:
 
 
 def default_cache_dir() -> Path:
-    return Path(REPO_ROOT) / ".cache" / "monarch_ft"
+    """``data.cache_dir`` unset: a checkout's ``.cache/monarch_ft``; an installed package's
+    ``$XDG_CACHE_HOME/monarch_ft`` (``~/.cache/monarch_ft``), never the install's own directory."""
+    if IS_CHECKOUT:
+        return Path(REPO_ROOT) / ".cache" / "monarch_ft"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "monarch_ft"
 
 
 def prepare(cache_dir: str | os.PathLike | None, vocab_size: int, max_corpus_mb: float) -> PreparedData:
@@ -173,42 +193,87 @@ def _check_tokens(path: str, tokens: np.ndarray, vocab_size: int, seq_len: int) 
     return int(tokens.size)
 
 
-def _encode_text(path: Path, tokenizer_path: str, cache_dir: Path) -> tuple[str, int]:
-    """Encode a text file with the project's tokenizer into the cache (once per content)."""
-    from tokenizers import Tokenizer
-
+def _content_key(*parts: object, files: Iterable[Path] = ()) -> str:
+    """A cache key: ``parts`` and the content of ``files`` (an edited input is encoded again)."""
     digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 24), b""):
-            digest.update(block)
-    key = hashlib.sha256(json.dumps([_FORMAT_VERSION, tokenizer_path, digest.hexdigest()]).encode()).hexdigest()[:16]
-    out = cache_dir / f"text-{path.stem[:40]}-{key}"
-    tokens_path = out / "tokens.u16"
+    for path in files:
+        digest.update(str(path).encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 24), b""):
+                digest.update(block)
+    return hashlib.sha256(json.dumps([_FORMAT_VERSION, *map(str, parts), digest.hexdigest()]).encode()).hexdigest()[:16]
+
+
+def _encode_to_cache(out: Path, encoder: TextEncoder, batches: Callable[[object], Iterable[list[int]]], shown: str) -> tuple[str, int]:
+    """The token file of ``out`` (once per key): ``batches(tokenizer)``'s ids written as they come,
+    so an input of many GB is never held whole; a progress line every few seconds.
+
+    Args:
+        out: the cache folder of this input and tokenizer (its name holds the key).
+        encoder: the tokenizer and its framing; its ``dtype`` names the file (``.u16``/``.u32``).
+        batches: given the loaded tokenizer, the ids in pieces.
+        shown: the input as the user named it (for the progress line).
+    """
+    tokens_path = out / ("tokens.u16" if encoder.dtype.itemsize == 2 else "tokens.u32")
     if tokens_path.exists():
-        return str(tokens_path), int(tokens_path.stat().st_size // 2)
-    text = path.read_text(encoding="utf-8", errors="replace")
-    if not text.strip():
-        _fail(str(path), "holds no text (only whitespace); give a file with some text in it")
-    # Pieces cut at line ends (encoded in parallel by tokenizers); one end-of-text after the file.
+        return str(tokens_path), int(tokens_path.stat().st_size // encoder.dtype.itemsize)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = Path(f"{tokens_path}.tmp.{os.getpid()}")
+    count, started, shown_at = 0, time.time(), time.time()
+    try:
+        with open(tmp, "wb") as f:
+            for ids in batches(encoder.load()):
+                np.asarray(ids, dtype=encoder.dtype).tofile(f)
+                count += len(ids)
+                if time.time() - shown_at > _PROGRESS_S:
+                    shown_at = time.time()
+                    print(f"monarch_ft: tokenising {shown}: {count:,} tokens in {shown_at - started:.0f} s", file=sys.stderr, flush=True)
+        # A temporary name and a rename: a crash never leaves a half-written cache.
+        os.replace(tmp, tokens_path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return str(tokens_path), count
+
+
+def _text_pieces(text: str) -> list[str]:
+    """Pieces cut at line ends (encoded in parallel by tokenizers)."""
     chunks, start = [], 0
     while start < len(text):
         end = text.find("\n", start + _TEXT_CHUNK)
         end = len(text) if end < 0 else end + 1
         chunks.append(text[start:end])
         start = end
-    tokenizer = Tokenizer.from_file(tokenizer_path)
-    ids = [i for enc in tokenizer.encode_batch(chunks) for i in enc.ids]
-    ids.append(tokenizer.token_to_id("<|eos|>"))
-    tokens = np.asarray(ids, dtype=np.uint16)
-    out.mkdir(parents=True, exist_ok=True)
-    # A temporary name and a rename: a crash never leaves a half-written cache.
-    tokens.tofile(str(tokens_path) + f".tmp.{os.getpid()}")
-    os.replace(str(tokens_path) + f".tmp.{os.getpid()}", tokens_path)
-    return str(tokens_path), int(tokens.size)
+    return chunks
+
+
+def _encode_text(path: Path, encoder: TextEncoder, cache_dir: Path) -> tuple[str, int]:
+    """Encode a text file, one document, into the cache (once per content and tokenizer)."""
+    out = cache_dir / f"text-{path.stem[:40]}-{_content_key(encoder.digest, files=[path])}"
+    text: Optional[str] = None
+    if not any(out.glob("tokens.u*")):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        if not text.strip():
+            _fail(str(path), "holds no text (only whitespace); give a file with some text in it")
+    return _encode_to_cache(out, encoder, lambda tok: [encoder.encode_pieces(tok, _text_pieces(text or ""))], str(path))
+
+
+def _encode_dataset(src: DatasetSource, column: str, encoder: TextEncoder, cache_dir: Path) -> tuple[str, int]:
+    """Encode a dataset's documents into the cache (once per content, column and tokenizer)."""
+    out = cache_dir / f"dataset-{src.root.stem[:40]}-{_content_key(encoder.digest, column, files=src.files)}"
+    return _encode_to_cache(out, encoder, lambda tok: (encoder.encode_documents(tok, texts) for texts in documents(src, column)), src.shown)
+
+
+def _encode_stdlib(cfg, encoder: TextEncoder) -> tuple[str, int]:
+    """The stdlib corpus encoded by the user's tokenizer (each source file a document)."""
+    files = _stdlib_files(int(cfg.max_corpus_mb * 1024 * 1024))
+    out = Path(cfg.cache_dir or default_cache_dir()) / f"stdlib-tok-{_content_key(encoder.digest, sys.version, [str(f) for f in files])}"
+    texts = lambda: [f.read_text(encoding="utf-8", errors="replace") for f in files]  # noqa: E731
+    return _encode_to_cache(out, encoder, lambda tok: [encoder.encode_documents(tok, texts())], "the stdlib corpus")
 
 
 def prepare_data(cfg, vocab_size: int, seq_len: int) -> PreparedData:
-    """The token file a job trains on: the stdlib corpus (``data.path`` unset) or the user's file.
+    """The token file a job trains on: the stdlib corpus (``data.path`` unset) or the user's data,
+    encoded by the project's tokenizer or ``data.tokenizer``.
 
     Args:
         cfg: the job's ``DataConfig``.
@@ -216,31 +281,44 @@ def prepare_data(cfg, vocab_size: int, seq_len: int) -> PreparedData:
         seq_len: ``training.seq_len``; the file must hold more than one sequence.
 
     Raises:
-        ConfigError: the user's file cannot be trained on (one line naming the fix).
+        ConfigError: the user's data or tokenizer cannot be trained on (one line naming the fix).
     """
+    # The tokenizer first: a vocabulary the model cannot hold is told before any data is read.
+    encoder = user_encoder(cfg.tokenizer, vocab_size) if cfg.tokenizer else None
+    cache_dir = Path(cfg.cache_dir or default_cache_dir())
     if not cfg.path:
-        return prepare(cfg.cache_dir, vocab_size, cfg.max_corpus_mb)
+        if encoder is None:
+            return prepare(cfg.cache_dir, vocab_size, cfg.max_corpus_mb)
+        tokens_path, _ = _encode_stdlib(cfg, encoder)
+        num = _check_tokens("(the stdlib corpus)", open_tokens(tokens_path), vocab_size, seq_len)
+        return PreparedData(tokens_path=tokens_path, tokenizer_path=encoder.path, vocab_size=encoder.vocab_size, num_tokens=num)
     shown = cfg.path
     path = Path(os.path.expanduser(cfg.path)).resolve()
     suffix = path.suffix.lower()
     if not path.exists():
-        _fail(shown, "no such file; give the path of a text or token file on this machine")
-    if not path.is_file():
+        _fail(shown, "no such file; give the path of a text, dataset or token file on this machine")
+    source = find_dataset(path, shown)
+    if source is None and not path.is_file():
         _fail(shown, "is not a file; give a text or token file")
-    if suffix not in TOKEN_SUFFIXES + TEXT_SUFFIXES:
+    if source is None and suffix not in TOKEN_SUFFIXES + TEXT_SUFFIXES:
         _fail(
             shown,
             f"unknown format {suffix or '(no suffix)'!r}: text is {', '.join(TEXT_SUFFIXES)} (tokenised here), "
+            f"a dataset is {', '.join(DATASET_SUFFIXES)} or a folder saved by save_to_disk, "
             f"token ids are .npy (1-D integers), .bin/.u16 (raw uint16) or .u32 (raw uint32)",
         )
-    if path.stat().st_size == 0:
+    if path.is_file() and path.stat().st_size == 0:
         _fail(shown, "is empty")
-    if suffix in TEXT_SUFFIXES:
-        # The project's tokenizer, trained on the stdlib corpus (cached), encodes the file.
-        base = prepare(cfg.cache_dir, vocab_size, cfg.max_corpus_mb)
-        tokens_path, _ = _encode_text(path, base.tokenizer_path, Path(cfg.cache_dir or default_cache_dir()))
+    if source is not None or suffix in TEXT_SUFFIXES:
+        if encoder is None:
+            # The project's tokenizer, trained on the stdlib corpus (cached), encodes the text.
+            encoder = project_encoder(prepare(cfg.cache_dir, vocab_size, cfg.max_corpus_mb).tokenizer_path)
+        if source is not None:
+            tokens_path, _ = _encode_dataset(source, cfg.text_column, encoder, cache_dir)
+        else:
+            tokens_path, _ = _encode_text(path, encoder, cache_dir)
         num = _check_tokens(shown, open_tokens(tokens_path), vocab_size, seq_len)
-        return PreparedData(tokens_path=tokens_path, tokenizer_path=base.tokenizer_path, vocab_size=base.vocab_size, num_tokens=num)
+        return PreparedData(tokens_path=tokens_path, tokenizer_path=encoder.path, vocab_size=encoder.vocab_size, num_tokens=num)
     if suffix in RAW_TOKEN_DTYPES and path.stat().st_size % RAW_TOKEN_DTYPES[suffix].itemsize:
         _fail(shown, f"is {path.stat().st_size} bytes, not a whole number of {RAW_TOKEN_DTYPES[suffix]} token ids; is it really {suffix}?")
     try:

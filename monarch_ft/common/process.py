@@ -9,7 +9,7 @@ import signal
 from dataclasses import dataclass
 from typing import Optional
 
-from monarch_ft import REPO_ROOT
+from monarch_ft.paths import REPO_ROOT
 
 _PR_SET_PDEATHSIG = 1
 
@@ -127,3 +127,21 @@ def pid_space() -> Optional[str]:
         return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
     except OSError:
         return None
+
+
+def allow_open_files() -> int:
+    """Raise this process's limit of open files to its hard limit (capped at 2^20); the limit now.
+
+    The controller keeps each rank's report file open (a read a tick, not an open a tick): at a
+    thousand groups with their standbys that passes the usual soft limit of 1024."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = (1 << 20) if hard == resource.RLIM_INFINITY else min(hard, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < want:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            soft = want
+        except (ValueError, OSError):
+            pass
+    return soft

@@ -1,4 +1,4 @@
-"""``training``: the steps, the batch, the optimizer's rate, the device."""
+"""``training``: the steps, the batch, the optimizer's rate, the device, TorchTitan's memory and speed knobs."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ from dataclasses import dataclass
 
 from monarch_ft.common.devices import DEVICES
 from monarch_ft.records.errors import require
+
+MIXED_PRECISIONS = ("fp32", "bf16")
+ACTIVATION_CHECKPOINTS = ("none", "selective", "full")
 
 
 @dataclass
@@ -46,6 +49,23 @@ class TrainingConfig:
     """Where ranks train: ``auto`` (CUDA when torch sees a GPU, else CPU), ``cpu``, or ``cuda``
     (refused where torch sees none). See monarch_ft/common/devices.py for the GPU each rank takes."""
 
+    mixed_precision: str = "fp32"
+    """``bf16``: FSDP's mixed-precision policy as TorchTitan sets it: parameters all-gathered and
+    used in bfloat16, gradients reduced in float32, master weights and AdamW's state float32
+    (a group of one rank is wrapped in FSDP for it too). ``fp32``: everything float32."""
+
+    activation_checkpoint: str = "none"
+    """TorchTitan's activation checkpointing of each transformer block: ``selective`` (per op:
+    keeps every other matmul's output and the attention's, recomputes the rest in backward),
+    ``full`` (recomputes the whole block), ``none``. Less memory for activations, more compute."""
+
+    compile: bool = False
+    """``torch.compile`` each transformer block (TorchTitan's ``apply_compile``: inductor,
+    fullgraph). Every rank, relaunched ones too, compiles while it starts, on a batch of the
+    training shape (within ``ft.startup_timeout_s``: raise it where a cold compilation takes
+    longer; inductor's on-disk cache makes later ones seconds). On CPU inductor needs a C++
+    compiler (gcc) on the machine."""
+
     def check(self) -> None:
         """What the types cannot say about this section (each failure one line naming the fix)."""
         require(self.steps >= 1, f"training.steps={self.steps}: must be >= 1")
@@ -54,3 +74,11 @@ class TrainingConfig:
         require(self.lr > 0, f"training.lr={self.lr}: must be > 0")
         require(self.threads_per_rank >= 1, f"training.threads_per_rank={self.threads_per_rank}: must be >= 1")
         require(self.device in DEVICES, f"training.device={self.device!r}: choose one of {', '.join(DEVICES)}")
+        require(
+            self.mixed_precision in MIXED_PRECISIONS,
+            f"training.mixed_precision={self.mixed_precision!r}: choose one of {', '.join(MIXED_PRECISIONS)}",
+        )
+        require(
+            self.activation_checkpoint in ACTIVATION_CHECKPOINTS,
+            f"training.activation_checkpoint={self.activation_checkpoint!r}: choose one of {', '.join(ACTIVATION_CHECKPOINTS)}",
+        )

@@ -57,7 +57,7 @@ class JobControl:
 
     def standby_pending(self) -> bool:
         """Fewer warm standby groups ready than configured (one is being built or rebuilt)."""
-        pool = self._sup.standby
+        pool = self._sup.state.standby
         # A warm fork server still importing counts too: a fault then would start cold.
         return len(pool.ready()) < pool.wanted or self._sup.warm_forks.pending()
 
@@ -74,6 +74,15 @@ class JobControl:
             g.index
             for g in self._sup.state.groups
             if g.status == GroupStatus.RUNNING and not g.train_done and g.index in members and g.index in self.last_commit
+        ]
+
+    def live_groups(self) -> list[int]:
+        """Groups whose ranks run (starting, healing or stepping; not finished): what a fault that
+        comes on schedule may hit, as one in production can (``chaos.overlap``)."""
+        return [
+            g.index
+            for g in self._sup.state.groups
+            if g.active and not g.train_done and g.ranks and all(r.proc is not None and r.exited is None for r in g.ranks)
         ]
 
     def consistent_at(self, groups: set[int], min_step: int) -> Optional[tuple[int, bool]]:

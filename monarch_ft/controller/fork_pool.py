@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Optional
 
 from monarch_ft.common.process import is_running, start_ticks
+from monarch_ft.controller.snapshot import own
 from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch, RankProcess
-from monarch_ft.records.events import EventKind, RecoveryPath, StrEnum
+from monarch_ft.records.events import RecoveryPath, StrEnum
 from monarch_ft.records.exits import LOST_EXIT
 from monarch_ft.records.fork_wire import FORK_NICE_ENV, ForkOp, ProtocolError, decode, encode
 from monarch_ft.records.launch import ZYGOTE_MODULE, worker_spec
@@ -347,6 +348,8 @@ class ForkPoolState:
 
     starts: dict[str, int] = field(default_factory=dict)
     failed_starts: dict[str, int] = field(default_factory=dict)
+    # The servers (by pid) whose readiness this controller wrote (fork_server_ready, once each).
+    announced: set[int] = own(default_factory=set)
 
 
 class WarmForks:
@@ -359,7 +362,6 @@ class WarmForks:
         log_path: a server's log file, by host key and start number (RunLayout.fork_server_log).
         env: the ranks' environment (monarch_ft.controller.launch.rank_env).
         cwd: the servers' working directory (the run directory).
-        emit: the event log's emit.
         preload: modules every server imports besides :data:`PRELOAD` (the job's model package).
         state: the job's :class:`ForkPoolState` (a new one when not given).
         server: what starts one server (:class:`ForkServer`; the tests' fake launcher gives its own).
@@ -376,7 +378,6 @@ class WarmForks:
         log_path: Callable[[str, int], str],
         env: Callable[[], dict[str, str]],
         cwd: str,
-        emit: Callable[..., Any],
         preload: Iterable[str] = (),
         state: Optional[ForkPoolState] = None,
         server: Callable[..., Any] = ForkServer,
@@ -387,12 +388,10 @@ class WarmForks:
         self._log_path = log_path
         self._env = env
         self._cwd = cwd
-        self._emit = emit
         self._preload = (*PRELOAD, *preload)
         self._server = server
         self._niceness = niceness
         self.servers: dict[str, ForkServer] = {}
-        self._announced: set[int] = set()  # pids whose ready/lost was emitted
         self.state = state if state is not None else ForkPoolState()
 
     def problem(self) -> Optional[str]:
@@ -404,41 +403,23 @@ class WarmForks:
     def _host(self, group: int) -> Optional[ForkHost]:
         return self.launcher.fork_host(group) if self.enabled else None
 
-    def tick(self, groups: Iterable[int]) -> None:
-        """Keep one live server on the host of each of ``groups``; announce readiness and
-        losses; restart a lost server (unless it keeps dying before it is ready)."""
-        if not self.enabled:
+    def start_server(self, group: int, n: int) -> None:
+        """Start the fork server of ``group``'s host (its ``n``-th there), importing at the
+        niceness the loop's rule gives now."""
+        host = self._host(group)
+        if host is None:
             return
-        for key, server in list(self.servers.items()):
-            if server.state is ServerState.READY and server.pid not in self._announced:
-                self._announced.add(server.pid)
-                self.state.failed_starts[key] = 0
-                self._emit(EventKind.FORK_SERVER_READY, host=key, pid=server.pid, **{k: v for k, v in server.ready_info.items() if k != "pid"})
-            if not server.alive():
-                was_ready = server.pid in self._announced
-                code = server.proc.poll()
-                self._emit(EventKind.FORK_SERVER_LOST, host=key, pid=server.pid, exit_code=code, was_ready=was_ready, log=server.log_path)
-                if not was_ready:
-                    self.state.failed_starts[key] = self.state.failed_starts.get(key, 0) + 1
-                server.close()
-                del self.servers[key]
-        for g in groups:
-            host = self._host(g)
-            if host is None or host.key in self.servers or self.state.failed_starts.get(host.key, 0) >= MAX_FAILED_STARTS:
-                continue
-            n = self.state.starts.get(host.key, 0)
-            self.state.starts[host.key] = n + 1
-            self.servers[host.key] = self._server(host, self._env(), self._log_path(host.key, n), self._cwd, self._preload, niceness=self._niceness())
+        self.servers[host.key] = self._server(host, self._env(), self._log_path(host.key, n), self._cwd, self._preload, niceness=self._niceness())
+
+    def close_server(self, key: str) -> None:
+        """Close and forget the server of host ``key`` (it died)."""
+        server = self.servers.pop(key, None)
+        if server is not None:
+            server.close()
 
     def pending(self) -> bool:
         """A server of this job is still importing (a drill waits for it, as for a standby)."""
         return any(s.state is ServerState.STARTING for s in self.servers.values())
-
-    def exhausted(self, group: int) -> bool:
-        """No server is started on ``group``'s host any more (it died before it was ready
-        MAX_FAILED_STARTS times in a row)."""
-        host = self._host(group)
-        return host is not None and self.state.failed_starts.get(host.key, 0) >= MAX_FAILED_STARTS
 
     def server_state(self, group: int) -> Optional[ServerState]:
         """The state of the fork server on ``group``'s host now (None: there is none)."""

@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 from monarch_ft.records.events import StrEnum
 from monarch_ft.records.phases import Phase
 from monarch_ft.records.reports import compute_seconds
+from monarch_ft.records.stats import percentile
 
 
 class OsState(StrEnum):
@@ -373,15 +374,6 @@ def asleep_compute_timeout(compute_p99_s: Optional[float], asleep_s: float, on_c
 
 
 # ---------------------------------------------------------------- ft.hang_timeout_s=auto
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q``-th percentile (0-100) of ``values``, linear between order statistics (numpy's default)."""
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
-
-
 def auto_hang_timeout(compute_s: Sequence[float], min_s: float, factor: float, fallback_s: float) -> float:
     """The learned hang timeout: max(``min_s``, ``factor`` x p99 of the recent compute times).
 

@@ -20,8 +20,8 @@ while its state agrees is :class:`Suspect`: its compute, not its memory, is bad.
 Also here, pure: the interval ``ft.integrity_every=auto`` picks (:func:`choose_interval`) and
 whether a checkpoint holds the state the replicas agreed on at its step (:meth:`IntegrityJudge.vouch`).
 What the judge knows is :class:`IntegrityState`, a part of the job's state (a takeover goes on
-with it). The relay (:mod:`monarch_ft.controller.relay`) feeds it the step records; the verdicts
-are applied by :mod:`monarch_ft.controller.recovery`, through the planner: a corrupt or suspect
+with it). The tick's decision (:mod:`monarch_ft.controller.decide.reports`) feeds it the step records; the
+verdicts are applied by :mod:`monarch_ft.controller.decide.recovery`, through the planner: a corrupt or suspect
 group fails like any group, a divergence is a full restart from no newer than ``trusted_step``.
 """
 
@@ -197,6 +197,10 @@ class IntegrityJudge:
         self.state = state if state is not None else IntegrityState(start_step=start_step)
         # auto's decision, made in observe() and taken once by interval() in the same tick.
         self._interval: Optional[tuple[int, str, float]] = None
+        # The groups whose reporting attempt is condemned (None: to be worked out again, after a
+        # condemnation or a new attempt). Almost always empty: a round is then complete exactly
+        # when every member's every rank reported, a count.
+        self._silenced: Optional[set[int]] = None
 
     # The state's parts, by their short names (the rules below read them).
     @property
@@ -234,7 +238,9 @@ class IntegrityJudge:
         rank, attempt = int(record.get("rank", 0)), int(record.get("attempt", 0))
         if (group, attempt) in self.condemned:
             return []
-        self.attempts[group] = max(attempt, self.attempts.get(group, attempt))
+        if attempt > self.attempts.get(group, -1):
+            self.attempts[group] = attempt
+            self._silenced = None
         out: list[Verdict] = []
         self._time(record)
         suspect = self._vote(group, rank, attempt, record)
@@ -243,8 +249,9 @@ class IntegrityJudge:
             key = RoundKey(int(fp["step"]), bool(fp.get("vetoed")), int(record.get("quorum_id") or 0))
             rnd = self.rounds.get(key)
             if rnd is None:
-                rnd = self.rounds[key] = Round(key, int(record["step"]))
-            rnd.members |= set(record.get("participating_groups") or ()) | {group}
+                # Its members are its quorum's: every record of a round names the same ones.
+                rnd = self.rounds[key] = Round(key, int(record["step"]), set(record.get("participating_groups") or ()))
+            rnd.members.add(group)
             rnd.prints.setdefault((group, rank), Print(group, rank, attempt, str(fp["digest"]), str(fp.get("tensors") or "")))
             out += self._settle()
         if suspect is not None and (group, attempt) not in self.condemned:
@@ -288,8 +295,18 @@ class IntegrityJudge:
         return {g for g in rnd.members if (g, self.attempts.get(g, 0)) not in self.condemned}
 
     def _complete(self, rnd: Round) -> bool:
+        """Every rank of every expected group reported. A count first (a print per rank of every
+        member; a check per record of every member would cost groups x groups a step): the full
+        check only once the count is reached, or while some group's attempt is condemned."""
+        if len(rnd.prints) < self.ranks * len(rnd.members) and not self._silenced_groups():
+            return False
         expected = self._expected(rnd)
         return bool(expected) and all((g, r) in rnd.prints for g in expected for r in range(self.ranks))
+
+    def _silenced_groups(self) -> set[int]:
+        if self._silenced is None:
+            self._silenced = {g for g, a in self.condemned if self.attempts.get(g, 0) == a}
+        return self._silenced
 
     def _settle(self) -> list[Verdict]:
         out: list[Verdict] = []
@@ -312,7 +329,8 @@ class IntegrityJudge:
         return self.state.last_agreed.get(group, self.state.start_step)
 
     def _decide(self, rnd: Round) -> Optional[Verdict]:
-        groups = sorted({g for g, _ in rnd.prints if g in self._expected(rnd)})
+        expected = self._expected(rnd)
+        groups = sorted({g for g, _ in rnd.prints if g in expected})
         if len(groups) < 2:
             return None
         minority: dict[int, set[int]] = {}  # group -> its disagreeing ranks
@@ -373,6 +391,7 @@ class IntegrityJudge:
 
     def condemn(self, blamed: dict[int, int]) -> None:
         """Stop counting reports of these (group, attempt)s: failed, their replacement reports anew."""
+        self._silenced = None
         for g, a in blamed.items():
             self.condemned.add((g, a))
             self.state.last_agreed.pop(g, None)

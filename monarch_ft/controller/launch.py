@@ -14,14 +14,14 @@ import os
 import signal
 import sys
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from monarch_ft.common.net import free_port
 from monarch_ft.common.process import on_python_path
 from monarch_ft.config.job import JobConfig
 from monarch_ft.controller.fork_pool import ForkError, ServerState, WarmForks
 from monarch_ft.controller.standby_pool import STANDBY_NICENESS, Standby, build_promotion
-from monarch_ft.controller.state import GroupState, JobState, RankState
+from monarch_ft.controller.state import JobState, RankState
 from monarch_ft.launcher import Launcher, RankLaunch, RankProcess
 from monarch_ft.records.decisions import StateDecision
 from monarch_ft.records.launch import worker_argv
@@ -79,30 +79,31 @@ class RankStarter:
             "tokens_path": self.state.tokens_path,
         }
 
-    def group_launches(self, g: GroupState) -> list[RankLaunch]:
-        """Write the spec of each rank of ``g``'s attempt; what starting them takes."""
-        store_host = self.launcher.group_host(g.index)
+    def group_launches(self, group: int, attempt: int, load_step: Optional[int], load_path: Optional[str], gate: str) -> list[RankLaunch]:
+        """Write the spec of each rank of ``group``'s attempt ``attempt`` (it loads ``load_step``
+        from ``load_path`` and waits at ``gate``); what starting them takes."""
+        store_host = self.launcher.group_host(group)
         store_port = free_port(store_host)
         launches = []
         for r in range(self.cfg.ft.ranks_per_group):
-            spec = self.spec(g.index, r, g.attempt, store_host, store_port)
+            spec = self.spec(group, r, attempt, store_host, store_port)
             spec.update(
-                report_path=self.layout.report(g.index, r, g.attempt),
-                load_step=g.load_step,
-                load_path=g.load_path,
-                start_gate=g.start_gate,
-                scratch_dir=self.layout.scratch(g.index, r),
+                report_path=self.layout.report(group, r, attempt),
+                load_step=load_step,
+                load_path=load_path,
+                start_gate=gate,
+                scratch_dir=self.layout.scratch(group, r),
             )
-            spec_path = self.layout.spec(g.index, r, g.attempt)
+            spec_path = self.layout.spec(group, r, attempt)
             atomic_write_json(spec_path, spec)
             launches.append(
                 RankLaunch(
-                    group=g.index,
+                    group=group,
                     rank=r,
-                    attempt=g.attempt,
+                    attempt=attempt,
                     argv=worker_argv(sys.executable, spec_path),
                     env=self.rank_env(),
-                    log_path=self.layout.log(g.index, r, g.attempt),
+                    log_path=self.layout.log(group, r, attempt),
                     cwd=self.layout.run_dir,
                 )
             )
@@ -155,36 +156,37 @@ class RankStarter:
             procs = self.launcher.launch_group(launches)
         return [RankState.launched(p, ReportTail(self.layout.standby_report(number, p.launch.rank)), now) for p in procs]
 
-    def promote(self, sb: Standby, g: GroupState, decision: StateDecision, now: float) -> list[RankState]:
-        """Write standby ``sb``'s promotion file: it takes ``g``'s identity (its new attempt)
-        and gets its state as ``decision`` says. Returns the group's ranks, read from the
-        group's report files from now on."""
-        self.launcher.place_group(g.index, sb.slot)
-        promotion = build_promotion(self.layout, sb.number, g.index, g.attempt, len(sb.ranks), decision, now)
+    def promote(self, sb: Standby, group: int, attempt: int, decision: StateDecision, now: float) -> list[RankState]:
+        """Write standby ``sb``'s promotion file: it takes ``group``'s identity (attempt
+        ``attempt``) and gets its state as ``decision`` says. Returns the group's ranks, read
+        from the group's report files from now on."""
+        self.launcher.place_group(group, sb.slot)
+        promotion = build_promotion(self.layout, sb.number, group, attempt, len(sb.ranks), decision, now)
         atomic_write_json(self.layout.promotion(sb.number), promotion.to_record())
         ranks = []
         for rs in sb.ranks:
-            promoted = RankState.launched(rs.proc, ReportTail(self.layout.report(g.index, rs.rank, g.attempt)), now)
+            promoted = RankState.launched(rs.proc, ReportTail(self.layout.report(group, rs.rank, attempt)), now)
             # Recorded as the group's rank from now on: a new controller reads on the group's
             # report files (its process, launch command and log stay the standby's).
-            promoted.launch = dataclasses.replace(promoted.launch, group=g.index, attempt=g.attempt)
+            promoted.launch = dataclasses.replace(promoted.launch, group=group, attempt=attempt)
             ranks.append(promoted)
         return ranks
 
     @staticmethod
-    def stop(g: GroupState, graceful: bool) -> None:
-        """Stop every rank of ``g`` still running: SIGTERM first when ``graceful`` (5 s), then SIGKILL."""
+    def stop(ranks: Sequence[RankState], graceful: bool) -> None:
+        """Stop every one of ``ranks`` still running: SIGTERM first when ``graceful`` (5 s), then
+        SIGKILL; each one's exit code recorded on it."""
         if graceful:
-            for rs in g.ranks:
+            for rs in ranks:
                 if rs.exited is None:
                     rs.proc.send_signal(signal.SIGTERM)
             deadline = time.time() + 5.0
-            for rs in g.ranks:
+            for rs in ranks:
                 if rs.exited is None:
                     rs.exited = rs.proc.wait(max(0.0, deadline - time.time()))
         # Every rank signalled before any is waited for: the kernel tears them down together
         # (a rank's exit frees its whole address space: tenths of a second on a loaded machine).
-        doomed = [rs for rs in g.ranks if rs.exited is None or rs.proc.poll() is None]
+        doomed = [rs for rs in ranks if rs.exited is None or rs.proc.poll() is None]
         for rs in doomed:
             rs.proc.kill()  # SIGKILL also ends a SIGSTOPped rank
         for rs in doomed:

@@ -18,7 +18,6 @@ Imports stay light (no torch, no Hydra): it starts in well under a second.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -33,11 +32,10 @@ from monarch_ft.records.lease import LeaseWatch
 CLOSEOUT_MODULE = "monarch_ft.controller.closeout"
 
 
-def live_ranks(state_path: str) -> int:
-    """Ranks recorded in controller.json that are still the same live process."""
+def live_ranks(layout: RunLayout) -> int:
+    """Ranks recorded in the takeover state that are still the same live process."""
     try:
-        with open(state_path) as f:
-            state = json.load(f)
+        state = layout.read_controller_state() or {}
     except (OSError, ValueError):
         return 0
     alive = 0
@@ -69,7 +67,7 @@ def main(argv: list[str]) -> int:
         code = server.poll()
         if code is not None:
             return code if code >= 0 else 128 - code
-        if lease.ended() and live_ranks(layout.controller_state) == 0:
+        if lease.ended() and live_ranks(layout) == 0:
             print(f"[lighthouse_guard] the job ended without a controller ({lease.ended()}): stopping the Lighthouse", flush=True)
             server.terminate()
             server.wait(10)

@@ -10,12 +10,18 @@ warm or cold, a full restart, a rollback to disk; within a restart budget); a re
 group rejoins the quorum and heals from a live peer through TorchFT while the surviving
 groups keep stepping.
 
-This module is the watch loop and the job's life around it; everything the controller knows
-is one :class:`~monarch_ft.controller.state.JobState`, and each concern is its own module:
-reading the ranks' reports (:mod:`.relay`), judging exits and hangs (:mod:`.watch`), applying
-recovery (:mod:`.recovery`), starting ranks (:mod:`.launch`), takeover (:mod:`.takeover`),
-the console (:mod:`.console`), the summary (:mod:`.summary`), the replicas' state compared
-(:mod:`.integrity`, its verdicts applied by :mod:`.recovery`).
+Each tick of the watch loop is three stages (docs/design/controller.md):
+
+1. **observe** (:mod:`.observe`): one read of the world, in one fixed order, into one typed
+   :class:`~monarch_ft.controller.observe.Observations`;
+2. **decide** (:mod:`.decide`): a pure function of the job's state
+   (:class:`~monarch_ft.controller.state.JobState`), the observations and the facts handed in,
+   returning typed actions (:mod:`.actions`);
+3. **act** (:mod:`.act`): the executor applies them in order and writes the events.
+
+A decision that needs the newest intact checkpoint asks for it; the executor finds it after the
+pass's other actions and the tick runs a second pass with it (the same observations). Then the
+hooks run (fault injectors), and the job's state is saved for a takeover (:mod:`.takeover`).
 
 ``Supervisor(...)`` only builds objects; :meth:`Supervisor.open` takes the run directory (its
 lock, its folders, the data, the launcher) and :meth:`Supervisor.run` runs the job. The loop
@@ -40,37 +46,42 @@ from typing import IO, Any, Callable, Optional, Protocol
 from monarch_ft.common import proctitle
 from monarch_ft.common.clock import SYSTEM_CLOCK, Clock
 from monarch_ft.common.data import prepare_data
-from monarch_ft.config.ft import integrity_setting
+from monarch_ft.common.devices import gpu_device_nodes
+from monarch_ft.common.process import allow_open_files
+from monarch_ft.config.ft import hang_timeout_setting, integrity_setting
 from monarch_ft.config.job import JobConfig
+from monarch_ft.controller import actions as A
+from monarch_ft.controller.act import Executor, OwnWriteFailed
 from monarch_ft.controller.checkpoints import CheckpointHealth, CheckpointScrub, folder_write_problem
 from monarch_ft.controller.console import Console
 from monarch_ft.controller.control import JobControl
+from monarch_ft.controller.decide import Rules, decide, decide_close_out, decide_pending, decide_resume
+from monarch_ft.controller.decide.reports import consistent_at
 from monarch_ft.controller.fork_pool import ForkServer, WarmForks
-from monarch_ft.controller.gates import start_gate_opens
-from monarch_ft.controller.hangs import Hang
 from monarch_ft.controller.integrity import IntegrityJudge
 from monarch_ft.controller.launch import RankStarter
 from monarch_ft.controller.lighthouse import Lighthouse
-from monarch_ft.controller.node_watch import NodeWatch
-from monarch_ft.controller.planner import FailureKind, RecoveryPlanner, RecoveryPolicy
+from monarch_ft.controller.link_probe import LinkProber
+from monarch_ft.controller.observe import Observer
+from monarch_ft.controller.planner import DiskFact, RecoveryPlanner, RecoveryPolicy
 from monarch_ft.controller.preflight import preflight
-from monarch_ft.controller.recovery import Recovery
-from monarch_ft.controller.relay import ReportRelay
-from monarch_ft.controller.standby_pool import STANDBY_NICENESS, StandbyPool, resolve_standby_groups
-from monarch_ft.controller.state import JobState, LighthouseOutage
+from monarch_ft.controller.prometheus import start_exporter
+from monarch_ft.controller.standby_pool import STANDBY_NICENESS, resolve_standby_groups
+from monarch_ft.controller.state import JobState
+from monarch_ft.controller.wandb_run import start_wandb
 from monarch_ft.controller.summary import job_outcome, job_summary, rollback_lines
-from monarch_ft.controller.takeover import DETACH_SIGNAL, DETACHED_EXIT, Takeover, relayed_records
-from monarch_ft.controller.watch import GroupWatch
+from monarch_ft.controller.takeover import DETACH_SIGNAL, Takeover, relayed_records
 from monarch_ft.launcher import Launcher, build_launcher, launcher_options
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus, JobStatus
 from monarch_ft.records.exits import describe_exit
-from monarch_ft.records.layout import RunLayout, atomic_write, atomic_write_json, read_jsonl
+from monarch_ft.records.layout import RunLayout, atomic_write, read_jsonl
 from monarch_ft.records.lease import lower_finish
-from monarch_ft.records.manifest import step_dir
 
 # How long the watch loop sleeps between ticks.
 TICK_S = 0.05
+# A tick's decision passes at most: the first, and the ones that take the facts a pass asked for.
+MAX_PASSES = 3
 
 
 class SupervisorHook(Protocol):
@@ -92,6 +103,8 @@ class Supervisor:
         echo: print events and progress to the console.
         clock: what the loop reads and sleeps on.
         fork_server: what starts a warm fork server (default: a real one).
+        journal: when given, each decision pass's (time, actions) is appended to it (the fast
+            tests assert on the actions a tick returns).
     """
 
     def __init__(
@@ -103,6 +116,7 @@ class Supervisor:
         echo: bool = True,
         clock: Clock = SYSTEM_CLOCK,
         fork_server: Callable[..., Any] = ForkServer,
+        journal: Optional[list] = None,
     ) -> None:
         cfg = Takeover.attach_config(cfg, run_dir)  # controller.attach: the job's own config
         preflight(cfg)
@@ -126,24 +140,26 @@ class Supervisor:
         self.launcher: Optional[Launcher] = launcher
         self._echo = echo
         self._fork_server = fork_server
+        self.journal = journal
         self._opened = False
         # Built by open(): they act on the run directory, the launcher's resources, the console.
         self.events: EventLog
         self.console: Console
         self.lighthouse: Lighthouse
-        self.standby: StandbyPool
         self.warm_forks: WarmForks
         self.starter: RankStarter
-        self.relay: ReportRelay
-        self.nodes: NodeWatch
-        self.recovery: Recovery
-        self.watch: GroupWatch
         self.integrity: IntegrityJudge
         self.scrub: CheckpointScrub
+        self.prober: LinkProber
+        self.observer: Observer
+        self.rules: Rules
+        self.executor: Executor
         self._metrics: IO[str]
         self._data_seconds = 0.0
         self._data: Any = None
         self._previous: dict = {}
+        # A file of the controller's own that could not be written (the job was stopped for it).
+        self._write_failed: Optional[OwnWriteFailed] = None
 
     # ---------------------------------------------------------------- the run directory
     def open(self) -> None:
@@ -162,6 +178,7 @@ class Supervisor:
             self._data = prepare_data(cfg.data, cfg.model.vocab_size, cfg.training.seq_len)
             self._data_seconds = round(self.clock.time() - started, 2)
         os.makedirs(self.run_dir, exist_ok=True)
+        allow_open_files()  # every rank's report file is kept open (records.reports.ReportTail)
         self.takeover.open()
         try:
             if attaching:
@@ -193,21 +210,24 @@ class Supervisor:
             self.events.events = read_jsonl(layout.events)
             state.ckpt_health = CheckpointHealth.from_events(self.events.events)
             state.unloadable.update({f["step"]: f["error"] for f in state.ckpt_health.load_failures if f.get("step") is not None})
+        # metrics.prometheus_port: /metrics, fed by the event log (its events so far on a takeover); it ends itself at job_finished.
+        self.exporter = start_exporter(cfg.metrics, self.events, state, cfg.training.steps)
+        self.wandb = start_wandb(cfg, self.events, layout)  # metrics.wandb: one run per job (controller.wandb_run); ends at job_finished
         self._metrics = open(layout.metrics, "a", buffering=1)
         # The configured host wins unless it is the loopback default and the launcher's ranks
         # cannot reach loopback (ranks on other hosts or in network namespaces).
         host = cfg.ft.lighthouse_host if cfg.ft.lighthouse_host != "127.0.0.1" else launcher.control_host()
         self.lighthouse = Lighthouse(cfg.ft, layout.lighthouse_log, host=host, guard=(self.run_dir, cfg.controller.lease_s, cfg.controller.heartbeat_s))
         default_standbys = launcher.traits_for(launcher_options(cfg.launcher)).default_standby_groups
+        forks_enabled = cfg.ft.warm_fork and cfg.ft.recovery != "full_restart"
         # Warm fork servers (monarch_ft.controller.fork_pool): a relaunch with no standby ready forks its
         # ranks from one instead of starting fresh interpreters.
         self.warm_forks = WarmForks(
-            cfg.ft.warm_fork and cfg.ft.recovery != "full_restart",
+            forks_enabled,
             launcher,
             layout.fork_server_log,
             lambda: self.starter.rank_env(),
             self.run_dir,
-            self.events.emit,
             preload=(f"torchtitan.models.{cfg.model.name}",),
             state=state.forks,
             server=self._fork_server,
@@ -216,18 +236,15 @@ class Supervisor:
         )
         self.starter = RankStarter(cfg, layout, state, launcher, self.warm_forks, lambda: self.lighthouse.address)
         # Warm standby groups (monarch_ft.controller.standby_pool); each on a host/device slot after the groups'.
-        self.standby = StandbyPool(
-            resolve_standby_groups(cfg.ft.standby_groups, default_standbys, cfg.ft.recovery),
-            cfg.ft.replica_groups,
-            self.events.emit,
-            self.starter.standby,
-            first_number=layout.next_standby_number(),
-            state=state.standby,
-        )
-        # A cluster's nodes (launcher=slurm): placements, the scheduler's view, exclusions (kept on takeover).
+        pool = state.standby
+        pool.wanted = pool.clock.wanted = resolve_standby_groups(cfg.ft.standby_groups, default_standbys, cfg.ft.recovery)
+        pool.first_slot = cfg.ft.replica_groups
+        pool.first_number = layout.next_standby_number()
+        # A cluster's nodes (launcher=slurm): a controller that took the job over keeps the
+        # launcher off the nodes still excluded.
         state.nodes.probation_s = cfg.ft.node_probation_s
-        self.nodes = NodeWatch(launcher, self.events.emit, state.nodes)
-        self.nodes.resume()
+        if state.nodes.excluded:
+            launcher.exclude_nodes(state.nodes.to_exclude(state.nodes.states))
         # Silent data corruption (controller.integrity): the replicas' fingerprints compared,
         # blame by vote (its state is the job's: a takeover goes on with it); the kept
         # checkpoints read back in the background (checkpoint.scrub_every_s).
@@ -240,11 +257,39 @@ class Supervisor:
             state=state.integrity,
         )
         self.scrub = CheckpointScrub(cfg.checkpoint.scrub_every_s, lambda: [layout.checkpoint(g.index) for g in state.groups], self.integrity.vouch)
-        self.relay = ReportRelay(state, self.events, self._metrics, cfg.ft.ranks_per_group, judge=self.integrity, straggler_window=cfg.ft.straggler_window)
-        self.recovery = Recovery(
-            cfg, layout, state, self.planner, self.events, self.starter, self.standby, self.warm_forks, self.clock, self._save, self.nodes, judge=self.integrity
+        # Times each rank's link when a probe round is due (controller.link_probe).
+        self.prober = LinkProber()
+        self.observer = Observer(state, layout, launcher, self.warm_forks, self.lighthouse, self.prober, self.scrub, self.takeover)
+        self.rules = Rules(
+            cfg=cfg,
+            planner=self.planner,
+            layout=layout,
+            judge=self.integrity,
+            launcher_name=launcher.name,
+            fork_problem=self.warm_forks.problem(),
+            forks_enabled=forks_enabled,
+            # Ranks compute on the CPU (no GPU on this host, or training.device=cpu): see hangs.asleep_compute_timeout.
+            compute_on_cpu=cfg.training.device == "cpu" or (cfg.training.device == "auto" and not gpu_device_nodes()),
+            hang_timeout_fixed=hang_timeout_setting(cfg.ft.hang_timeout_s),
+            node_health=launcher.node_health,
+            adoption_problem=launcher.adoption_problem(),
         )
-        self.watch = GroupWatch(cfg, layout, state, self.events, self.relay, self.recovery)
+        self.executor = Executor(
+            state,
+            layout,
+            launcher,
+            self.starter,
+            self.warm_forks,
+            self.lighthouse,
+            self.prober,
+            self.integrity,
+            self.events,
+            self._metrics,
+            self._save,
+            self.clock.time,
+            cfg.checkpoint.enable,
+            clear_detach=self.takeover.clear_detach,
+        )
 
     def _save(self) -> None:
         """Write controller.json (the launcher's and the Lighthouse's handles mirrored first)."""
@@ -255,7 +300,11 @@ class Supervisor:
         state.lighthouse.address, state.lighthouse.port = lh.address, ident["port"]
         state.lighthouse.guard_pid, state.lighthouse.guard_start = ident["guard_pid"], ident["guard_start"]
         state.lighthouse.server_pid, state.lighthouse.server_start = ident["server_pid"], ident["server_start"]
-        self.takeover.save(state)
+        try:
+            self.takeover.save(state)
+        except OSError as e:
+            e.filename = e.filename or self.layout.controller_state
+            raise OwnWriteFailed(e.filename, e) from None
 
     # ---------------------------------------------------------------- what hooks and operators use
     @property
@@ -286,13 +335,15 @@ class Supervisor:
 
     def capture_stacks(self, groups: Optional[list[int]] = None, tag: str = "on-demand") -> dict[str, str]:
         """Every live rank's Python stacks (of ``groups``, default all), written under the run's
-        ``stacks/`` folder now; label (``g0r1``) -> file. What hangs and stalls call, and what
+        ``stacks/`` folder now; label (``g0r1``) -> file. What hangs and stalls capture, and what
         a hook or an operator may call at any time."""
-        return self.watch.capture_stacks([g for g in self.state.groups if groups is None or g.index in groups], tag)
+        ranks = [rs for g in self.state.groups if groups is None or g.index in groups for rs in g.ranks]
+        return self.executor.capture_stacks(ranks, tag)
 
     def consistent_at(self, groups: set[int], min_step: int) -> Optional[tuple[int, bool]]:
-        """See :meth:`monarch_ft.controller.relay.ReportRelay.consistent_at`."""
-        return self.relay.consistent_at(groups, min_step)
+        """(step, equal) for the first step >= ``min_step`` that every rank of ``groups`` hashed
+        (monarch_ft.controller.decide.reports.consistent_at)."""
+        return consistent_at(self.state, self.cfg.ft.ranks_per_group, groups, min_step)
 
     def scratch_dir(self, group: int) -> str:
         """A group's host-local files (scratch space); a node fault deletes them."""
@@ -352,10 +403,13 @@ class Supervisor:
                 path=self.cfg.data.path,
             )
             if self.cfg.checkpoint.resume:
-                self.recovery.resume_job()
-            open(self.layout.hold, "w").close()
-            self.recovery.write_floor()
+                disk = self.executor.find_disk(at_most=None) if self.cfg.checkpoint.enable else DiskFact(None)
+                self.executor.apply(decide_resume(self.rules, state, now, disk).actions)
+            state.watch.floor_written = state.job_step
+            self.executor.apply([A.SetHold(True), A.WriteFloor(state.job_step)])
             exit_code = self._watch()
+        except OwnWriteFailed as e:
+            exit_code = self._own_write_failed(e)
         except BaseException as e:
             state.status = JobStatus.FAILED
             self.events.emit(EventKind.SUPERVISOR_ERROR, error=f"{type(e).__name__}: {e}"[:500])
@@ -377,155 +431,52 @@ class Supervisor:
             self.clock.sleep(TICK_S)
 
     def tick(self, now: float) -> Optional[int]:
-        """One turn of the watch loop at ``now``; the job's exit code once it has ended, else None."""
-        state = self.state
-        self.watch.account_own_stall(now)
-        if state.watch.stop_reason:
-            state.status = JobStatus.INTERRUPTED
-            self.events.emit(EventKind.SUPERVISOR_STOP_REQUESTED, reason=state.watch.stop_reason)
-            return 130 if state.watch.stop_reason == "SIGINT" else 143
-        if state.watch.fatal:
-            state.status = JobStatus.FAILED
-            return 1
-        if self.takeover.detach_requested and self.takeover.can_detach(self.launcher):
-            state.status = JobStatus.DETACHED
-            return DETACHED_EXIT
-        if not self.lighthouse.alive():
-            self._restart_lighthouse(now)
-        self.nodes.tick(now)  # before any launch: exclusions and returns apply to it
-        for g in state.groups:
-            if g.status == GroupStatus.WAITING and now >= g.next_launch:
-                self.recovery.launch(g, now)
-        finishing = all(g.train_done or g.finished for g in state.groups)
-        self.standby.tick(now, state.first_step_time is not None, finishing)
-        self.warm_forks.tick(g.index for g in state.groups if not g.finished)
-        hangs: dict[int, Hang] = {}
-        for g in state.groups:
-            if g.active:
-                self.relay.consume(g, now)
-        for g in state.groups:
-            if g.active:
-                self.watch.reap(g, now)
-        for g in state.groups:
-            if g.active:
-                hang = self.watch.check(g, now)
-                if hang is not None:
-                    hangs[g.index] = hang
-        self.watch.judge(hangs, now)
-        self._integrity_tick(now)
-        self.watch.check_stragglers(now)
-        self.recovery.write_floor()
-        self._lighthouse_recovered()
-        self.recovery.open_launch_gates()
-        self._open_start_gate(now)
-        self._update_hold()
-        for hook in self.hooks:
-            hook.tick(self.control, now)
-        self.takeover.tick(state, self.events)
-        self._save()
-        if state.all_finished():
-            state.status = job_outcome([g.status for g in state.groups], bool(state.regressions))
-            return 0 if state.status == JobStatus.COMPLETED else 1
+        """One turn of the watch loop at ``now``: observe, decide, act (then the passes that take
+        the facts a decision asked for, the hooks and the save); the job's exit code once it has
+        ended, else None."""
+        try:
+            obs = self.observer.observe(now)
+            decision = decide(self.rules, self.state, obs)
+            acted = self._act(now, decision.actions)
+            end = acted.end
+            passes = 1
+            while decision.waiting and end is None and passes < MAX_PASSES:
+                decision = decide_pending(self.rules, self.state, obs, acted.facts)
+                acted = self._act(now, decision.actions)
+                end = acted.end
+                passes += 1
+            if end is not None and end.immediate:
+                return end.code
+            for hook in self.hooks:
+                hook.tick(self.control, now)
+            self._save()
+        except OwnWriteFailed as e:
+            return self._own_write_failed(e)
+        if end is not None:
+            return end.code
         if self._echo:
             self.console.progress(now)
         return None
 
-    # ---------------------------------------------------------------- silent data corruption (controller.integrity)
-    def _integrity_tick(self, now: float) -> None:
-        """Act on the integrity verdicts of this tick (:meth:`Recovery.integrity_verdicts`);
-        write auto's interval and the transport peers for the ranks; quarantine what the
-        checkpoint scrub found."""
-        self.recovery.integrity_verdicts(self.relay.take_verdicts(), now)
-        decided = self.integrity.interval()
-        if decided is not None:
-            every, why, cost = decided
-            atomic_write(self.layout.integrity_every, str(every))
-            self.events.emit(EventKind.INTEGRITY_INTERVAL, every=every, cost_per_step=round(cost, 5), why=why)
-        for found in self.scrub.results():
-            if found["damaged"]:
-                self.events.emit(EventKind.CHECKPOINT_SCRUBBED, steps=found["steps"], seconds=found["seconds"], damaged=len(found["damaged"]))
-            for d in found["damaged"]:
-                group = next((g.index for g in self.state.groups if self.layout.checkpoint(g.index) == d["folder"]), None)
-                if group is not None and os.path.isdir(step_dir(d["folder"], d["step"])):
-                    self.recovery.quarantine_copy(group, d["step"], d["problem"], "the checkpoint scrub")
-        self._publish_transport_peers()
+    def _act(self, now: float, actions: list) -> Any:
+        if self.journal is not None:
+            self.journal.append((now, list(actions)))
+        return self.executor.apply(actions)
 
-    def _publish_transport_peers(self) -> None:
-        """Where each stepping group's ranks serve their state (RunLayout.transport_peers), when
-        it changed: a healing rank fetches a chunk that failed its checksum again from another."""
-        state = self.state
-        newest: dict[tuple[int, int], str] = {}
-        for metadata, owner in state.transport_owner.items():
-            if metadata:
-                newest[owner] = metadata
-        peers = {
-            str(g.index): {str(r): newest[(g.index, r)] for r in range(self.cfg.ft.ranks_per_group) if (g.index, r) in newest}
-            for g in state.groups
-            if g.status == GroupStatus.RUNNING
-        }
-        if peers != state.watch.peers_published:
-            atomic_write_json(self.layout.transport_peers, peers)
-            state.watch.peers_published = peers
-
-    # ---------------------------------------------------------------- gates
-    def _open_start_gate(self, now: float) -> None:
-        """Let the groups at the current gate train once all of them have built their model
-        and loaded their state (or once they waited long enough)."""
-        gate = self.recovery.gate_path
-        if os.path.exists(gate):
-            return
-        waiting = [g for g in self.state.groups if g.start_gate == gate and not g.finished]
-        ready = all(g.active and all(r.model_ready for r in g.ranks) for g in waiting)
-        if start_gate_opens(ready, now - self.state.gate_since, self.cfg.ft.startup_timeout_s):
-            open(gate, "w").close()
-            self.events.emit(EventKind.TRAINING_STARTED, all_groups_ready=ready, full_restarts=self.state.full_restarts)
-
-    def _update_hold(self) -> None:
-        """Groups that finished wait (serving quorums) while any other group still has work."""
-        pending = [g for g in self.state.groups if not g.finished and not g.train_done]
-        hold = self.layout.hold
-        if pending and not os.path.exists(hold):
-            open(hold, "w").close()
-        elif not pending and os.path.exists(hold):
-            os.remove(hold)
-
-    # ---------------------------------------------------------------- the Lighthouse
-    def _restart_lighthouse(self, now: float) -> None:
-        """The Lighthouse died: start it again on the same address. The ranks' Managers
-        keep their groups meanwhile (their quorum calls fail and are retried; see docs/design/lighthouse.md,
-        "The job outlives its controller"); lighthouse_recovered records the survivors'
-        stall, from the last commit before the loss to the first one after it."""
-        state = self.state
-        last = max((r["time"] for r in state.last_commit.values()), default=None)
-        self.events.emit(EventKind.LIGHTHOUSE_LOST, pid=self.lighthouse.pid, address=self.lighthouse.address, **describe_exit(self.lighthouse.exit_code))
-        # The ranks' quorum ids move to a new range before the new Lighthouse answers their
-        # retried quorums (rank.components.lighthouse_epoch).
-        state.lighthouse.epoch += 1
-        atomic_write(self.layout.lighthouse_epoch, str(state.lighthouse.epoch))
-        address = self.lighthouse.restart()
-        self.events.emit(EventKind.LIGHTHOUSE_RESTARTED, address=address, pid=self.lighthouse.pid, down_s=round(self.clock.time() - now, 3))
-        state.lighthouse.outage = LighthouseOutage(now, last, state.job_step)
-
-    def _lighthouse_recovered(self) -> None:
-        state = self.state
-        outage = state.lighthouse.outage
-        if outage is None:
-            return
-        after = [r["time"] for r in state.last_commit.values() if r["time"] > outage.lost]
-        if after:
-            first = min(after)
-            self.events.emit(
-                EventKind.LIGHTHOUSE_RECOVERED,
-                stall_s=round(first - (outage.last_commit or outage.lost), 3),
-                job_step_before=outage.job_step,
-                job_step=state.job_step,
-            )
-            state.lighthouse.outage = None
+    def _own_write_failed(self, e: OwnWriteFailed) -> int:
+        """A file of the controller's own could not be written: the job stops (every group
+        stopped at the shutdown), with one line naming the path and the error."""
+        if self._write_failed is None:
+            self._write_failed = e
+            print(f"monarch_ft: error: {e.line(self.run_dir)}", file=sys.stderr, flush=True)
+        self.state.status = JobStatus.FAILED
+        return 1
 
     # ---------------------------------------------------------------- takeover (monarch_ft.controller.takeover)
     def _take_over(self, now: float) -> None:
-        """Take the job over (``controller.attach=true``): re-adopt live groups, fail the lost
-        ones, adopt (or restart) the Lighthouse."""
+        """Take the job over (``controller.attach=true``): re-adopt live groups, adopt the
+        Lighthouse; the groups with a rank lost are failed at the first tick, once their
+        reports are read (a dead Lighthouse is restarted there too)."""
         state = self.state
         lost = self.takeover.lost(self.events, self._previous.get("controller_pid"), state.job_step, now)
         decisions, failed = self.takeover.adopt(state, self.launcher, relayed_records(self.events.events, self.layout.metrics), now)
@@ -541,18 +492,7 @@ class Supervisor:
             job_step=state.job_step,
         )
         self.takeover.start_heartbeat()
-        if not lighthouse["alive"]:
-            self._restart_lighthouse(now)
-        for g, ranks in failed:
-            # Reports up to now first: what the group did while unsupervised is recorded.
-            self.relay.consume(g, now)
-            # A rank that reported its error (rank_error) before it died was not lost without
-            # a word: it failed, most often because a lost peer broke its collectives (it then
-            # exits within a second). Named apart, so ``ranks`` are the ones that vanished.
-            errored = [rs.rank for rs in g.ranks if rs.error and rs.rank in ranks]
-            vanished = [r for r in ranks if r not in errored]
-            extra = {"errored_ranks": errored} if errored else {}
-            self.recovery.fail_group(g, now, FailureKind.LOST, reason="lost_while_unsupervised", ranks=vanished, **extra)
+        state.watch.lost_on_attach = {g.index: ranks for g, ranks in failed}
         state.status = JobStatus.RUNNING
         self._save()
 
@@ -576,10 +516,10 @@ class Supervisor:
             state.ended_by = reason
             # Its address for the record; the guard (this process's caller) is not adopted: nothing to stop.
             self.lighthouse.adopt(state.lighthouse.address, None, None, None, None)
+            self.executor.apply(decide_close_out(self.rules, state, self.observer.observe(now)).actions)
             for g in state.groups:
                 if not g.ranks:
                     continue
-                self.relay.consume(g, now)
                 for rs in g.ranks:
                     if rs.exited is None:
                         # Gone by now (the guard waited for every rank): 0 if it reported rank_finished.
@@ -600,30 +540,53 @@ class Supervisor:
             self._shutdown()
 
     # ---------------------------------------------------------------- the end
+    def _stop_standbys(self) -> None:
+        """End every standby (job end): SIGTERM, then SIGKILL. Standbys belong to this
+        controller (they die with it, see RankStarter.standby): one that attaches later builds its own."""
+        ranks = [rs for sb in self.state.standby.standbys for rs in sb.ranks]
+        for rs in ranks:
+            if rs.exited is None:
+                rs.proc.send_signal(signal.SIGTERM)
+        for rs in ranks:
+            if rs.exited is None:
+                rs.exited = rs.proc.wait(5.0)
+                if rs.exited is None:
+                    rs.proc.kill()
+                    rs.exited = rs.proc.wait(5.0)
+
+    def _write_own(self, what: Callable[[], None], path: str) -> None:
+        """One of the controller's own writes at the job's end: a failure is one console line
+        (once), never a traceback over the job's end."""
+        try:
+            what()
+        except (OSError, OwnWriteFailed) as e:
+            failure = e if isinstance(e, OwnWriteFailed) else OwnWriteFailed(getattr(e, "filename", None) or path, e)
+            if self._write_failed is None:
+                self._write_failed = failure
+                print(f"monarch_ft: error: {failure.line(self.run_dir)}", file=sys.stderr, flush=True)
+
     def _shutdown(self) -> None:
         state = self.state
-        # Standbys belong to this controller (they die with it, see RankStarter.standby): a
-        # controller that attaches later builds its own.
-        self.standby.stop()
+        self._stop_standbys()
         self.scrub.stop()
         self.control.close()  # CPU limits a fault set: lifted, whatever becomes of the job
         if state.status == JobStatus.DETACHED:
             # The job keeps training: leave every rank and the Lighthouse alone. The fork
             # servers are this controller's (their forked ranks live on, adopted by init).
             self.warm_forks.close()
-            self._save()
-            self.takeover.close(state, self.events, finished=False)
+            self._write_own(self._save, self.layout.controller_state)
+            self._write_own(lambda: self.takeover.close(state, self.events, finished=False), self.layout.controller_state)
             print(
                 f"[monarch_ft] detached: the job keeps training; take it over with controller.attach=true hydra.run.dir={self.run_dir} "
                 f"(its ranks end themselves after controller.lease_s={self.cfg.controller.lease_s:g}s without a controller)",
                 flush=True,
             )
             self.events.close()
-            self._metrics.close()
+            self._write_own(self._metrics.close, self.layout.metrics)
             return
         for g in state.groups:
             if g.ranks and any(r.exited is None for r in g.ranks):
-                self.starter.stop(g, graceful=True)
+                self.starter.stop(g.ranks, graceful=True)
                 if not g.finished:
                     self.events.emit(EventKind.GROUP_STOPPED, group=g.index, attempt=g.attempt, reason=state.status)
         self.warm_forks.close()  # after the ranks: their exit codes come back through it
@@ -631,9 +594,9 @@ class Supervisor:
         if self.lighthouse.proc is not None:
             self.events.emit(EventKind.LIGHTHOUSE_STOPPED)
         if os.path.exists(self.layout.hold):
-            os.remove(self.layout.hold)
+            self._write_own(lambda: os.remove(self.layout.hold), self.layout.hold)
         summary = self.summary()
-        atomic_write(self.layout.summary, json.dumps(summary, indent=2))
+        self._write_own(lambda: atomic_write(self.layout.summary, json.dumps(summary, indent=2)), self.layout.summary)
         for line in rollback_lines(state.rollbacks):
             print(f"[monarch_ft] {line}", flush=True)
         for r in state.steps_redone:
@@ -650,10 +613,12 @@ class Supervisor:
                 flush=True,
             )
         self.events.emit(EventKind.JOB_FINISHED, status=state.status, seconds=summary["wall_time_s"], job_step=state.job_step, steps_lost=summary["steps_lost"])
-        self._save()
-        self.takeover.close(state, self.events, finished=True)
+        self._write_own(self._save, self.layout.controller_state)
+        self._write_own(lambda: self.takeover.close(state, self.events, finished=True), self.layout.controller_state)
         self.events.close()
-        self._metrics.close()
+        if self.events.write_error is not None:
+            self._write_own(self.executor.check_own_writes, self.layout.events)
+        self._write_own(self._metrics.close, self.layout.metrics)
         self.launcher.close()
 
     def summary(self) -> dict[str, Any]:
@@ -663,7 +628,7 @@ class Supervisor:
             self.cfg,
             self.launcher.describe(),
             self.lighthouse.address,
-            self.standby.summary(now),
+            self.state.standby.summary(now),
             self.takeover.summary(self.events.events, self.state.ended_by, now),
             now,
         )

@@ -13,7 +13,7 @@ wrong: the ranks were killed some other way). A process fault never excludes a n
 task wrapper records the rank's exit.
 
 Pure: what happened in, decisions out (unit-tested in tests/unit/test_placement.py);
-:class:`monarch_ft.controller.node_watch.NodeWatch` applies them to the launcher and the
+:mod:`monarch_ft.controller.decide.job` (nodes) and the executor apply them to the launcher and the
 event log.
 """
 
@@ -100,6 +100,9 @@ class NodePool:
     history: list[dict] = field(default_factory=list)
     states: dict[str, str] = field(default_factory=dict)
     placements: int = 0
+    # Pending allocations whose exclusions were asked to change: job id -> the nodes asked (a job
+    # is asked again only for another set).
+    replans: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def exclude(self, node: str, reason: ExclusionReason, now: float, group: int, attempt: int) -> Optional[Exclusion]:
         """Exclude ``node``; None when it already is (the first reason stands)."""

@@ -51,13 +51,14 @@ from typing import ClassVar, Optional, Sequence
 
 from monarch_ft.controller.budget import crash_loop, recent_restarts, restart_backoff
 from monarch_ft.controller.fork_pool import ServerState, first_launch_path, relaunch_path
-from monarch_ft.controller.placement import Suspect
 from monarch_ft.controller.standby_pool import recovery_path
-from monarch_ft.controller.state import GroupState, JobState
+from monarch_ft.controller.state import Failure, FailureKind, GroupState, JobState
 from monarch_ft.controller.stragglers import Straggler, eviction_pays, loss_rate
 from monarch_ft.records.decisions import JobStateLost, StateDecision, decide_state_source, needs_disk
 from monarch_ft.records.events import GiveUpReason, RecoveryPath, StrEnum
 from monarch_ft.records.integrity import INTEGRITY_ROLLBACK
+
+__all__ = ["Failure", "FailureKind"]  # defined with the group state they are part of (controller.state)
 
 
 # ---------------------------------------------------------------- policy
@@ -118,57 +119,6 @@ class RecoveryPolicy:
     @property
     def full_restart(self) -> bool:
         return self.mode == self.FULL_RESTART
-
-
-# ---------------------------------------------------------------- failures
-class FailureKind(StrEnum):
-    """Why a group (or the job) failed, as the planner is told."""
-
-    EXIT = "exit"  # a rank exited non-zero
-    HUNG = "hung"  # a hang verdict (controller.hangs)
-    LOST = "lost_while_unsupervised"  # a rank gone while no controller watched (found by a takeover)
-    # Its ranks could not load the checkpoint they were told to (quarantined): not the
-    # group's fault, so not charged to its restart budget.
-    LOAD_FAILED = "load_failed"
-    STALL = "job_stall"  # every stepping group stalled past ft.stall_timeout_s (the job, no group)
-    # Silent data corruption (controller.integrity): the group's state fingerprint disagreed
-    # with the majority of its peers' (it heals from them like any failed group), or it voted
-    # against ft.suspect_vetoes commits in a row while its state agreed (its compute is bad).
-    CORRUPT = "corrupt"
-    SUSPECT = "suspect"
-    # The replicas' fingerprints disagree with no majority (the job, no group): none is trusted.
-    DIVERGED = INTEGRITY_ROLLBACK
-    # ft.straggler=evict: the group is slow, not failed; the controller fails it so a ready
-    # standby takes its place (RecoveryPlanner.on_straggler).
-    STRAGGLER = "straggler"
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One failure to decide on.
-
-    Args:
-        kind: why.
-        group: the failed group (None: the job as a whole, a stall).
-        startup: the failed attempt's start-up failure (controller.budget.startup_failure): the
-            crash-loop signature, compared with the group's previous one; None: it stepped, or
-            failed otherwise.
-        suspects: the nodes the failure implicates (controller.placement.node_suspicion: every
-            rank on the node lost at once, or the scheduler counts it gone): none where the
-            launcher has no nodes, or for a fault of the processes.
-        at_most: ``DIVERGED``: the newest step the replicas agreed on (no state after it is trusted).
-    """
-
-    kind: FailureKind
-    group: Optional[int] = None
-    startup: Optional[dict] = None
-    suspects: tuple[Suspect, ...] = ()
-    at_most: Optional[int] = None
-
-    @property
-    def charged(self) -> bool:
-        """It counts against the group's restart budget."""
-        return self.kind is not FailureKind.LOAD_FAILED
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 
-from monarch_ft.common.devices import device_problem
-from monarch_ft.common.model_catalog import model_problem
+from monarch_ft.common.devices import cuda_device_count, device_problem, gpu_device_nodes
+from monarch_ft.common.model_catalog import model_problem, param_count, shape_problem
 from monarch_ft.config.job import JobConfig, validate
 from monarch_ft.config.unused import refuse_unused
+from monarch_ft.controller import memory_budget
+from monarch_ft.controller.standby_pool import resolve_standby_groups
 from monarch_ft.launcher import available_launchers, launcher_options, launcher_traits
 from monarch_ft.launcher.hosts import Host
 from monarch_ft.records.errors import ConfigError, require
@@ -32,7 +34,9 @@ def preflight(cfg: JobConfig) -> None:
     )
     launcher_options(cfg.launcher)
     _check_transport_interface(cfg)
-    problem = model_problem(cfg.model.name, cfg.model.flavor)
+    problem = model_problem(cfg.model.name, cfg.model.flavor) or shape_problem(
+        cfg.model.name, cfg.model.flavor, {"vocab_size": cfg.model.vocab_size, **cfg.model.overrides()}
+    )
     require(problem is None, problem or "")
     ft, tr = cfg.ft, cfg.training
     if not launcher_traits(cfg.launcher).ranks_on_this_machine:
@@ -48,6 +52,28 @@ def preflight(cfg: JobConfig) -> None:
             f"{total} ranks ({ft.replica_groups} groups x {ft.ranks_per_group}) exceed what this machine can run "
             f"({limit} = {cores} cores x launcher.max_ranks_per_core): lower ft.replica_groups or ft.ranks_per_group",
         )
+        _check_memory(cfg)
+
+
+def _check_memory(cfg: JobConfig) -> None:
+    """Refuse a job whose ranks' training state cannot fit this host's memory (or, training on
+    GPU, one GPU's): one line with the estimate and the limit (monarch_ft.controller.memory_budget).
+    Only where every rank runs on this machine, whose memory is known here; a model that is
+    not TorchTitan's llama3 is not estimated."""
+    ft, tr, model = cfg.ft, cfg.training, cfg.model
+    params = param_count(model.name, model.flavor, {"vocab_size": model.vocab_size, **model.overrides()})
+    if params is None:
+        return
+    standbys = resolve_standby_groups(ft.standby_groups, launcher_traits(cfg.launcher).default_standby_groups, ft.recovery)
+    if tr.device == "cuda" or (tr.device == "auto" and gpu_device_nodes() and cuda_device_count() > 0):
+        gpus, limit = memory_budget.gpu_memory_bytes()
+        where = "one GPU"
+    else:
+        gpus, limit, where = 0, memory_budget.host_memory_bytes(), "this host"
+    est = memory_budget.estimate(params, ft.ranks_per_group, ft.replica_groups, standbys, gpus)
+    one_group = memory_budget.estimate(params, ft.ranks_per_group, 1, 0, gpus)
+    problem = memory_budget.refusal(f"{model.name}/{model.flavor}", est, limit, where, one_group)
+    require(problem is None, problem or "")
 
 
 def _check_transport_interface(cfg: JobConfig) -> None:

@@ -16,16 +16,30 @@ What is not carried over is declared on the field itself, once:
   caches). A new controller starts its own.
 
 Both keep their default on restore, so both need one.
+
+Every dict is written as a JSON object, whatever its keys: str keys as they are, int keys as
+their digits, other keys (tuples, ``None``, ...) as their own JSON text (``"[41, 0]"``). So
+every value of the record has a path of object keys and list indices, which is what the
+takeover journal's operations name (:mod:`monarch_ft.records.journal`). A map from int
+tuples to strings, the replicas' state hashes per (group, rank), is written by value: each
+hash once, with the runs of keys that hold it (the groups agree, so a step's thousand
+entries are one hash and one run).
+
+:class:`RecordMirror` keeps the record last written part by part and gives the operations
+that bring it up to date, encoding only the parts that may have changed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import types
 import typing
 from enum import Enum
 from typing import Any, Callable, Optional, Union
+
+from monarch_ft.records.journal import diff
 
 # Field metadata key: why a field is not serialised (LIVE or OWN); absent: it is.
 NOT_SAVED = "monarch_ft.not_saved"
@@ -123,9 +137,66 @@ def _make_encoder(kind: Any) -> Callable[[Any], Any]:
         items = [_encoder(a) for a in args]
         return lambda v: [enc(x) for enc, x in zip(items, v)]
     if origin is dict:
-        key, val = (_encoder(args[0]), _encoder(args[1])) if args else (_dynamic, _dynamic)
-        return lambda v: _dict(v, key, val)
+        if not args:
+            return lambda v: _dict(v, _dynamic, _dynamic)
+        if _by_value(kind):
+            return _hashes_to
+        key_text, val = _key_text(args[0]), _encoder(args[1])
+        return lambda v: {key_text(k): val(x) for k, x in v.items()}
     return _dynamic
+
+
+def _by_value(kind: Any) -> bool:
+    """``dict[tuple[int, ...], str]``: written by value (:func:`_hashes_to`)."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) is not dict or len(args) != 2 or args[1] is not str or typing.get_origin(args[0]) is not tuple:
+        return False
+    items = typing.get_args(args[0])
+    return bool(items) and all(a is int for a in items if a is not Ellipsis)
+
+
+def _hashes_to(value: dict) -> dict[str, list[list[int]]]:
+    """Each value once, with the runs of keys that hold it: ``[first, *rest, count]`` stands for
+    the ``count`` keys ``(first + i, *rest)``. Keys sorted by their tail, then their head."""
+    by_value: dict[str, list[tuple[int, ...]]] = {}
+    for k, v in value.items():
+        by_value.setdefault(v, []).append(k)
+    out: dict[str, list[list[int]]] = {}
+    for v, keys in by_value.items():
+        runs: list[list[int]] = []
+        for k in sorted(keys, key=lambda k: (k[1:], k[0])):
+            last = runs[-1] if runs else None
+            if last is not None and tuple(last[1:-1]) == tuple(k[1:]) and last[0] + last[-1] == k[0]:
+                last[-1] += 1
+            else:
+                runs.append([k[0], *k[1:], 1])
+        out[v] = runs
+    return out
+
+
+def _hashes_from(data: Any) -> dict[tuple[int, ...], str]:
+    if isinstance(data, list):  # [key, value] pairs (an older file)
+        return {tuple(k): v for k, v in data}
+    out: dict[tuple[int, ...], str] = {}
+    for v, runs in data.items():
+        for run in runs:
+            first, rest, count = run[0], tuple(run[1:-1]), run[-1]
+            for i in range(count):
+                out[(first + i, *rest)] = v
+    return out
+
+
+def _key_text(kind: Any) -> Callable[[Any], str]:
+    """A dict key as an object key: str (and str enums) as they are, int as its digits, any other
+    key as the JSON text of its encoding."""
+    if kind is str or (isinstance(kind, type) and issubclass(kind, str)):
+        return lambda k: k.value if isinstance(k, Enum) else k
+    if kind is int:
+        return str
+    if typing.get_origin(kind) is tuple and all(a is int for a in typing.get_args(kind)):
+        return lambda k: "[" + ", ".join(map(str, k)) + "]"  # json.dumps's text, at a fraction of its cost
+    enc = _encoder(kind)
+    return lambda k: json.dumps(enc(k))
 
 
 def _sorted(items: list) -> list:
@@ -136,8 +207,8 @@ def _sorted(items: list) -> list:
 
 
 def _dict(value: dict, key: Callable[[Any], Any], val: Callable[[Any], Any]) -> Any:
-    """Str keys as an object's; int keys as an object's too, as strings; other keys (tuples,
-    None) as [key, value] pairs."""
+    """A dict no annotation types (by its values' own types): str keys as an object's; int keys
+    as an object's too, as strings; other keys (tuples, None) as [key, value] pairs."""
     if all(isinstance(k, str) for k in value):
         return {(k.value if isinstance(k, Enum) else k): val(v) for k, v in value.items()}
     if all(isinstance(k, int) and not isinstance(k, bool) for k in value):
@@ -198,16 +269,23 @@ def from_record(kind: Any, data: Any) -> Any:
     if origin is dict or kind is dict:
         if not args:
             return dict(data)
+        if _by_value(kind):
+            return _hashes_from(data)
         key, val = args
-        pairs = data.items() if isinstance(data, dict) else data
-        return {_key_from(key, k): from_record(val, v) for k, v in pairs}
+        if isinstance(data, dict):
+            return {_key_from(key, k): from_record(val, v) for k, v in data.items()}
+        # [key, value] pairs: how files before keyed objects wrote keys other than str and int.
+        return {from_record(key, k): from_record(val, v) for k, v in data}
     return data
 
 
-def _key_from(kind: Any, key: Any) -> Any:
-    if kind is int and isinstance(key, str):
+def _key_from(kind: Any, key: str) -> Any:
+    """An object key back to ``kind`` (:func:`_key_text`'s inverse)."""
+    if kind is str or (isinstance(kind, type) and issubclass(kind, str)):
+        return from_record(kind, key)
+    if kind is int:
         return int(key)
-    return from_record(kind, key)
+    return from_record(kind, json.loads(key))
 
 
 def _dataclass_from(cls: type, data: dict) -> Any:
@@ -221,6 +299,219 @@ def _dataclass_from(cls: type, data: dict) -> Any:
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ValueError(f"{cls.__name__}.{f.name} is missing from the snapshot")
     return cls(**kwargs)
+
+
+# ---------------------------------------------------------------- the record, kept up to date
+class _Part(Enum):
+    """How :class:`RecordMirror` keeps a field of the record."""
+
+    ITEMS = "items"  # a list of dataclasses: item by item, only those it is told may have changed
+    KEYED = "keyed"  # a dict: key by key
+    WHOLE = "whole"  # anything else: encoded and compared whole
+
+
+class _Check(Enum):
+    """How a dict's value is told unchanged without encoding it."""
+
+    SAME = "same"  # a record (bare dict, list or Any): replaced, never changed in place: by identity
+    EQUAL = "equal"  # plain data (no dataclass): == against a copy of what was written
+    ENCODED = "encoded"  # holds dataclasses: encoded, then == against what was written
+
+
+_MISSING = object()
+
+
+def _is_plain(kind: Any) -> bool:
+    """No dataclass anywhere in ``kind``: a value of it compares with ``==`` as its record would."""
+    if any(kind is k for k in _AS_IS):
+        return True
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return True
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return False
+    origin = typing.get_origin(kind)
+    if origin in (Union, list, set, frozenset, tuple, dict) or (hasattr(types, "UnionType") and isinstance(kind, getattr(types, "UnionType"))):
+        return all(_is_plain(a) for a in typing.get_args(kind) if a is not Ellipsis)
+    return False
+
+
+def _copy(value: Any) -> Any:
+    """A copy of plain data sharing no container with ``value`` (its scalars are immutable)."""
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copy(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_copy(v) for v in value)
+    if isinstance(value, (set, frozenset)):
+        return type(value)(_copy(v) for v in value)
+    return value
+
+
+def _immutable(kind: Any) -> bool:
+    """A value of ``kind`` cannot change in place (scalars, enums, tuples and frozensets of them)."""
+    if any(kind is k for k in (int, float, str, bool, type(None))):
+        return True
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return True
+    origin = typing.get_origin(kind)
+    if origin in (Union, tuple, frozenset) or (hasattr(types, "UnionType") and isinstance(kind, getattr(types, "UnionType"))):
+        return all(_immutable(a) for a in typing.get_args(kind) if a is not Ellipsis)
+    return False
+
+
+def _copier(kind: Any) -> Callable[[Any], Any]:
+    """A copy function for plain values of ``kind``, as shallow as the type allows (a dict of
+    strings is copied by ``dict``, in C)."""
+    if _immutable(kind):
+        return _same
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin is dict and args:
+        if _immutable(args[1]):
+            return dict
+        inner = _copier(args[1])
+        return lambda v: {k: inner(x) for k, x in v.items()}
+    if origin is list and args:
+        if _immutable(args[0]):
+            return list
+        item = _copier(args[0])
+        return lambda v: [item(x) for x in v]
+    if origin is set and args:
+        return set
+    return _copy
+
+
+class RecordMirror:
+    """The record of a dataclass value as last written (:func:`to_record`'s output), kept part by
+    part, and the operations (:func:`monarch_ft.records.journal.diff`) that bring it up to the
+    value's state now.
+
+    Why: encoding a thousand groups' state every tick costs more than the rest of the tick, and
+    little of it changed. So only what may have changed is encoded:
+
+    - a field holding a list of dataclasses (the groups): item by item, and :meth:`update` may
+      be told which items may have changed (the others are not looked at);
+    - a field holding a dict: key by key. A value of plain data (no dataclass in its type) is
+      compared as it is with a copy of what was written (``==``, in C) and encoded only when
+      it differs; a value holding dataclasses is encoded and compared;
+    - any other field: encoded and compared whole (against a copy).
+
+    A value annotated as a bare ``dict``, ``list`` or ``Any`` (a rank's record, an error) is
+    taken to be replaced when it changes, never changed in place: the mirror's record holds it
+    by reference, and a dict's such values are compared by identity. The test suites check
+    every save's files against the whole snapshot (``Takeover.verify``), which finds a value
+    changed in place and a change :meth:`update` was not told of.
+
+    Args:
+        cls: the dataclass whose values are mirrored (the job state).
+    """
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+        self.record: dict[str, Any] = {}
+        # Per KEYED field: the raw value last written per object key (a copy, or the value
+        # itself for SAME), and each raw key's object key (encoding a tuple key costs).
+        self._raw: dict[str, dict[str, Any]] = {}
+        self._keys: dict[str, dict[Any, str]] = {}
+        hints = _hints(cls)
+        self._plan: list[tuple[str, _Part, Any]] = []
+        for f in saved_fields(cls):
+            kind = hints[f.name]
+            origin, args = typing.get_origin(kind), typing.get_args(kind)
+            if origin is list and args and isinstance(args[0], type) and dataclasses.is_dataclass(args[0]):
+                self._plan.append((f.name, _Part.ITEMS, _encoder(args[0])))
+            elif origin is dict and args and not _by_value(kind):
+                val = args[1]
+                if any(val is k for k in (dict, list, Any, object)):
+                    check, copy = _Check.SAME, _same
+                elif _is_plain(val):
+                    check, copy = _Check.EQUAL, _copier(val)
+                else:
+                    check, copy = _Check.ENCODED, _same
+                self._plan.append((f.name, _Part.KEYED, (_key_text(args[0]), _encoder(val), check, copy)))
+            else:
+                self._plan.append((f.name, _Part.WHOLE, _encoder(kind)))
+
+    @property
+    def names(self) -> list[str]:
+        """The record's keys that are the fields'."""
+        return [name for name, _, _ in self._plan]
+
+    def update(self, value: Any, items: Optional[Any] = None) -> list[list]:
+        """Bring the record up to ``value``; the operations that did it (none the first time: the
+        record is then built whole).
+
+        Args:
+            value: the dataclass value (of ``cls``).
+            items: the indices of the items of the list-of-dataclasses fields that may have
+                changed since the last update (None: any may have).
+        """
+        ops: list[list] = []
+        first = not self.record
+        rec = self.record
+        for name, part, how in self._plan:
+            raw = getattr(value, name)
+            if part is _Part.ITEMS:
+                old = rec.get(name)
+                if old is None or len(old) != len(raw):
+                    new = [how(x) for x in raw]
+                    if old is not None:
+                        ops.append([[name], new])
+                    rec[name] = new
+                    continue
+                for i in range(len(raw)) if items is None else sorted({i for i in items if 0 <= i < len(raw)}):
+                    enc = how(raw[i])
+                    if enc != old[i]:
+                        diff(old[i], enc, [name, i], ops)
+                        old[i] = enc
+            elif part is _Part.KEYED:
+                self._update_keyed(name, raw, how, ops, first)
+            else:
+                enc = how(raw)
+                if first or name not in rec:
+                    if not first:
+                        ops.append([[name], enc])
+                    rec[name] = _copy(enc)
+                elif not (type(enc) is type(rec[name]) and enc == rec[name]):
+                    diff(rec[name], enc, [name], ops)
+                    rec[name] = _copy(enc)
+        return ops
+
+    def _update_keyed(self, name: str, raw: dict, how: tuple, ops: list[list], first: bool) -> None:
+        key_text, enc_val, check, copy = how
+        shadow = self.record.setdefault(name, {})
+        kept = self._raw.setdefault(name, {})
+        keys = self._keys.setdefault(name, {})
+        before = len(shadow)
+        matched = 0
+        for k, v in raw.items():
+            t = keys.get(k)
+            if t is None:
+                t = keys[k] = key_text(k)
+            prev = kept.get(t, _MISSING)
+            if prev is not _MISSING:
+                matched += 1
+                if check is _Check.SAME and prev is v:
+                    continue
+                if check is _Check.EQUAL and type(prev) is type(v) and prev == v:
+                    continue
+            enc = enc_val(v)
+            if t in shadow:
+                if check is _Check.ENCODED and enc == shadow[t]:
+                    continue
+                diff(shadow[t], enc, [name, t], ops)
+            elif not first:
+                ops.append([[name, t], enc])
+            shadow[t] = enc
+            kept[t] = copy(v) if check is not _Check.ENCODED else True
+        if matched < before:  # keys gone
+            live = {keys[k] for k in raw}
+            for t in [t for t in shadow if t not in live]:
+                del shadow[t]
+                kept.pop(t, None)
+                ops.append([[name, t]])
+            if len(keys) > 2 * len(raw) + 16:
+                self._keys[name] = {k: keys[k] for k in raw}
 
 
 # ---------------------------------------------------------------- checks

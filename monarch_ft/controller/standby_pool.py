@@ -28,10 +28,11 @@ tests/unit/test_standby.py) and the pool's bookkeeping. The waiting rank's side 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Optional, Sequence
 
+from monarch_ft.controller.snapshot import own
 from monarch_ft.records.decisions import Promotion, StateDecision
-from monarch_ft.records.events import EventKind, RecoveryPath, StandbyStatus
+from monarch_ft.records.events import RecoveryPath, StandbyStatus
 
 # Niceness of a standby while it builds and waits: below the training ranks (0), so a
 # standby being (re)built in the background does not slow the job it protects.
@@ -145,7 +146,7 @@ def build_promotion(layout: Any, standby: int, group: int, attempt: int, ranks: 
     )
 
 
-# ---------------------------------------------------------------- the supervisor's pool
+# ---------------------------------------------------------------- the pool
 @dataclass
 class Standby:
     """One standby group in the pool.
@@ -153,7 +154,9 @@ class Standby:
     Args:
         number: its number (one per standby ever launched; names its files).
         slot: the host/device slot it was placed on (a simulated host of its own).
-        ranks: its ranks' supervisor-side states (controller.state.RankState).
+        ranks: its ranks' supervisor-side states (controller.state.RankState), filled in by the
+            executor when it starts them.
+        launched_at: when it was launched.
     """
 
     number: int
@@ -167,10 +170,13 @@ class Standby:
 
 @dataclass
 class StandbyPoolState:
-    """What the job knows of its standbys beyond the live ones, which die with their
-    controller (a controller that attaches builds its own): the counts ``summary.json``
-    reports, builds lost in a row, and the clock of time without a ready one. Part of the
-    job's state (:class:`monarch_ft.controller.state.JobState`), so the counts cover the job."""
+    """The job's standbys. The live ones die with their controller (a controller that attaches
+    builds its own: ``standbys`` and the numbering are its own); the counts ``summary.json``
+    reports, builds lost in a row and the clock of time without a ready one are the job's
+    (:class:`monarch_ft.controller.state.JobState`), so they cover the whole job.
+
+    Its decisions are :mod:`monarch_ft.controller.decide.pools`; starting and stopping its ranks,
+    :mod:`monarch_ft.controller.act`."""
 
     launched: int = 0
     promoted: int = 0
@@ -178,152 +184,27 @@ class StandbyPoolState:
     failed_builds: int = 0  # lost while building, in a row (see MAX_FAILED_BUILDS)
     ready_s: list[float] = field(default_factory=list)  # launch -> ready, per standby
     clock: UnreadyClock = field(default_factory=UnreadyClock)
-
-
-class StandbyPool:
-    """The supervisor's standby groups: launch, readiness, loss, promotion, and the clock of
-    time without a ready one. The supervisor applies what this decides; it launches
-    through ``launch`` (a callable that writes the specs and starts the ranks).
-
-    Args:
-        wanted: standby groups to keep (resolve_standby_groups).
-        first_slot: the first host/device slot a standby may use (after the groups').
-        emit: the event log's emit.
-        launch: ``launch(number, slot, now) -> list of RankState``.
-        first_number: the first standby number to use (RunLayout.next_standby_number: a
-            controller that attached numbers its standbys after its predecessors').
-        state: the job's :class:`StandbyPoolState` (a new one when not given).
-    """
-
-    def __init__(
-        self,
-        wanted: int,
-        first_slot: int,
-        emit: Callable[..., Any],
-        launch: Callable[[int, int, float], list],
-        first_number: int = 0,
-        state: Optional[StandbyPoolState] = None,
-    ) -> None:
-        self.wanted = wanted
-        self.first_number = first_number
-        self.first_slot = first_slot
-        self._emit = emit
-        self._launch = launch
-        self.standbys: list[Standby] = []
-        self.state = state if state is not None else StandbyPoolState()
-        self.state.clock.wanted = wanted
-        self._launched_here = 0  # by this controller: numbers and slots follow from it
-
-    @property
-    def launched(self) -> int:
-        return self.state.launched
-
-    @property
-    def promoted(self) -> int:
-        return self.state.promoted
-
-    @property
-    def lost(self) -> int:
-        return self.state.lost
+    # ---- this controller's own
+    # Standby groups to keep (resolve_standby_groups).
+    wanted: int = own(0)
+    # The live standbys, oldest first.
+    standbys: list[Standby] = own(default_factory=list)
+    # The first host/device slot a standby may use (after the groups'), the first number this
+    # controller gives (RunLayout.next_standby_number: after its predecessors'), and how many it
+    # launched (numbers and slots follow from it).
+    first_slot: int = own(0)
+    first_number: int = own(0)
+    launched_here: int = own(0)
 
     def ready(self) -> list[Standby]:
         return [s for s in self.standbys if s.status == StandbyStatus.READY]
-
-    def tick(self, now: float, training_started: bool, job_finishing: bool) -> None:
-        """Read the standbys' reports, replace lost ones, start missing ones."""
-        for sb in list(self.standbys):
-            for rs in sb.ranks:
-                for rec in rs.tail.read():
-                    if rec.get("type") == "event" and rec.get("event") == "standby_ready":
-                        sb.ready_ranks.add(rec["rank"])
-                if rs.exited is None:
-                    rs.exited = rs.proc.poll()
-            reason = standby_loss([rs.exited for rs in sb.ranks])
-            if reason is not None:
-                self._lose(sb, reason)
-                continue
-            if sb.status == StandbyStatus.BUILDING and len(sb.ready_ranks) == len(sb.ranks):
-                sb.status, sb.ready_at = StandbyStatus.READY, now
-                self.state.failed_builds = 0
-                self.state.ready_s.append(now - sb.launched_at)
-                self._emit(EventKind.STANDBY_READY, standby=sb.number, slot=sb.slot, build_s=round(now - sb.launched_at, 3))
-        for _ in range(standbys_to_launch(self.wanted, len(self.standbys), training_started, job_finishing, self.state.failed_builds)):
-            number = self.first_number + self._launched_here
-            self._launched_here += 1
-            self.state.launched += 1
-            sb = Standby(number, self.first_slot + number - self.first_number, [], now)
-            sb.ranks = self._launch(number, sb.slot, now)
-            self.standbys.append(sb)
-            forked = bool(sb.ranks) and all(rs.proc.forked for rs in sb.ranks)
-            pids = [rs.proc.pid for rs in sb.ranks]
-            self._emit(EventKind.STANDBY_LAUNCHED, standby=number, slot=sb.slot, niceness=STANDBY_NICENESS, pids=pids, forked=forked)
-        self.state.clock.update(now, len(self.ready()), training_started and not job_finishing)
-
-    def _lose(self, sb: Standby, reason: str) -> None:
-        for rs in sb.ranks:
-            if rs.exited is None or rs.proc.poll() is None:
-                rs.proc.kill()
-                rs.exited = rs.proc.wait(10.0)
-        self.state.failed_builds = 0 if sb.ready_at is not None else self.state.failed_builds + 1
-        sb.status = StandbyStatus.LOST
-        self.standbys.remove(sb)
-        self.state.lost += 1
-        self._emit(
-            EventKind.STANDBY_LOST,
-            standby=sb.number,
-            reason=reason,
-            was_ready=sb.ready_at is not None,
-            rebuild=self.state.failed_builds < MAX_FAILED_BUILDS,
-        )
 
     def ready_numbers(self) -> list[int]:
         """The ready standbys' numbers, the longest ready first (the one a promotion takes)."""
         return [s.number for s in sorted(self.ready(), key=lambda s: s.ready_at or 0.0)]
 
-    def claim(self, number: int, now: float, os_state: Callable[[Optional[int]], Optional[str]]) -> Optional[Standby]:
-        """Standby ``number``, removed from the pool (its ranks now belong to a group), if it
-        is ready, alive and runnable; a dead or stopped one found here is lost, never promoted."""
-        sb = next((s for s in self.ready() if s.number == number), None)
-        if sb is None:
-            return None
-        codes = [rs.proc.poll() if rs.exited is None else rs.exited for rs in sb.ranks]
-        reason = standby_loss(codes, [os_state(rs.proc.pid) for rs in sb.ranks])
-        if reason is not None:
-            self._lose(sb, reason)
-            return None
-        sb.status = StandbyStatus.PROMOTED
-        self.standbys.remove(sb)
-        self.state.promoted += 1
-        self.state.clock.update(now, len(self.ready()), True)
-        return sb
-
-    def put_back(self, sb: Standby) -> None:
-        """A claimed standby not promoted after all (the job stopped first): stopped with the pool."""
-        self.standbys.append(sb)
-
-    def take(self, now: float, os_state: Callable[[Optional[int]], Optional[str]]) -> Optional[Standby]:
-        """The oldest ready standby that is alive and runnable (see :meth:`claim`), or None."""
-        for number in self.ready_numbers():
-            sb = self.claim(number, now, os_state)
-            if sb is not None:
-                return sb
-        return None
-
-    def stop(self) -> None:
-        """End every standby (job end): SIGTERM, then SIGKILL."""
-        import signal
-
-        for sb in self.standbys:
-            for rs in sb.ranks:
-                if rs.exited is None:
-                    rs.proc.send_signal(signal.SIGTERM)
-        for sb in self.standbys:
-            for rs in sb.ranks:
-                if rs.exited is None:
-                    rs.exited = rs.proc.wait(5.0)
-                    if rs.exited is None:
-                        rs.proc.kill()
-                        rs.exited = rs.proc.wait(5.0)
+    def find(self, number: int) -> Optional[Standby]:
+        return next((s for s in self.standbys if s.number == number), None)
 
     def summary(self, now: float) -> dict:
         return {
@@ -331,8 +212,8 @@ class StandbyPool:
             "launched": self.launched,
             "promoted": self.promoted,
             "lost": self.lost,
-            "build_s": [round(s, 2) for s in self.state.ready_s],
+            "build_s": [round(s, 2) for s in self.ready_s],
             # How long the job trained with no ready standby (first build, rebuilds after a promotion or a loss).
-            "seconds_without_ready_standby": round(self.state.clock.seconds(now), 3),
-            "spells_without_ready_standby": self.state.clock.spells,
+            "seconds_without_ready_standby": round(self.clock.seconds(now), 3),
+            "spells_without_ready_standby": self.clock.spells,
         }

@@ -27,12 +27,13 @@ from monarch_ft.controller.fork_pool import ForkPoolState
 from monarch_ft.controller.hangs import CpuSample, OsSample, StepTimeLearner
 from monarch_ft.controller.integrity import IntegrityState
 from monarch_ft.controller.ledger import CommitLedger
-from monarch_ft.controller.placement import NodePool
+from monarch_ft.controller.placement import NodePool, Suspect
 from monarch_ft.controller.snapshot import live, own
 from monarch_ft.controller.standby_pool import StandbyPoolState
 from monarch_ft.controller.stragglers import StragglerWatch
 from monarch_ft.launcher.base import RankLaunch, RankProcess
-from monarch_ft.records.events import GiveUpReason, GroupStatus, JobStatus
+from monarch_ft.records.events import GiveUpReason, GroupStatus, JobStatus, StrEnum
+from monarch_ft.records.integrity import INTEGRITY_ROLLBACK
 from monarch_ft.records.reports import ReportTail
 
 # The snapshot's version: a controller refuses (one line) to take over a job whose
@@ -42,13 +43,15 @@ STATE_VERSION = 2
 
 
 # ---------------------------------------------------------------- a group's status
-# Every status a group may move to from each status. WAITING -> WAITING: a full restart
-# reschedules a group already waiting; STARTING/RUNNING -> STARTING: a standby promoted in
-# place of a failed group. DONE and GIVEN_UP are final.
+# Every status a group may move to from each status. A failed group is STOPPED first (its
+# ranks killed), then given its next step: WAITING for a relaunch, STARTING (a standby promoted
+# in its place), GIVEN_UP. WAITING -> WAITING: a full restart reschedules a group already
+# waiting. DONE and GIVEN_UP are final.
 TRANSITIONS: dict[GroupStatus, frozenset[GroupStatus]] = {
     GroupStatus.WAITING: frozenset({GroupStatus.STARTING, GroupStatus.WAITING, GroupStatus.GIVEN_UP}),
-    GroupStatus.STARTING: frozenset({GroupStatus.RUNNING, GroupStatus.STARTING, GroupStatus.WAITING, GroupStatus.DONE, GroupStatus.GIVEN_UP}),
-    GroupStatus.RUNNING: frozenset({GroupStatus.STARTING, GroupStatus.WAITING, GroupStatus.DONE, GroupStatus.GIVEN_UP}),
+    GroupStatus.STARTING: frozenset({GroupStatus.RUNNING, GroupStatus.STOPPED, GroupStatus.DONE}),
+    GroupStatus.RUNNING: frozenset({GroupStatus.STOPPED, GroupStatus.DONE}),
+    GroupStatus.STOPPED: frozenset({GroupStatus.WAITING, GroupStatus.STARTING, GroupStatus.GIVEN_UP}),
     GroupStatus.DONE: frozenset(),
     GroupStatus.GIVEN_UP: frozenset(),
 }
@@ -60,6 +63,57 @@ class IllegalTransition(RuntimeError):
 
 def can_transition(src: GroupStatus, dst: GroupStatus) -> bool:
     return dst in TRANSITIONS[src]
+
+
+# ---------------------------------------------------------------- failures
+class FailureKind(StrEnum):
+    """Why a group (or the job) failed, as the planner is told."""
+
+    EXIT = "exit"  # a rank exited non-zero
+    HUNG = "hung"  # a hang verdict (controller.hangs)
+    LOST = "lost_while_unsupervised"  # a rank gone while no controller watched (found by a takeover)
+    # Its ranks could not load the checkpoint they were told to (quarantined): not the
+    # group's fault, so not charged to its restart budget.
+    LOAD_FAILED = "load_failed"
+    STALL = "job_stall"  # every stepping group stalled past ft.stall_timeout_s (the job, no group)
+    # Silent data corruption (controller.integrity): the group's state fingerprint disagreed
+    # with the majority of its peers' (it heals from them like any failed group), or it voted
+    # against ft.suspect_vetoes commits in a row while its state agreed (its compute is bad).
+    CORRUPT = "corrupt"
+    SUSPECT = "suspect"
+    # The replicas' fingerprints disagree with no majority (the job, no group): none is trusted.
+    DIVERGED = INTEGRITY_ROLLBACK
+    # ft.straggler=evict: the group is slow, not failed; the controller fails it so a ready
+    # standby takes its place (RecoveryPlanner.on_straggler).
+    STRAGGLER = "straggler"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failure to decide on.
+
+    Args:
+        kind: why.
+        group: the failed group (None: the job as a whole, a stall).
+        startup: the failed attempt's start-up failure (controller.budget.startup_failure): the
+            crash-loop signature, compared with the group's previous one; None: it stepped, or
+            failed otherwise.
+        suspects: the nodes the failure implicates (controller.placement.node_suspicion: every
+            rank on the node lost at once, or the scheduler counts it gone): none where the
+            launcher has no nodes, or for a fault of the processes.
+        at_most: ``DIVERGED``: the newest step the replicas agreed on (no state after it is trusted).
+    """
+
+    kind: FailureKind
+    group: Optional[int] = None
+    startup: Optional[dict] = None
+    suspects: tuple[Suspect, ...] = ()
+    at_most: Optional[int] = None
+
+    @property
+    def charged(self) -> bool:
+        """It counts against the group's restart budget."""
+        return self.kind is not FailureKind.LOAD_FAILED
 
 
 # ---------------------------------------------------------------- a rank
@@ -151,6 +205,27 @@ class RankState:
 
 # ---------------------------------------------------------------- a group
 @dataclass
+class LaunchPlan:
+    """How a group's next attempt starts: set where its launch is scheduled (the job's start or
+    resume, a relaunch after a failure, a full restart), read once, at its launch.
+
+    Args:
+        at: not before this time (the relaunch's backoff).
+        load_step: the checkpoint step the attempt loads before it reports ``model_ready``: -1 the
+            latest (``checkpoint.resume``), N that step (a full restart), None nothing (it heals from
+            a peer, or starts afresh).
+        load_path: the verified step directory it loads ``load_step`` from (None: its own folder's copy).
+        start_gate: the shared start gate it waits at before its first step (the job's start, a
+            full restart); "" for a live relaunch, which waits at a launch gate of its own.
+    """
+
+    at: float = 0.0
+    load_step: Optional[int] = None
+    load_path: Optional[str] = None
+    start_gate: str = ""
+
+
+@dataclass
 class GroupState:
     """One replica group. Its status changes through :meth:`move` only."""
 
@@ -159,29 +234,28 @@ class GroupState:
     # ---- its attempts
     attempt: int = -1
     restarts: int = 0
-    next_launch: float = 0.0
     launched_at: float = 0.0
     ranks: list[RankState] = field(default_factory=list)
+    # How its next attempt starts (LaunchPlan): the one place a scheduled launch is described.
+    plan: LaunchPlan = field(default_factory=LaunchPlan)
+    # Its failure, stopped and not yet answered (status STOPPED: the facts its recovery needs are
+    # being found), or None.
+    failure: Optional[Failure] = None
     # ---- its progress
     last_step: int = -1
     train_done: bool = False
     first_loss: Optional[float] = None
     last_loss: Optional[float] = None
-    # ---- where its next launch's state comes from
-    # Checkpoint step the next launch loads before it reports model_ready: -1 the latest
-    # (checkpoint.resume), N that step (a full restart), None nothing (it heals or starts);
-    # and the verified step directory it loads it from (None: its own folder's copy).
-    load_step: Optional[int] = None
-    load_path: Optional[str] = None
+    # ---- where the current attempt's state comes from
+    # The gate its ranks wait at before their first step: a shared start gate (first launch,
+    # full restart) or its own launch gate (a live relaunch).
+    gate: str = ""
+    # Its own launch gate was opened (the decision on its state source is written).
+    gate_decided: bool = False
     # The disk checkpoint this attempt was told to load (step, step directory), and its
     # ranks' checkpoint_load_failed report if the load raised.
     loading: Optional[tuple[int, str]] = None
     load_failure: Optional[dict] = None
-    # The gate the next launch waits at before its first step: a shared start gate (first
-    # launch, full restart) or its own launch gate (a live relaunch).
-    start_gate: str = ""
-    # Its own launch gate was opened (the decision on its state source is written).
-    gate_decided: bool = False
     # ---- its restart budget and crash-loop rule (controller.budget)
     # When it was relaunched, within the restart budget's window (controller.budget.recent_restarts).
     restart_times: list[float] = field(default_factory=list)
@@ -231,6 +305,19 @@ class GroupState:
 
 
 # ---------------------------------------------------------------- the job's other parts
+@dataclass
+class PendingRestart:
+    """A full restart decided (every group stopped), waiting for its checkpoint step: the
+    group whose failure triggered it (None: the job's), why (``full_restart``, ``job_stall``,
+    ``replicas_diverged``), whether it counts against the restart budget, and the newest step
+    it may go back to (an integrity rollback's)."""
+
+    failed_group: Optional[int]
+    trigger: str
+    charged: bool = True
+    at_most: Optional[int] = None
+
+
 @dataclass
 class LighthouseOutage:
     """The Lighthouse was lost at ``lost``: the survivors' stall is measured from the newest
@@ -315,6 +402,22 @@ class WatchState:
     floor_written: int = -1
     # The transport peers last written for the ranks (RunLayout.transport_peers).
     peers_published: Optional[dict] = None
+    # When each group's first launch began to wait for its host's fork server.
+    first_wait: dict[int, float] = field(default_factory=dict)
+    # Each group's last hang verdict (when, its attempt, the verdict): what a group not sampled
+    # this tick is judged on (controller.decide.failures.judge_group).
+    hangs_seen: dict[int, tuple[float, int, Any]] = field(default_factory=dict)
+    # When each group was last judged by the hang model.
+    judged_at: dict[int, float] = field(default_factory=dict)
+    # The CPU stragglers found at the last step taken (controller.decide.slow; None: not yet).
+    cpu_stragglers: Optional[list] = None
+    # The state hashes of steps below this were pruned (controller.decide.reports._record_commit).
+    hashes_pruned_below: int = -1
+    # The shared start gate this controller opened last ("" : none yet).
+    gate_opened: str = ""
+    # Groups this controller found, on taking the job over, with ranks gone: group -> those ranks
+    # (failed at its first tick, once their reports are read).
+    lost_on_attach: dict[int, list[int]] = field(default_factory=dict)
     # Its ticks and its CPU seconds (summary.json's controller.watch_loop).
     cost: WatchCost = field(default_factory=WatchCost)
 
@@ -336,6 +439,8 @@ class JobState:
     # generation began.
     full_restarts: int = 0
     gate_since: float = 0.0
+    # A full restart whose groups are stopped and whose checkpoint step is being found (None: none).
+    restart_pending: Optional[PendingRestart] = None
     # ---- its committed steps (controller.ledger)
     ledger: CommitLedger = field(default_factory=CommitLedger)
     # Each time it went back to a disk checkpoint (no group held its state), each commit below
@@ -401,7 +506,7 @@ class JobState:
     @classmethod
     def new(cls, groups: int, run_dir: str, config: dict, start_gate: str) -> "JobState":
         """A job about to start: ``groups`` groups waiting at the first shared ``start_gate``."""
-        return cls(run_dir=run_dir, config=config, groups=[GroupState(i, start_gate=start_gate) for i in range(groups)])
+        return cls(run_dir=run_dir, config=config, groups=[GroupState(i, plan=LaunchPlan(start_gate=start_gate)) for i in range(groups)])
 
     @property
     def job_step(self) -> int:
@@ -409,8 +514,10 @@ class JobState:
         return self.ledger.job_step
 
     def live_peers(self, group: Optional[int]) -> tuple[int, ...]:
-        """Groups other than ``group`` stepping in the job now (they hold its state); not one
-        whose rank has died, though its failure is judged later in the tick (:meth:`GroupState.failing`)."""
+        """Groups other than ``group`` stepping in the job now (they hold its state). Every failure
+        of a tick is judged (its group stopped) before any recovery is planned; a group with a rank
+        exited non-zero is left out all the same (:meth:`GroupState.failing`): it holds the job's
+        state for nobody, whatever the order of the decisions."""
         return tuple(g.index for g in self.groups if g.index != group and g.status == GroupStatus.RUNNING and not g.failing())
 
     def all_finished(self) -> bool:

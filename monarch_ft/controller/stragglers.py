@@ -52,6 +52,12 @@ KEEP_WINDOWS = 10
 # STRONG_FACTOR x ft.straggler_factor.
 MOST_SHARE = 0.8
 STRONG_FACTOR = 2.0
+# A group slower for longer is named on fewer of its steps (see _verdict): over SUSTAINED_WINDOWS
+# windows, this share of the steps slow and the median per-step ratio at least SUSTAINED_FACTOR x
+# ft.straggler_factor.
+SUSTAINED_WINDOWS = 2
+SUSTAINED_SHARE = 0.7
+SUSTAINED_FACTOR = 4 / 3
 
 # The link probe (find_link_stragglers, probe_due). Bytes timed each way per rank: well past a
 # token bucket's burst (tc tbf's 4 KiB), a fraction of a millisecond on a healthy link of a
@@ -153,18 +159,46 @@ def _mbit_s(seconds: float) -> Optional[float]:
     return round(PROBE_BYTES * 8 / seconds / 1e6, 2) if seconds > 0 else None
 
 
+def own_seconds(rec: dict, previous: Optional[tuple[int, float]]) -> float:
+    """A step record's own seconds: the rank's whole loop iteration (from its previous step
+    record to this one) less the time it waited for the other groups (``quorum_s``, ``xgroup_s``);
+    :func:`~monarch_ft.records.reports.compute_seconds` (the step's wall time less the same)
+    where the previous iteration is not known (``previous``: that record's step and time).
+
+    Why not compute alone: a CFS quota (a throttled container, chaos ``slow``) stops a process
+    wherever its period's share runs out, and that is inside forward/backward only when they
+    need more than the share. With a share just larger (a rank measured busy before its quota
+    was set), the stop fell between steps (the report, the loop) or in the collective phases,
+    where every group waits alike, and compute_s read full speed on 40% of the slowed group's
+    steps while its peers waited for it in their quorum: a recorded drill (30 s at 60% of its
+    CPU) was named after 50 of its steps. Waiting is the one part a group does not cause: a
+    group the others wait for waits least. Every record of a rank carries its write ``time``.
+
+    Args:
+        rec: a committed step record.
+        previous: the (step, time) of the same rank's step record before it, any commit state.
+    """
+    compute = compute_seconds(rec)
+    if previous is None or rec.get("time") is None or int(rec["step"]) != previous[0] + 1:
+        return compute
+    waited = float(rec.get("quorum_s") or 0.0) + float(rec.get("xgroup_s") or 0.0)
+    return max(compute, float(rec["time"]) - previous[1] - waited)
+
+
 @dataclass
 class GroupTimes:
-    """One group's newest steps: step -> (compute seconds, collective seconds) of its slowest
-    rank, and which rank that was."""
+    """One group's newest steps: step -> (own seconds, compute seconds, collective seconds) of
+    its slowest rank (by own seconds), and which rank that was."""
 
     attempt: int = -1
+    own: dict[int, float] = field(default_factory=dict)
     compute: dict[int, float] = field(default_factory=dict)
     collective: dict[int, float] = field(default_factory=dict)
     slowest: dict[int, int] = field(default_factory=dict)
 
     def trim(self, keep: int) -> None:
-        for step in sorted(self.compute)[:-keep]:
+        for step in sorted(self.own)[:-keep]:
+            self.own.pop(step, None)
             self.compute.pop(step, None)
             self.collective.pop(step, None)
             self.slowest.pop(step, None)
@@ -196,12 +230,18 @@ class StragglerWatch:
     link_found: dict[int, Straggler] = field(default_factory=dict)
     # Links the last round found slow and no round has confirmed yet (confirm_link_stragglers).
     link_suspects: dict[int, Straggler] = field(default_factory=dict)
+    # (group, rank, attempt) -> the (step, time) of its newest step record (own_seconds).
+    last_record: dict[tuple[int, int, int], tuple[int, float]] = field(default_factory=dict)
 
     def observe(self, rec: dict, window: int) -> None:
-        """Take one step record of a rank (its group, rank, attempt, step and timings)."""
+        """Take one step record of a rank (its group, rank, attempt, step and timings), in the
+        order the rank wrote them: every one, committed or not, marks where its next iteration began."""
+        group, rank, attempt = int(rec["group"]), int(rec["rank"]), int(rec.get("attempt") or 0)
+        previous = self.last_record.get((group, rank, attempt))
+        if rec.get("time") is not None:
+            self.last_record[(group, rank, attempt)] = (int(rec["step"]), float(rec["time"]))
         if not rec.get("committed") or rec.get("step_time_s") is None:
             return
-        group, rank, attempt = int(rec["group"]), int(rec["rank"]), int(rec.get("attempt") or 0)
         if (group, rank, attempt) not in self.seen:
             self.seen.add((group, rank, attempt))
             return
@@ -211,10 +251,11 @@ class StragglerWatch:
                 return  # a late record of an attempt already replaced
             times = self.groups[group] = GroupTimes(attempt)
         step = int(rec["step"])
-        compute = compute_seconds(rec)
-        if compute >= times.compute.get(step, -1.0):
-            times.compute[step] = compute
+        own = own_seconds(rec, previous)
+        if own >= times.own.get(step, -1.0):
+            times.own[step] = own
             times.slowest[step] = rank
+        times.compute[step] = max(times.compute.get(step, 0.0), compute_seconds(rec))
         times.collective[step] = max(times.collective.get(step, 0.0), float(rec.get("xgroup_s") or 0.0))
         # Many windows kept: a slow group falls behind and out of quorums (TorchFT goes on
         # without a group that does not join in time), so its steps are compared with its
@@ -228,6 +269,8 @@ class StragglerWatch:
         self.kept.pop(group, None)
         self.link_found.pop(group, None)
         self.link_suspects.pop(group, None)
+        for key in [k for k in self.last_record if k[0] == group]:
+            del self.last_record[key]
 
 
 def _median_of(values: Iterable[float]) -> float:
@@ -260,45 +303,71 @@ def _median_without(values: list[float], own: float) -> float:
     return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
-def _slow_steps(own: dict[int, float], table: dict[int, list[float]], limits: StragglerLimits) -> Optional[tuple[list[int], list[float], list[bool]]]:
-    """The group's newest ``window`` steps that a peer also reported, the peers' median time
-    for each, and whether the group was slow at each; None with fewer such steps.
+def _slow_steps(
+    own: dict[int, float], table: dict[int, list[float]], limits: StragglerLimits, windows: int = 1
+) -> Optional[tuple[list[int], list[float], list[bool]]]:
+    """The group's newest ``windows`` x ``window`` steps that a peer also reported, the peers'
+    median time for each, and whether the group was slow at each; None with fewer such steps.
 
     Args:
         own: the group's times per step.
         table: every compared group's times per step, the group's own among them (:func:`_by_step`).
         limits: the window, factor and floor.
+        windows: how many windows of steps.
     """
-    aligned = [s for s in sorted(own) if len(table.get(s, ())) > 1][-limits.window :]
-    if len(aligned) < limits.window:
+    steps = windows * limits.window
+    aligned = [s for s in sorted(own) if len(table.get(s, ())) > 1][-steps:]
+    if len(aligned) < steps:
         return None
     medians = [_median_without(table[s], own[s]) for s in aligned]
     return aligned, medians, [own[s] > limits.factor * m and own[s] - m > limits.min_excess_s for s, m in zip(aligned, medians)]
 
 
-def _verdict(own: dict[int, float], table: dict[int, list[float]], limits: StragglerLimits) -> Optional[tuple[float, float, tuple[int, int]]]:
-    """(own median, peers' median, (first, last step)) when every one of the group's newest
-    ``window`` steps that a peer also reported was slow against the peers' median at that
-    same step, or when most of them were (:data:`MOST_SHARE`) and the group is far slower (the
-    median of its per-step ratios at least :data:`STRONG_FACTOR` x ``factor``); None otherwise
-    (or with fewer such steps).
+# The ways a group is named (see _verdict): (windows of steps judged, the share of them slow at
+# least, the median per-step ratio to the peers at least this x ft.straggler_factor).
+VERDICT_RULES: tuple[tuple[int, float, float], ...] = (
+    (1, 1.0, 1.0),
+    (1, MOST_SHARE, STRONG_FACTOR),
+    (SUSTAINED_WINDOWS, SUSTAINED_SHARE, SUSTAINED_FACTOR),
+)
 
-    Why the second way: under a CFS quota (a throttled container, chaos ``slow``) a step short
-    enough to fit in one period's share runs at full speed, and every such step started the
-    window again: a group at 30% of its CPU (5x its peers) was named 3.1-25.1 s after the quota
-    began in thirteen recorded runs. Replayed on those runs, "8 of 10 slow and 3x" named it
-    2.0-4.3 s after, and named no healthy group anywhere recorded, where "8 of 10" alone named
-    healthy ones at 8 ranks on 2 cores (1.6-2.7x their peers) and once in a 3-group drill
-    (docs/design/stragglers.md)."""
-    found = _slow_steps(own, table, limits)
-    if found is None:
-        return None
-    aligned, medians, slow = found
-    if not all(slow):
+
+def _verdict(own: dict[int, float], table: dict[int, list[float]], limits: StragglerLimits) -> Optional[tuple[float, float, tuple[int, int]]]:
+    """(own median, peers' median, (first, last step)) over the steps judged, when one of
+    :data:`VERDICT_RULES` holds; None otherwise (or with fewer such steps). Each judges the
+    group's newest steps that a peer also reported, each against the peers' median at that same
+    step:
+
+    - every one of its newest ``window`` steps slow;
+    - or most of them (:data:`MOST_SHARE`), the group far slower (the median of its per-step
+      ratios at least :data:`STRONG_FACTOR` x ``factor``);
+    - or over :data:`SUSTAINED_WINDOWS` windows, :data:`SUSTAINED_SHARE` of them slow at a median
+      ratio of :data:`SUSTAINED_FACTOR` x ``factor``.
+
+    Why more than one way: under a CFS quota (a throttled container, chaos ``slow``) a step
+    short enough to fit in one period's share runs at full speed, and every such step started
+    the every-step window again: a group at 30% of its CPU (5x its peers) was named 3.1-25.1 s
+    after the quota began in thirteen recorded runs. Replayed on those runs, "8 of 10 slow and
+    3x" named it 2.0-4.3 s after, and named no healthy group anywhere recorded, where "8 of 10"
+    alone named healthy ones at 8 ranks on 2 cores (1.6-2.7x their peers) and once in a 3-group
+    drill (docs/design/stragglers.md). Where the quota is a little larger than a step needs (a
+    rank measured busy before it was set), a period's share fits one step and most of the next:
+    a group 2-3.5x slower on three steps of four, at full speed on the fourth, met neither rule
+    for 50 and 70 of its steps in two recorded drills (60% of what it used); 14 of 20 slow at 2x
+    names it over two windows, where a burst of load on one group (a few steps at a time) does not
+    last (docs/design/stragglers.md, "Replays")."""
+    for windows, share, ratio in VERDICT_RULES:
+        found = _slow_steps(own, table, limits, windows)
+        if found is None:
+            continue
+        aligned, medians, slow = found
+        if sum(slow) < share * len(slow):
+            continue
         ratios = [own[s] / m if m > 0 else float("inf") for s, m in zip(aligned, medians)]
-        if sum(slow) < MOST_SHARE * len(slow) or statistics.median(ratios) < STRONG_FACTOR * limits.factor:
-            return None
-    return _median_of(own[s] for s in aligned), _median_of(medians), (aligned[0], aligned[-1])
+        if ratio > 1.0 and statistics.median(ratios) < ratio * limits.factor:
+            continue
+        return _median_of(own[s] for s in aligned), _median_of(medians), (aligned[0], aligned[-1])
+    return None
 
 
 def back_to_pace(watch: "StragglerWatch", group: int, active: Iterable[int], limits: StragglerLimits) -> bool:
@@ -311,7 +380,7 @@ def back_to_pace(watch: "StragglerWatch", group: int, active: Iterable[int], lim
     groups = {g: t for g, t in watch.groups.items() if g in active}
     if group not in groups or len(groups) < 2:
         return True
-    found = _slow_steps(groups[group].compute, _by_step(t.compute for t in groups.values()), limits)
+    found = _slow_steps(groups[group].own, _by_step(t.own for t in groups.values()), limits)
     return found is None or not any(found[2])
 
 
@@ -343,9 +412,9 @@ def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: Stragg
         return Straggler(g, rank, kind, found[0], found[1], (first, last))
 
     out = []
-    compute = _by_step(t.compute for t in groups.values())
+    own = _by_step(t.own for t in groups.values())
     for g in sorted(groups):
-        found = _verdict(groups[g].compute, compute, limits)
+        found = _verdict(groups[g].own, own, limits)
         if found is not None:
             out.append(straggler(g, SlowKind.CPU, found))
     return out
@@ -399,7 +468,7 @@ def cpu_suspects(watch: StragglerWatch, active: Iterable[int], limits: Straggler
     on their link. A whole window's median, not a few steps': on a loaded 2-core machine a
     group's compute of 10-100 ms is 2x its peers' for three steps at a time (a run so left the
     slow-link group unjudged, twice)."""
-    own = {g: m for g, t in watch.groups.items() if g in set(active) for m in [_newest_median(t.compute, limits.window)] if m is not None}
+    own = {g: m for g, t in watch.groups.items() if g in set(active) for m in [_newest_median(t.own, limits.window)] if m is not None}
     out = set()
     for g, m in own.items():
         peers = [v for h, v in own.items() if h != g]

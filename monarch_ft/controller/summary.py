@@ -55,7 +55,7 @@ def job_summary(state: JobState, cfg: Any, launcher: dict, lighthouse: str, stan
         cfg: the job's config (a dataclass).
         launcher: the launcher's own description (``Launcher.describe``).
         lighthouse: the Lighthouse's address.
-        standby: the standby pool's summary (``StandbyPool.summary``).
+        standby: the standby pool's summary (``StandbyPoolState.summary``).
         controller: its controllers and the spans without one (``Takeover.summary``).
         now: the end's time.
     """

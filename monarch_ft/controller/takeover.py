@@ -4,12 +4,14 @@ One controller driving the whole job is the Monarch idea, and its weak spot: if 
 process dies (a laptop sleeps, an OOM, a SIGKILL), the job must not die with it. So:
 
 - The ranks and the Lighthouse are not tied to the supervisor's life (no
-  ``PR_SET_PDEATHSIG``). The supervisor writes ``controller.json`` (the whole job state,
-  :class:`~monarch_ft.controller.state.JobState`: the job's config, every live rank's pid
+  ``PR_SET_PDEATHSIG``). The supervisor keeps the whole job state
+  (:class:`~monarch_ft.controller.state.JobState`: the job's config, every live rank's pid
   *and* process start time, report-file offsets consumed, restart counts, the job's
-  committed step, ...) atomically on every
-  tick where something changed, so a SIGKILL at any instant leaves a state a new
-  controller can take over. Records a killed controller relayed after its last save are
+  committed step, ...) on disk at every tick: what changed in the tick is appended to
+  ``controller.journal``, and ``controller.json`` is rewritten whole only when the journal
+  has grown past it (:mod:`monarch_ft.records.journal`: a base and a redo log). A SIGKILL at
+  any instant leaves a state a new controller can take over (a torn last journal line is the
+  save that never happened). Records a killed controller relayed after its last save are
   read again by the next one and dropped (:class:`ResumedTail`): each is relayed once.
 - ``controller.attach=true`` takes the job over (:meth:`Takeover.load` and
   :meth:`Takeover.adopt`, applied by ``Supervisor``): every
@@ -37,26 +39,29 @@ import fcntl
 import json
 import os
 import signal
-import sys
 import threading
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 from monarch_ft.common.clock import SYSTEM_CLOCK, Clock
 from monarch_ft.common.process import ProcessIdentity
 from monarch_ft.config.controller import ControllerConfig
-from monarch_ft.controller.snapshot import from_record, to_record
+from monarch_ft.controller.snapshot import RecordMirror, from_record, to_record
 from monarch_ft.controller.state import STATE_VERSION, GroupState, JobState
 from monarch_ft.launcher.base import Launcher, RankProcess
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus, StrEnum
-from monarch_ft.records.layout import RunLayout, atomic_write, read_json
-from monarch_ft.records.lease import controller_finish_margin, heartbeat_time, lower_finish
+from monarch_ft.records.journal import StateJournal, diff
+from monarch_ft.records.layout import RunLayout, atomic_write
+from monarch_ft.records.lease import heartbeat_time
 from monarch_ft.records.reports import ReportTail
 
 # The documented detach signal: the controller exits, the job keeps training.
 DETACH_SIGNAL = signal.SIGUSR2
 # Exit code of a controller that detached on request (the job is still running).
 DETACHED_EXIT = 0
+# Set (to anything but "" or "0"): every save checks the incrementally kept state against the
+# whole snapshot and raises on a difference (the test suites set it: tests/conftest.py).
+VERIFY_STATE_ENV = "MONARCH_FT_VERIFY_TAKEOVER_STATE"
 # An adopted rank (not this controller's child) has no exit status to read: one that
 # is gone without having reported rank_finished is taken for a crash with this code.
 LOST_EXIT = 255
@@ -145,7 +150,9 @@ class Takeover:
     """The controller's side of attach, detach, the lock, the heartbeat and ``controller.json``.
 
     It works on the job's :class:`~monarch_ft.controller.state.JobState`, whole: :meth:`save`
-    writes its snapshot (:mod:`monarch_ft.controller.snapshot`), :meth:`load` reads it back,
+    writes what changed of its snapshot (:mod:`monarch_ft.controller.snapshot`'s
+    :class:`~monarch_ft.controller.snapshot.RecordMirror`, into :mod:`monarch_ft.records.journal`),
+    :meth:`load` reads it back,
     :meth:`adopt` rebuilds the live handles (each rank's process and report tail) and says
     what to do with each recorded group. The loop calls it at a few points: :meth:`open`
     (before touching the run directory), :meth:`load`/:meth:`adopt`/:meth:`lost` (instead of
@@ -167,7 +174,10 @@ class Takeover:
         self.detach_requested = False
         self._identities: dict[int, Optional[ProcessIdentity]] = {}
         self._last_beat = 0.0
-        self._last_saved = ""
+        # The record last written, and its files (a base and a journal of what changed since).
+        self.mirror = RecordMirror(JobState)
+        self.journal = StateJournal(self.layout.controller_state, self.layout.controller_journal)
+        self.verify = os.environ.get(VERIFY_STATE_ENV, "") not in ("", "0")
         self._beat_stop = threading.Event()
         self._beat_thread: Optional[threading.Thread] = None
 
@@ -177,7 +187,7 @@ class Takeover:
         (or one another version of its state format wrote, or a job that has finished)."""
         self.lock.acquire()
         if self.attaching:
-            state = read_json(self.layout.controller_state)
+            state = self.layout.read_controller_state()
             problem = None
             if not state:
                 problem = f"controller.attach=true but {self.layout.run_dir} has no controller.json: no job was started there"
@@ -196,19 +206,15 @@ class Takeover:
         """Safe from a signal handler."""
         self.detach_requested = True
 
-    def can_detach(self, launcher: Launcher) -> bool:
-        """Where no new controller could take the job over, a detach is refused (one line)."""
-        problem = launcher.adoption_problem()
-        if problem:
-            print(f"monarch_ft: error: cannot detach: {problem}", file=sys.stderr, flush=True)
-            self.detach_requested = False
-        return not problem
+    def clear_detach(self) -> None:
+        """A detach refused (no controller could take the job over): the request is dropped."""
+        self.detach_requested = False
 
     @staticmethod
     def attach_config(cfg, run_dir: str):
         """The job's own config (saved by the first controller) with this command line's
         ``controller`` section: a takeover must not change the job it takes over."""
-        state = read_json(RunLayout(run_dir).controller_state)
+        state = RunLayout(run_dir).read_controller_state()
         if not cfg.controller.attach or not state or not state.get("config"):
             return cfg
         from omegaconf import OmegaConf
@@ -243,24 +249,18 @@ class Takeover:
         self._beat_thread = threading.Thread(target=beat, name="controller-heartbeat", daemon=True)
         self._beat_thread.start()
 
-    def tick(self, state: JobState, events: EventLog) -> None:
-        """Every watch tick: answer a ``stop`` request once (the loop then saves the state)."""
-        if not state.stop_seen and os.path.exists(self.layout.stop_request):
-            # python -m monarch_ft stop: every group finishes at one step just ahead, saves its
-            # checkpoint there and exits 0 (what the ranks do by themselves with no controller).
-            state.stop_seen = True
-            step = lower_finish(self.layout.stop_at_step, state.job_step + controller_finish_margin(state.step_times.median()))
-            events.emit(EventKind.FINISH_REQUESTED, step=step, reason="stop_command")
-
     def close(self, state: JobState, events: EventLog, finished: bool) -> None:
         """At the end: a finished job marks its state so, a detached one leaves it for the next controller."""
         self._beat_stop.set()
-        if finished:
-            self.save(state, finished=True)
-        else:
-            self.save(state)
-            events.emit(EventKind.CONTROLLER_DETACHED, pid=os.getpid())
-        self.lock.release()
+        try:
+            if finished:
+                self.save(state, finished=True)
+            else:
+                self.save(state)
+                events.emit(EventKind.CONTROLLER_DETACHED, pid=os.getpid())
+        finally:
+            self.journal.close()
+            self.lock.release()
 
     # ------------------------------------------------------------ the state file
     def identity(self, proc: RankProcess) -> Optional[ProcessIdentity]:
@@ -273,25 +273,80 @@ class Takeover:
         return self._identities[key]
 
     def snapshot(self, state: JobState, finished: bool = False) -> dict[str, Any]:
-        """``controller.json``'s content: the whole job state (the live handles' identities
+        """The takeover state's content, whole: the job state (the live handles' identities
         mirrored into it first), with the file's version and the writing controller."""
+        self._mirror_handles(state, None)
+        return {**self._file_fields(finished), **to_record(state)}
+
+    def _file_fields(self, finished: bool) -> dict[str, Any]:
+        return {"version": STATE_VERSION, "finished": finished, "controller_pid": os.getpid()}
+
+    def _mirror_handles(self, state: JobState, groups: Optional[set[int]]) -> None:
         for g in state.groups:
+            if groups is not None and g.index not in groups:
+                continue
             for rs in g.ranks:
                 if rs.proc is not None:
                     rs.mirror(self.identity(rs.proc) if rs.exited is None else None)
-        return {"version": STATE_VERSION, "finished": finished, "controller_pid": os.getpid(), **to_record(state)}
 
-    def save(self, state: JobState, finished: bool = False) -> None:
-        """Write the state when it changed (one atomic write: a SIGKILL leaves the old or the new)."""
-        text = json.dumps(self.snapshot(state, finished), default=str)
-        if text != self._last_saved:
-            atomic_write(self.layout.controller_state, text)
-            self._last_saved = text
+    def save(self, state: JobState, finished: bool = False, groups: Optional[Iterable[int]] = None) -> None:
+        """Write what changed since the last save: one journal line (nothing when nothing
+        changed), or a new base (the first save, a finished job, a journal grown past the
+        base). A SIGKILL at any instant leaves the last save's state or this one's.
+
+        Raises OSError when the state cannot be written (ENOSPC, EROFS, ...): the next save
+        then writes a new base, with everything changed meanwhile.
+
+        Args:
+            state: the job's state.
+            finished: the job has ended (the state is marked so; a takeover is refused).
+            groups: the indices of the groups that may have changed since the last save (a
+                tick that knows them spares encoding the others); None: any group may have.
+        """
+        changed = None if groups is None else set(groups)
+        self._mirror_handles(state, changed)
+        ops = self.mirror.update(state, changed)
+        files = self._file_fields(finished)
+        for key, value in files.items():
+            if self.mirror.record.get(key, None) != value:
+                if key in self.mirror.record:
+                    ops.append([[key], value])
+                self.mirror.record[key] = value
+        if finished or self.journal.needs_compaction():
+            self.journal.write_base(self.mirror.record)
+        elif ops:
+            self.journal.append(ops)
+        if self.verify:
+            self.check(state, finished)
+
+    def check(self, state: JobState, finished: bool = False) -> None:
+        """Raise AssertionError naming the first path where the takeover state on disk (the base
+        and its journal, as a new controller reads them) differs from the whole snapshot of
+        ``state``: a change :meth:`save` was not told of (``groups``), or a rank's record
+        changed in place (:class:`~monarch_ft.controller.snapshot.RecordMirror`). What the test
+        suites turn on for every save (:data:`VERIFY_STATE_ENV`).
+
+        Args:
+            state: the job's state, as just saved.
+            finished: as just saved.
+        """
+        on_disk = self.layout.read_controller_state() or {}
+        whole = json.loads(json.dumps(self.snapshot(state, finished), default=str))
+        missed = diff(on_disk, whole)
+        if missed:
+            raise AssertionError(
+                f"the takeover state on disk is out of date at {missed[0][0]} ({len(missed)} paths): "
+                "a change the save was not told of, or a record changed in place"
+            )
+
+    def state_bytes(self) -> int:
+        """The takeover state's bytes on disk now (its base and its journal)."""
+        return self.journal.size()
 
     def load(self) -> tuple[JobState, dict]:
         """The job's state as the previous controller saved it (no live handle yet: :meth:`adopt`),
         and the file's own fields (``controller_pid``)."""
-        record = read_json(self.layout.controller_state)
+        record = self.layout.read_controller_state() or {}
         state = from_record(JobState, {k: v for k, v in record.items() if k not in _FILE_FIELDS})
         return state, {k: record.get(k) for k in _FILE_FIELDS}
 
@@ -326,7 +381,7 @@ class Takeover:
             if action is AttachAction.FAIL:
                 failed.append((g, [rs.rank for rs, a, e in zip(g.ranks, alive, exited) if not a and e != 0]))
             if g.status == GroupStatus.WAITING:
-                g.next_launch = now
+                g.plan.at = now
         return decisions, failed
 
     def lost(self, events: EventLog, previous_pid: Optional[int], job_step: int, now: float) -> dict:

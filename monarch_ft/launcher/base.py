@@ -281,6 +281,16 @@ class Launcher(ABC):
     def exclude_nodes(self, nodes: set[str]) -> None:
         """Keep every allocation made from now on off ``nodes`` (suspects of a node fault)."""
 
+    def pending_allocations(self) -> dict[str, tuple[str, ...]]:
+        """Allocations submitted and still waiting for a node, that a change of the exclusions
+        concerns: job id -> the nodes each was told to keep off. {} where there is no scheduler."""
+        return {}
+
+    def replan_pending(self, job_id: str, exclude: set[str]) -> bool:
+        """Give a waiting allocation the nodes to keep off now, through the scheduler's own
+        command; False when the scheduler refused (the job started meanwhile, or ended)."""
+        return False
+
     @abstractmethod
     def launch_group(self, ranks: list[RankLaunch]) -> list[RankProcess]:
         """Start every rank of one replica group (all or none)."""

@@ -56,7 +56,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional
 
-from monarch_ft import REPO_ROOT
+from monarch_ft.paths import REPO_ROOT
 from monarch_ft.common.net import route_to
 from monarch_ft.common.process import pid_space, start_ticks
 from monarch_ft.launcher.base import AdoptedProcess, Capability, Launcher, LauncherOptions, LauncherTraits, RankLaunch, RankProcess, restore_later
@@ -208,6 +208,9 @@ class _Job:
         self.exit_info: Optional[tuple[str, int, int]] = None  # (state, code, signal) from scontrol
         self.cancelled = False
         self.lost = False  # a task of it vanished while Slurm counted it running (its node failed)
+        # The nodes it was told to keep off (sbatch --exclude, or scontrol update since); None for
+        # a job pinned to a node (--nodelist), which exclusions do not concern.
+        self.excluded: Optional[tuple[str, ...]] = None
 
     @property
     def final(self) -> bool:
@@ -583,10 +586,11 @@ class SlurmLauncher(Launcher):
         if o.partition:
             lines.append(f"#SBATCH --partition={o.partition}")
         node = self._group_node(group)
+        excluded: Optional[tuple[str, ...]] = None if node else tuple(sorted(self._exclude))
         if node:
             lines.append(f"#SBATCH --nodelist={node}")
-        elif self._exclude:
-            lines.append(f"#SBATCH --exclude={','.join(sorted(self._exclude))}")
+        elif excluded:
+            lines.append(f"#SBATCH --exclude={','.join(excluded)}")
         # The task wrapper is this package's own module, run without site-packages (-S) and
         # without the job's cwd on sys.path (-P), from the repository the supervisor runs.
         task = [sys.executable, "-P", "-S", "-m", TASK_MODULE, manifest]
@@ -604,6 +608,7 @@ class SlurmLauncher(Launcher):
             raise SlurmError(f"launcher=slurm: sbatch rejected group {group}'s job: {msg}")
         job_id = out.stdout.strip().split(";")[0]
         job = _Job(job_id, group, attempt, submitted, standby)
+        job.excluded = excluded
         job.ranks = [SlurmRank(r, job, self) for r in ranks]
         with self._lock:
             self.jobs[job_id] = job
@@ -815,6 +820,26 @@ class SlurmLauncher(Launcher):
         """Keep every job submitted from now on off ``nodes`` (``sbatch --exclude``); a group
         pinned to a node (``nodes``) keeps it."""
         self._exclude = set(nodes)
+
+    def pending_allocations(self) -> dict[str, tuple[str, ...]]:
+        """This launcher's jobs Slurm holds pending (as of its last squeue) that were submitted
+        with an exclusion list, with it (a job pinned to a node is not concerned)."""
+        with self._lock:
+            return {j.job_id: j.excluded for j in self.jobs.values() if j.state == "PENDING" and j.excluded is not None}
+
+    def replan_pending(self, job_id: str, exclude: set[str]) -> bool:
+        """``scontrol update JobId=N ExcNodeList=...`` (an empty list clears it): a pending job
+        submitted while nodes were out may run on one that came back. Slurm refuses it for a job
+        no longer pending (False)."""
+        job = self.jobs.get(job_id)
+        if job is None:
+            return False
+        nodes = tuple(sorted(exclude))
+        out = self._cmd("scontrol", "update", f"JobId={job_id}", f"ExcNodeList={','.join(nodes)}", check=False)
+        if out.returncode != 0:
+            return False
+        job.excluded = nodes
+        return True
 
     @property
     def capabilities(self) -> set:

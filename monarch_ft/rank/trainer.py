@@ -48,7 +48,7 @@ from monarch_ft.rank.components.ft import CommitFloor, FTParts, build_cross_grou
 from monarch_ft.rank.components.integrity import GradGuard, IntegrityInterval, StateMismatch, fingerprint, local_grad_norm, named_tensors
 from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
-from monarch_ft.rank.components.model import build_model
+from monarch_ft.rank.components.model import build_model, param_name
 from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
 from monarch_ft.rank.link_probe import start_probe_server
 from monarch_ft.records.decisions import StateDecision, StateSource
@@ -86,7 +86,7 @@ class RankSpec:
     scratch_dir: str = ""
     # A file the rank waits for before its first step ("" for none): a shared start gate
     # (Supervisor._open_start_gate) or the group's own launch gate, whose JSON content says
-    # where its state comes from (records.decisions.StateDecision; controller.recovery.Recovery.open_launch_gates).
+    # where its state comes from (records.decisions.StateDecision; controller.decide.recovery.open_launch_gates).
     start_gate: str = ""
     # A warm standby (monarch_ft.rank.standby_wait): its number, and the promotion file it waits for
     # after building everything identity-free; "" / -1 for a rank of a replica group.
@@ -253,7 +253,7 @@ class Trainer:
         from torchtitan.components.optimizer import OptimizersContainer
         from torchtitan.config.job_config import LRScheduler
 
-        self.model = build_model(cfg.model, tr.seq_len, mesh, device, tr.seed)
+        self.model = build_model(cfg.model, tr.seq_len, mesh, device, tr.seed, tr)
         self.optimizers = OptimizersContainer(
             [self.model],
             torch.optim.AdamW,
@@ -263,11 +263,14 @@ class Trainer:
         # Materialise the optimizer state now (a zero-lr step, as torch's own state-dict
         # loader does) so a healing group can receive into it in place.
         _init_optim_state(self.optimizer)
+        if tr.compile:
+            self._compile_now()
         self.lr_schedulers = build_lr_schedulers(self.optimizers, LRScheduler(warmup_steps=tr.warmup_steps), tr.steps)
         # Captured once: FSDP2 keeps these sharded parameter objects for the whole run.
         # model.state_dict() must not be called from the Manager's quorum thread while the
         # main thread runs forward (FSDP2 swaps registered params around forward/backward).
-        self.params = dict(self.model.named_parameters())
+        # Named without the knobs' wrappers: a heal, a fingerprint, a state hash see one name per parameter.
+        self.params = {param_name(n): p for n, p in self.model.named_parameters()}
         self.batches = TokenBatches(spec.tokens_path, tr.batch_size, tr.seq_len, tr.seed)
         # Reports go through self.reporter at call time: a promoted standby re-points it.
         self.cross = build_cross_group(
@@ -277,6 +280,19 @@ class Trainer:
             backend=self.xgroup_backend,
             fallback_peers=self._fallback_peers,
         )
+
+    def _compile_now(self) -> None:
+        """training.compile: compile the blocks' forward and backward here, in the startup phase,
+        on a batch of the training shape. torch.compile compiles lazily, on the first step; a cold
+        compilation takes tens of seconds to minutes on CPU, past what the hang rules allow a step
+        (monarch_ft.controller.hangs: a step computing longer than the hang timeout is hung) but
+        within the startup budget (``ft.startup_timeout_s``). Every rank of the group builds at
+        once, so the warm-up's FSDP collectives meet; its gradients are dropped, the weights and the
+        optimizer's state are untouched, and later steps of the same shape reuse the compiled code."""
+        tr = self.cfg.training
+        tokens = torch.zeros((tr.batch_size, tr.seq_len), dtype=torch.long, device=self.device)
+        self.model(tokens).float().mean().backward()
+        self.optimizers.zero_grad()
 
     def _fallback_peers(self, src_rank: int, step: int) -> list[str]:
         """Where this rank's shard is also served, by the other stepping groups (the controller's

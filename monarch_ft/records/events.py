@@ -86,9 +86,9 @@ class EventKind(StrEnum):
     GROUP_STOPPED = "group_stopped"
     """A group's ranks were stopped (after a failure, for a full restart, or at the job's end)."""
     STRAGGLER_DETECTED = "straggler_detected"
-    """A group is slower than ``ft.straggler_factor`` x its peers' median (controller.stragglers): ``slow_kind`` cpu (its compute
-    per step over ``ft.straggler_window`` steps) or link (a probe's seconds for ``probe_bytes``, with Mbit/s); its slowest rank,
-    its figure, the peers' median, the ratio."""
+    """A group is slower than ``ft.straggler_factor`` x its peers' median (controller.stragglers): ``slow_kind`` cpu (its own
+    seconds per step, the iteration less its waits for the peers, over the steps judged) or link (a probe's seconds for
+    ``probe_bytes``, with Mbit/s); its slowest rank, its figure, the peers' median, the ratio."""
     LINK_PROBED = "link_probed"
     """A probe round timed every rank's link (controller.link_probe): why it ran (ProbeReason), each rank's seconds each way, the unanswered."""
     STRAGGLER_CLEARED = "straggler_cleared"
@@ -146,7 +146,7 @@ class EventKind(StrEnum):
     """A ready standby took a failed group's identity."""
     STANDBY_LOST = "standby_lost"
     """A standby died (or was stopped) while waiting; it is rebuilt, never promoted."""
-    # The nodes of a cluster (launcher=slurm; monarch_ft.controller.node_watch applies
+    # The nodes of a cluster (launcher=slurm; monarch_ft.controller.decide.job.nodes applies
     # monarch_ft.controller.placement's rules).
     GROUP_PLACED = "group_placed"
     """A group's or a standby's allocation started: the node the scheduler gave it (node,
@@ -160,6 +160,9 @@ class EventKind(StrEnum):
     group and attempt that failed there, and the nodes excluded now."""
     NODE_RETURNED = "node_returned"
     """An excluded node is back in the pool: node, reason (ReturnReason), excluded_s."""
+    ALLOCATION_REPLANNED = "allocation_replanned"
+    """An allocation the scheduler holds pending was given the nodes to keep off now (job_id,
+    excluded_before, excluded): a node came back, or another failed, while it waited."""
     NODE_RESTORED = "node_restored"
     """A node that a node fault took down is back (link up, slurmd started again, resumed):
     node, lasted_s. The scheduler's node_state shows when it counts it up again."""
@@ -243,6 +246,10 @@ class EventKind(StrEnum):
     # Chaos drills, written by the injector in the controller.
     FAULT_INJECTED = "fault_injected"
     """A fault was done (its kind, target and what was done)."""
+    FAULT_REQUESTED = "fault_requested"
+    """A fault asked for while the drill runs (``chaos.on_demand``: ``JobHandle.inject``) joined the queue as ``fault_id``."""
+    FAULT_REQUEST_REFUSED = "fault_request_refused"
+    """A fault asked for while the drill runs was refused: ``error``, one line naming the fix."""
     FAULT_RECOVERED = "fault_recovered"
     """The fault is recovered (records.recovered): the MTTR clock stops."""
     FAULT_RECOVERY_TIMEOUT = "fault_recovery_timeout"
@@ -260,6 +267,9 @@ class GroupStatus(StrEnum):
     """Launched, not stepping yet."""
     RUNNING = "running"
     """Stepping (or holding the job open after it finished)."""
+    STOPPED = "stopped"
+    """Its ranks were stopped (it failed, or a full restart stopped it); what comes next is
+    decided in the same tick, once the facts it needs (the newest intact checkpoint) are found."""
     WAITING = "waiting_restart"
     """Failed, its relaunch scheduled."""
     DONE = "done"
@@ -389,6 +399,10 @@ def event_name(kind: "EventKind | str") -> str:
 class EventLog:
     """``events.jsonl``, appended and flushed as each event happens, and kept in memory.
 
+    A write the file system refuses (a full disk, a read-only one) does not raise where the
+    event is emitted (a signal handler, a helper thread, the job's end): the first failure is
+    kept (:attr:`write_error`) for the controller to act on, later events stay in memory only.
+
     Args:
         path: the file.
         echo: called with each record (the console).
@@ -402,6 +416,19 @@ class EventLog:
         self._lock = threading.Lock()
         self._echo = echo
         self._clock = clock
+        # The first write the file system refused (its filename set), or None.
+        self.write_error: Optional[OSError] = None
+        self._listeners: list[Callable[[dict], None]] = []
+
+    def add_listener(self, listener: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``listener`` with each record emitted from now on, after it is written and echoed
+        (in the emitting thread: the controller's). What reports the job elsewhere (a metrics
+        endpoint) listens here instead of being called from the loop.
+
+        Args:
+            listener: called with the record; it must not raise (what it does is its own business).
+        """
+        self._listeners.append(listener)
 
     def emit(self, _event: EventKind, **fields: Any) -> dict[str, Any]:
         """Write one event of kind ``_event`` (an :class:`EventKind`; see :func:`event_name`) with ``fields``; returns the record."""
@@ -409,16 +436,28 @@ class EventLog:
         record = {"time": fields.pop("time", None) or self._clock(), "event": kind, **fields}
         with self._lock:
             self.events.append(record)
-            self._f.write(json.dumps(record, default=str) + "\n")
+            if self.write_error is None:
+                try:
+                    self._f.write(json.dumps(record, default=str) + "\n")
+                except OSError as e:
+                    e.filename = e.filename or self.path
+                    self.write_error = e
         if self._echo is not None:
             self._echo(record)
+        for listener in self._listeners:
+            listener(record)
         return record
 
     def find(self, kind: str, **match: Any) -> list[dict[str, Any]]:
         return [e for e in self.events if e["event"] == kind and all(e.get(k) == v for k, v in match.items())]
 
     def close(self) -> None:
-        self._f.close()
+        try:
+            self._f.close()
+        except OSError as e:
+            if self.write_error is None:
+                e.filename = e.filename or self.path
+                self.write_error = e
 
 
 def event_node(record: dict[str, Any]) -> Optional[str]:

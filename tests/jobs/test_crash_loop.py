@@ -14,13 +14,13 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_bad_model_past_the_preflight_check_stops_after_two_identical_failures_with_the_ranks_error(run_dir):
-    # model.n_heads=3 with the tiny model's dim 64: validate accepts it (the flavor exists, the
-    # overrides are numbers), TorchTitan builds the model, and its rotary embedding rejects
-    # the odd head size in the first forward, before any step: on every launch of every group.
+    # model.n_heads=64 with the tiny model's dim 64: validate accepts it (the heads divide the
+    # dim), TorchTitan builds the model, and its rotary embedding rejects the head size of 1 (it
+    # rotates pairs) in the first forward, before any step: on every launch of every group.
     # (Should validate ever refuse this combination, use another start-up failure it cannot
     # see, such as data.path removed after the job's data_ready.)
     started = time.time()
-    code = run_job(run_dir, *FAST, "model.n_heads=3", "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=20", timeout=240)
+    code = run_job(run_dir, *FAST, "model.n_heads=64", "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=20", timeout=240)
     seconds = time.time() - started
     out = console(run_dir)
     assert code == 1, out[-3000:]
@@ -35,7 +35,7 @@ def test_a_bad_model_past_the_preflight_check_stops_after_two_identical_failures
         assert loop[0]["frame"].startswith("torchtitan/models/llama3/model/model.py:") and loop[0]["frame"].endswith(" in apply_rotary_emb"), loop
     # Both ranks' error, as each wrote it to its report before exiting: with the traceback in its log.
     errors = events_of(run_dir, "rank_error")
-    assert len(errors) == 4 and all(e["error"].startswith("RuntimeError: shape '[2, 64, 3, -1, 2]' is invalid") for e in errors), errors
+    assert len(errors) == 4 and all(e["error"].startswith("RuntimeError: shape '[2, 64, 64, -1, 2]' is invalid") for e in errors), errors
     assert not any(e["environmental"] for e in errors)
     assert "Traceback" in (run_dir / "logs" / "g0r0.a1.log").read_text()
 
@@ -43,7 +43,7 @@ def test_a_bad_model_past_the_preflight_check_stops_after_two_identical_failures
     # the second group failing the same way does not print it again.
     lines = [line for line in out.splitlines() if line.startswith("monarch_ft: error:")]
     assert len(lines) == 1, out[-3000:]
-    assert "RuntimeError: shape '[2, 64, 3, -1, 2]' is invalid for input of size" in lines[0]
+    assert "RuntimeError: shape '[2, 64, 64, -1, 2]' is invalid for input of size" in lines[0]
     assert "in apply_rotary_emb" in lines[0] and "failed the same way on its last two launches" in lines[0]
     assert "fix the config or the data" in lines[0] and "Traceback" not in out
 

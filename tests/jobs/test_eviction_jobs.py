@@ -5,9 +5,10 @@ One drill (2 groups x 1 rank, the tiny model) runs ~280 steps with three CPU hog
 the cores the whole time, then loses group 1 to a SIGKILL. With the defaults
 (``ft.heartbeat_timeout_ms``=200, ``ft.heartbeat_interval_ms``=50; docs/design/eviction.md):
 - no false eviction: once both groups are in the quorum, no quorum leaves one out before the kill;
-- the survivor's longest gap between committed steps around the kill stays below a loose bound
-  that the previous 1000 ms timeout could not meet (the Lighthouse waited it out). The tight
-  figure belongs to benchmarks/eviction_bench.py. About 45-60 s on 2 loaded cores.
+- the dead group is evicted: the survivor commits steps in a quorum of its own before the
+  replacement rejoins, and loses none. How soon (the survivor's stall, 200 ms against the old
+  1000 ms timeout) is a speed, measured side by side by benchmarks/eviction_bench.py
+  (docs/results/eviction.md), not bounded here. About 45-60 s on 2 loaded cores.
 """
 
 from __future__ import annotations
@@ -21,12 +22,10 @@ import pytest
 from monarch_ft.testing.jobs import read_jsonl, run_drill_job
 
 HOGS = 3
-# Loose: the old 1000 ms heartbeat timeout alone kept the survivor from stepping for >= 1 s.
-STALL_BOUND_S = 0.95
 
 
 @pytest.mark.slow
-def test_dead_group_evicted_fast_and_no_false_eviction_under_cpu_hogs(run_dir):
+def test_dead_group_evicted_and_no_false_eviction_under_cpu_hogs(run_dir):
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(HOGS)]
     try:
         started = time.time()
@@ -53,4 +52,6 @@ def test_dead_group_evicted_fast_and_no_false_eviction_under_cpu_hogs(run_dir):
     assert not evicted, f"a live group left the quorum with no fault: {evicted}"
     assert not [e for e in events if e["event"] == "group_failed" and e["time"] < fault["injected_at"]]
     assert fault["injected_step"] >= 250, fault  # the hogs ran against that many fault-free steps
-    assert 0 < fault["survivor_max_stall_s"] < STALL_BOUND_S, fault
+    # Evicted: the survivor committed steps without the dead group (chaos.mttr's
+    # survivors_stepping) and lost none.
+    assert fault["phases"]["survivors_stepping"] is not None and fault["survivor_steps_lost"] == 0, fault

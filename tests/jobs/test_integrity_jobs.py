@@ -27,7 +27,7 @@ FLIPS = (
     "chaos.faults=[{kind: bitflip, at_step: 10, target: 1, wait_standby: false}, "
     f"{{kind: bitflip, bit: exponent, tensor: {WQ}, at_step: 11, target: {{T2}}, wait_standby: false}}]"
 )
-# The drill's own training settings (configs/drill_common.yaml) for the fault-free baseline too.
+# The drill's own training settings (monarch_ft/configs/drill_common.yaml) for the fault-free baseline too.
 SAME = [*FAST, "ft.warm_fork=true", "ft.ranks_per_group=1", "training.warmup_steps=5", "ft.timeout_s=3", "training.state_hash_every=1"]
 
 
@@ -115,18 +115,23 @@ def test_two_replicas_that_disagree_roll_back_to_a_verified_checkpoint(run_dir):
     assert [(e["groups"], e["action"]) for e in detected] == [([0, 1], "rollback")] * 2, detected
     restarts = [e for e in events if e["event"] == "full_restart"]
     assert len(restarts) == 2 and all(r["reason"] == "replicas_diverged" for r in restarts), restarts
-    for d, r in zip(detected, restarts):
+    at = {id(e): i for i, e in enumerate(events)}
+    for k, (d, r) in enumerate(zip(detected, restarts)):
         # Back to the newest checkpoint at or before the step they last agreed on, every group.
         assert r["resume_step"] <= d["trusted_step"] and r["resume_step"] % 5 == 0, (d, r)
         loaded = [e for e in events if e["event"] == "checkpoint_loaded" and r["time"] < e["time"]]
         assert {e["group"] for e in loaded if e["step"] == r["resume_step"]} == {0, 1}, loaded
-        # Nothing saved after that step is kept where a load could find it.
-        newer = [e for e in events if e["event"] == "checkpoint_quarantined" and e["step"] > d["trusted_step"] and abs(e["time"] - d["time"]) < 30]
+        # Nothing saved after that step is kept where a load could find it (the quarantines
+        # between this verdict and the next).
+        until = at[id(detected[k + 1])] if k + 1 < len(detected) else len(events)
+        newer = [e for e in events[at[id(d)] : until] if e["event"] == "checkpoint_quarantined" and e["step"] > d["trusted_step"]]
         assert all("last agreed" in e["problem"] for e in newer), newer
     # The steps given up are recorded (a job_rollback each); a checkpoint saved at the very step
     # they last agreed on (a vetoed step's flip is caught at once) gives up none, and writes none.
     assert all(r["reason"] == "replicas_diverged" and r["steps_lost"] == r["from_step"] - r["to_step"] > 0 for r in rollbacks), rollbacks
-    assert all(any(x["resume_step"] == r["to_step"] and abs(x["time"] - r["time"]) < 1 for x in restarts) for r in rollbacks), (rollbacks, restarts)
+    # Each rollback is the full restart that follows it in the log (to the step it resumes at).
+    following = [next(x for x in events[at[id(r)] :] if x["event"] == "full_restart") for r in rollbacks]
+    assert all(x["resume_step"] == r["to_step"] for r, x in zip(rollbacks, following)), (rollbacks, restarts)
     # The mantissa flip is not vetoed: it is caught a fingerprint round after it landed, past any checkpoint.
     assert summary["steps_lost"] == sum(r["steps_lost"] for r in rollbacks) == drill["steps_lost_to_integrity"] > 0
     assert drill["steps_never_go_back"] and not drill["step_regressions"] and drill["weights_consistent"]

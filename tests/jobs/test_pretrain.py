@@ -14,6 +14,7 @@ import pytest
 
 from monarch_ft.controller.loop import request_finish
 from monarch_ft.testing.jobs import FAST, NO_STANDBY, console, finish_job, read_jsonl, read_tensorboard_run, run_job, start_job, wait_for
+from monarch_ft.testing.user_data import documents, make_tokenizer, write_parquet
 
 pytestmark = pytest.mark.slow
 
@@ -159,7 +160,14 @@ def test_resume_from_disk_checkpoint_matches_the_uninterrupted_run(run_dir):
 @pytest.mark.parametrize("transport", ["http"])
 def test_torchft_transports_heal_a_killed_group(run_dir, transport):
     # The relaunch path (a warm fork) with TorchFT's transport: the standby path is the test above.
-    proc = start_job(run_dir, *FAST, NO_STANDBY, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000", f"ft.transport={transport}")
+    # The job is a user's own: their Hugging Face tokenizer and a parquet file of their documents
+    # (made here, monarch_ft.testing.user_data), trained in bf16 (FSDP's policy on a one-rank
+    # group) with TorchTitan's selective activation checkpointing; the heal moves that state.
+    docs = documents(400)
+    tokenizer = make_tokenizer(run_dir.parent / "tok", docs)
+    parquet = write_parquet(run_dir.parent / "train.parquet", docs)
+    user = [f"data.tokenizer={tokenizer}", f"data.path={parquet}", "training.mixed_precision=bf16", "training.activation_checkpoint=selective"]
+    proc = start_job(run_dir, *FAST, NO_STANDBY, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000", f"ft.transport={transport}", *user)
     metrics_path = run_dir / "metrics.jsonl"
     wait_for(lambda: len(_steps(read_jsonl(metrics_path), 1)) >= 5, 120, "group 1 to step")
     victim = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "rank_launched" and e["group"] == 1][-1]
@@ -174,3 +182,10 @@ def test_torchft_transports_heal_a_killed_group(run_dir, transport):
     assert healed and healed[0]["bytes"] > 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["transport"] == transport and summary["weights_consistent"] is True
+    # The user's data: tokenised by their tokenizer (400 ids) into the cache, which the ranks read.
+    ready = [e for e in events if e["event"] == "data_ready"]
+    assert [(e["path"], e["vocab_size"]) for e in ready] == [(str(parquet), 400)]
+    tokens_path = json.loads((run_dir / "ranks" / "g0r0.a0.spec.json").read_text())["tokens_path"]
+    assert "/dataset-train-" in tokens_path and int(np.asarray(np.memmap(tokens_path, dtype="<u2", mode="r")).max()) < 400
+    losses = [m["loss"] for m in _steps(read_jsonl(metrics_path), 0)]
+    assert all(np.isfinite(losses)) and np.mean(losses[-5:]) < np.mean(losses[:5]), "bf16 with checkpointing trains"

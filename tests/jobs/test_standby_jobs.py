@@ -21,6 +21,7 @@ import psutil
 import pytest
 
 from monarch_ft.controller.loop import request_finish
+from monarch_ft.records.layout import RunLayout
 from monarch_ft.testing.jobs import FAST, console, finish_job, need_netns, read_jsonl, start_job, wait_for
 
 pytestmark = pytest.mark.slow
@@ -66,7 +67,7 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
         (launched1,) = _events(run_dir, "standby_launched", standby=1)
         # Every process says what it is, with its run: ps shows the group and rank, not a spec path.
         a_server = wait_for(lambda: _events(run_dir, "fork_server_ready"), 60, "a fork server ready")[0]
-        lighthouse = json.loads((run_dir / "controller.json").read_text())["lighthouse"]
+        lighthouse = RunLayout(str(run_dir)).read_controller_state()["lighthouse"]
         assert _ps(proc.pid) == f"mft:controller monarch_ft[{run_dir}] controller"
         assert _ps(lighthouse["guard_pid"]) == f"mft:lh_guard monarch_ft[{run_dir}] lighthouse_guard"
         assert _ps(a_server["pid"]) == f"mft:forkserver monarch_ft[{run_dir}] forkserver"

@@ -31,8 +31,11 @@ def test_a_slow_group_and_a_slow_link_are_named_and_evicted_to_standbys(run_dir)
         "training.batch_size=4",
         "ft.replica_groups=3",
         "ft.ranks_per_group=1",
-        # Many steps, so that evicting pays; the drill ends 40 steps after the last fault recovered.
-        "training.steps=2000",
+        # The drill ends 40 steps after the last fault recovered; the step count is only a cap far
+        # past it (and makes evicting pay). Each fault waits for a standby, and a standby builds in
+        # the background: beside other busy processes it takes minutes, not seconds, and a cap of
+        # 2000 steps ran out before the second fault (three runs beside two CPU hogs).
+        "training.steps=20000",
         "chaos.tail_steps=40",
         "launcher=local_hosts",
         "ft.straggler=evict",
@@ -57,12 +60,16 @@ def test_a_slow_group_and_a_slow_link_are_named_and_evicted_to_standbys(run_dir)
     # evicted: only the two faulty groups fail, below.)
     found = next(e for e in detected if e["time"] > slow_injected["time"])
     assert (found["group"], found["attempt"], found["slow_kind"]) == (1, 0, "cpu") and found["ratio"] > 1.5, detected
-    assert slow["injected_step"] <= found["steps"][0], found
+    # Named on the slowed steps: most of the steps judged (first, last) came after the fault, so
+    # its median ratio is theirs (a rule may judge a window or two with a few fast steps in it).
+    first, last = found["steps"]
+    assert last - slow["injected_step"] + 1 > (last - first + 1) / 2, (found, slow["injected_step"])
     own = [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["group"] == 1 and m["rank"] == 0 and m.get("committed") and m.get("attempt") == 0]
     # Within four windows of its own steps. The CFS quota is granted per 100 ms period, so now and
     # then a step fits in one period's share and runs at full speed: on every-step windows alone it
-    # took 39-126 of its steps; a far slower group is named on 8 of 10 (stragglers._verdict), which
-    # took 15-25 in thirteen recorded runs.
+    # took 39-126 of its steps; the detector judges each step's own time (the whole iteration less
+    # its waits for the peers) and names a group slow on most steps of one window, or of two
+    # (stragglers._verdict, the replays in tests/unit/test_stragglers.py).
     assert len([m for m in own if slow["injected_at"] <= m["time"] <= found["time"]]) <= 4 * WINDOW, found
     # The slow link: the ring allreduce makes every group's collective time rise alike, so a probe
     # round the collective's rise started finds group 2 alone slow, and the round a second later
@@ -101,14 +108,16 @@ def test_a_slow_group_and_a_slow_link_are_named_and_evicted_to_standbys(run_dir)
     for fault in (slow, link):
         assert fault["recovery_path"] == "standby" and fault["evicted"] is True, fault
         assert fault["recovered"] and fault["weights_consistent"] is True and fault["throughput_ratio"] is not None, fault
-    assert slow["throughput_steps_per_s"]["after"] > slow["throughput_steps_per_s"]["during"], slow
+    assert slow["throughput_group_steps_per_s"]["after"] > slow["throughput_group_steps_per_s"]["during"], slow
     assert drill["weights_consistent"] and drill["steps_lost"] == 0 and drill["steps_never_go_back"]
     # status tells both; no cgroup is left behind.
     lines = job_status(str(run_dir)).stragglers
-    (cpu_line,) = [x for x in lines if " cpu straggler" in x and x.startswith("group 1 ")]
+    # The evicted one (attempt 0); a group slowed while the next standby builds may be named too,
+    # and kept (no standby is ready then), as the comment at the top says.
+    (cpu_line,) = [x for x in lines if x.startswith("group 1 (attempt 0) cpu straggler")]
     (link_line,) = [x for x in lines if " link straggler" in x]
-    assert cpu_line.startswith("group 1 (attempt 0) cpu straggler") and ": evicted," in cpu_line, lines
+    assert ": evicted," in cpu_line, lines
     assert link_line.startswith("group 2 (attempt 0) link straggler") and " per 256 KiB (" in link_line and ": evicted," in link_line, lines
     assert sorted(set(leftover_cgroups()) - set(before)) == []
-    print(f"slow: {slow['throughput_steps_per_s']} named at steps {found['steps']} ({found['ratio']}x)")
-    print(f"link: {link['throughput_steps_per_s']}, {len(rounds)} probe rounds")
+    print(f"slow: {slow['throughput_group_steps_per_s']} named at steps {found['steps']} ({found['ratio']}x)")
+    print(f"link: {link['throughput_group_steps_per_s']}, {len(rounds)} probe rounds")

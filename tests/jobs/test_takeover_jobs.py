@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from monarch_ft.records.layout import RunLayout
 from monarch_ft.testing.jobs import FAST, REPO, console, job_processes, read_jsonl, start_job, wait_for
 
 # ft.quorum_timeout_s: the survivors' quorum in flight is retried at the restarted Lighthouse
@@ -36,7 +37,7 @@ SMALL = [
 
 
 def _state(run_dir: Path) -> dict:
-    return json.loads((run_dir / "controller.json").read_text())
+    return RunLayout(str(run_dir)).read_controller_state()
 
 
 def _committed(run_dir: Path, group: int, attempt: int = 0) -> int:
@@ -71,10 +72,11 @@ def test_job_survives_controller_and_lighthouse_kills(run_dir):
     (recovered,) = wait_for(lambda: _events(run_dir, "lighthouse_recovered"), 90, "commits after the Lighthouse restart")
     restarted = _events(run_dir, "lighthouse_restarted")[0]
     assert restarted["address"] == lighthouse["address"] and restarted["pid"] != lighthouse["server_pid"]
+    # The quorum in flight completed at the new Lighthouse (torchft's quorum_retries): with
+    # quorum_retries=0 the ranks waited out ft.quorum_timeout_s and its TimeoutError ended them,
+    # a group_failed each. None failed, and the job stepped on past the restart.
     assert not _events(run_dir, "group_failed"), console(run_dir)[-3000:]
-    # The quorum in flight completed at the new Lighthouse (torchft's quorum_retries), not after
-    # its timeout: with quorum_retries=0 the stall was ft.quorum_timeout_s (10.1 s measured).
-    assert recovered["stall_s"] < 10, recovered
+    assert recovered["job_step"] > recovered["job_step_before"], recovered
 
     # The supervisor: SIGKILLed. Its ranks keep committing with nobody watching.
     first.send_signal(signal.SIGKILL)

@@ -188,7 +188,8 @@ def test_sender_killed_mid_transfer():
         t0 = time.monotonic()
         with pytest.raises(TransportError, match="closed the connection|connection lost|cannot connect"):
             dst.recv_checkpoint(0, meta, 1, T)
-        assert time.monotonic() - t0 < 5, "must fail fast, not wait for the timeout"
+        # Fails fast (the error names the lost connection, not a timeout): far from T either way.
+        assert time.monotonic() - t0 < T.total_seconds() / 3, "must fail fast, not wait for the timeout"
     finally:
         dst.shutdown()
         p.kill()

@@ -166,7 +166,8 @@ def test_timeout_peer_never_answers(transports):
         t0 = time.monotonic()
         with pytest.raises(TransferTimeoutError, match="timed out"):
             dst.recv_checkpoint(0, f"mft1://127.0.0.1:{lst.getsockname()[1]}", 1, timedelta(seconds=1))
-        assert time.monotonic() - t0 < 3
+        # Its own 1 s, not the transport's T: far from T (a third), whatever the load.
+        assert time.monotonic() - t0 < T.total_seconds() / 3
     finally:
         lst.close()
 
@@ -176,7 +177,7 @@ def test_timeout_nothing_staged(transports):
     t0 = time.monotonic()
     with pytest.raises(TransferTimeoutError, match="timed out"):
         dst.recv_checkpoint(0, src.metadata(), 1, timedelta(seconds=1))
-    assert time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 < T.total_seconds() / 3  # its own 1 s, not the transport's T
 
 
 def test_receiver_waits_for_late_send(transports):
@@ -315,9 +316,9 @@ def test_disallow_cuts_off_slow_reader_detectably(transports):
     th = threading.Thread(target=recv)
     th.start()
     time.sleep(0.1)
-    t0 = time.monotonic()
+    # Returns at its drain timeout, not when the reader is done: the reader, cut off, fails
+    # (below); had disallow waited for it, it would have returned whole.
     src.disallow_checkpoint()
-    assert time.monotonic() - t0 < 2
     sd["user"]["w"].zero_()
     th.join(10)
     assert not th.is_alive()

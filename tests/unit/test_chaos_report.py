@@ -181,18 +181,22 @@ def test_phase_stats_skips_none_and_uses_linear_percentiles():
     assert pk["mttr"]["p50"] == pytest.approx(8.6)
     assert pk["mttr"]["p95"] == pytest.approx(np.percentile(mttrs, 95))
     assert list(pk["phases"]) == list(PHASES)
-    assert pk["survivor_max_stall_s"] == {"mean": pytest.approx(3.5 / 3), "max": 1.6}
+    stall = pk["survivor_max_stall_s"]
+    assert (stall["n"], stall["mean"], stall["max"], stall["p50"]) == (3, pytest.approx(3.5 / 3), 1.6, 1.1)
+    # Every percentile carries its n, the max and a 95% interval drawn from the values themselves.
+    assert pk["mttr"]["n"] == 3 and pk["mttr"]["max"] == 10.4
+    assert 7.9 <= pk["mttr"]["p50_ci"][0] <= 8.6 <= pk["mttr"]["p50_ci"][1] <= 10.4
     # None phases are skipped, not counted as zero; unknown phases are appended.
     assert list(co["phases"]) == list(PHASES) + ["custom_extra"]
-    assert co["phases"]["replacement_up"] == {"mean": None, "p50": None, "p95": None}
+    assert co["phases"]["replacement_up"] == {"n": 0, "mean": None, "p50": None, "p50_ci": None, "p95": None, "p95_ci": None, "max": None}
     assert co["phases"]["custom_extra"]["mean"] == pytest.approx(1.7)
     assert co["phases"]["survivors_stepping"]["mean"] == pytest.approx(0.85)
 
     mixed = [_fault(0, "hang", 0, {"detected": 1.0, "replacement_up": None}), _fault(1, "hang", 0, {"detected": 3.0, "replacement_up": 5.0}, recovered=False)]
     hs = phase_stats(mixed)["hang"]
-    assert hs["phases"]["replacement_up"] == {"mean": 5.0, "p50": 5.0, "p95": 5.0}
+    assert hs["phases"]["replacement_up"] == {"n": 1, "mean": 5.0, "p50": 5.0, "p50_ci": None, "p95": 5.0, "p95_ci": None, "max": 5.0}
     assert hs["phases"]["detected"]["p95"] == pytest.approx(2.9)
-    assert hs["recovered"] == 1
+    assert hs["recovered"] == 1 and hs["not_recovered"] == 1
     assert hs["mttr"]["mean"] == pytest.approx(1.0)  # the unrecovered fault's None MTTR is skipped
     assert phase_stats([]) == {}
 
@@ -234,13 +238,16 @@ def test_drill_report_matches_phase_stats(tmp_path, with_baseline):
         row = rows[kind]
         assert row["count"] == str(st["count"])
         assert row["recovered"] == str(st["recovered"])
+        assert row["not recovered"] == str(st["not_recovered"]) and row["MTTR n"] == str(st["mttr"]["n"])
         assert row["MTTR mean (s)"] == _f2(st["mttr"]["mean"])
-        assert row["MTTR p50 (s)"] == _f2(st["mttr"]["p50"])
-        assert row["MTTR p95 (s)"] == _f2(st["mttr"]["p95"])
+        ci = st["mttr"]["p50_ci"]
+        assert row["MTTR p50 [95% CI] (s)"] == _f2(st["mttr"]["p50"]) + (f" [{_f2(ci[0])}, {_f2(ci[1])}]" if ci else "")
+        assert row["MTTR p95 [95% CI] (s)"].split(" ")[0] == _f2(st["mttr"]["p95"])
+        assert row["MTTR max (s)"] == _f2(st["mttr"]["max"])
         for phase in PHASES:
             assert row[f"{phase} mean (s)"] == _f2(st["phases"][phase]["mean"])
-        assert row["survivor max stall mean (s)"] == _f2(st["survivor_max_stall_s"]["mean"])
-        assert row["survivor max stall max (s)"] == _f2(st["survivor_max_stall_s"]["max"])
+        assert row["survivors' longest stall p50 [95% CI] (s)"].split(" ")[0] == _f2(st["survivor_max_stall_s"]["p50"])
+        assert row["stall max (s)"] == _f2(st["survivor_max_stall_s"]["max"])
         assert row["goodput ratio"] == "0.74"
         if with_baseline:
             b = base_stats[kind]["mttr"]["mean"]
@@ -323,12 +330,13 @@ def test_the_per_fault_table_shows_throughput_and_the_timeline_series_the_rate(t
     from chaos.report import step_rate_series
 
     drill = _drill("live")
-    drill["faults"][0]["throughput_steps_per_s"] = {"before": 2.0, "during": 0.8, "after": 1.9, "ratio": 0.95}
+    drill["faults"][0]["throughput_group_steps_per_s"] = {"before": 2.0, "during": 0.8, "after": 1.9, "ratio": 0.95}
     drill["faults"][0]["throughput_ratio"], drill["faults"][0]["evicted"] = 0.95, True
     paths = write_drill_report(str(tmp_path), drill, _metrics())
     md = Path(paths["report"]).read_text()
-    assert "| steps/s before | during | after | throughput ratio |" in md
+    assert "| group-steps/s before | during | after | throughput ratio |" in md
     assert "| 2.00 | 0.80 | 1.90 | 0.95 (evicted) |" in md
-    recs = [{"rank": 0, "committed": True, "step": s, "time": 100.0 + s * 0.5} for s in range(25)]
+    # Group-steps: two groups stepping together at 2 steps/s read 4 group-steps/s.
+    recs = [{"group": g, "rank": 0, "committed": True, "step": s, "time": 100.0 + s * 0.5 + g * 0.01} for s in range(25) for g in (0, 1)]
     series = step_rate_series(recs, window=10)
-    assert len(series) == 15 and all(r == pytest.approx(2.0) for _, r in series)
+    assert len(series) == 40 and all(r == pytest.approx(4.0, rel=0.05) for _, r in series)

@@ -54,6 +54,13 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
         ("ft.heartbeat_interval_ms=0", "ft.heartbeat_interval_ms=0: must be > 0"),
         ("ft.global_batch=grow", "ft.global_batch='grow': choose one of auto, constant, shrink"),
         ("ft.mode=diloco ft.sync_every=10 ft.global_batch=constant", "ft.global_batch=constant needs ft.mode=hsdp: with ft.mode=diloco"),
+        ("training.mixed_precision=fp16", "training.mixed_precision='fp16': choose one of fp32, bf16"),
+        ("training.activation_checkpoint=op", "training.activation_checkpoint='op': choose one of none, selective, full"),
+        ("model.n_kv_heads=3", "model.n_kv_heads=3 does not divide model.n_heads=16"),
+        ("model.n_heads=7", "model.n_heads=7 does not divide model.dim=256"),
+        ("data.text_column=body", "data.text_column=body has no effect without a dataset as data.path"),
+        # The user's tokenizer and dataset: every case in tests/unit/test_user_data.py.
+        ("data.tokenizer=/nonexistent/tokenizer.json", "data.tokenizer=/nonexistent/tokenizer.json: no such file"),
     ],
 )
 def test_bad_values_fail_with_one_line(tmp_path, override, expected):
@@ -90,7 +97,7 @@ def _check(config_name, *argv, capsys):
     [
         ("ft.no_such_key=1", "ft.no_such_key=1: no such key (Key 'no_such_key' not in 'FTConfig'); ft has: replica_groups, ranks_per_group,"),
         ("ft.replica_groups=two", "ft.replica_groups=two: Value 'two' of type 'str' could not be converted to Integer"),
-        ("model=no_such_model", "Could not find 'model/no_such_model' Available options in 'model': debugmodel, tiny"),
+        ("model=no_such_model", "Could not find 'model/no_such_model' Available options in 'model': debugmodel, llama3_1b, llama3_8b, tiny"),
         ("ft.replica_groups=[1", "no viable alternative at input '[1'"),
         # "+" adds a key even to a schema: one the schema lacks is refused, not silently carried.
         ("+ft.nokey=3", "+ft.nokey=3: no such key (Key 'nokey' not in 'FTConfig'); ft has: replica_groups,"),
@@ -121,14 +128,11 @@ def test_drill_and_bench_configs_are_checked_the_same_way(capsys):
     import importlib.util
 
     from chaos.config import register_drill_configs
-    from monarch_ft.testing.jobs import REPO
 
     register_drill_configs()
     code, err = _check("drill", "chaos.nope=1", capsys=capsys)
     _assert_one_error_line(code, err, "chaos.nope=1: no such key")
-    spec = importlib.util.spec_from_file_location("mttr_bench_recipe", REPO / "recipes" / "mttr_bench.py")
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # registers the bench's schema
+    importlib.import_module("monarch_ft.recipes.mttr_bench")  # registers the bench's schema
     # A multirun: every value of every sweep is checked before the first job starts.
     code, err = _check("mttr_bench", "-m", "bench.repeats=1", "ft.recovery=live,full_restart", "ft.max_restarts=1,x", capsys=capsys)
     _assert_one_error_line(code, err, "ft.max_restarts=x: Value 'x'")
@@ -183,3 +187,17 @@ def test_wrong_flavor_refused_by_the_drill_recipe(tmp_path):
     from monarch_ft.testing.jobs import assert_drill_refused
 
     assert_drill_refused(tmp_path, ["model.flavor=nonsense", "chaos.faults=[{kind: process_kill, at_step: 5}]"], "is not a llama3 flavor")
+
+
+def test_a_config_dir_of_the_users_own_is_on_the_search_path(tmp_path, capsys):
+    """``--config-dir``: the user's directory is searched after the package's configs (Hydra's rule), and
+    the check composes with it; a directory that does not exist is one line."""
+    from monarch_ft.cli.hydra_entry import check_command_line
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "mine.yaml").write_text("defaults:\n  - schema\nname: llama3\nflavor: debugmodel\ndim: 32\nn_layers: 1\nn_heads: 2\n")
+    check_command_line("pretrain", ["--config-dir", str(tmp_path), "model=mine"])  # composes: returns
+    code, err = _check("pretrain", "--config-dir", str(tmp_path), "model=mine", "model.nope=1", capsys=capsys)
+    _assert_one_error_line(code, err, "model.nope=1: no such key (Key 'nope' not in 'ModelConfig')")
+    code, err = _check("pretrain", "--config-dir", str(tmp_path / "absent"), "model=mine", capsys=capsys)
+    _assert_one_error_line(code, err, f"--config-dir {tmp_path / 'absent'}: no such directory")

@@ -45,3 +45,31 @@ def test_background_covers_later_threads_and_foreground_takes_every_thread_back(
             worker.join()
 
     assert _in_child(body) == 0
+
+
+def test_a_session_leader_takes_its_autogroup_to_the_background_and_back():
+    """Autogroups share the CPU among sessions before niceness counts (module docstring): a
+    process that leads its session sets its autogroup's niceness with its own, and back to 0;
+    one in another's session leaves that session's autogroup alone."""
+    from monarch_ft.common.cpu_priority import autogroup_nice
+
+    parent = autogroup_nice()
+
+    def leader() -> int:
+        os.setsid()
+        if autogroup_nice() is None:
+            return 0 if parent is None else 5  # no autogroups here: nothing to set
+        to_background(7)
+        if autogroup_nice() != 7:
+            return 2
+        if to_foreground() is not None:
+            return 3
+        return 0 if autogroup_nice() == 0 else 4
+
+    def member() -> int:
+        to_background(7)  # not a session leader: the test's own session is not niced
+        return 0 if autogroup_nice() == parent else 6
+
+    assert _in_child(leader) == 0
+    assert _in_child(member) == 0
+    assert autogroup_nice() == parent

@@ -108,6 +108,7 @@ def test_a_file_that_cannot_be_trained_on_is_one_config_error(tmp_path, _cfg, na
     assert message.startswith(f"data.path={path}") and expected in message and "\n" not in message, message
 
 
-def test_a_directory_is_not_a_data_file(tmp_path, _cfg):
-    with pytest.raises(ConfigError, match="is not a file"):
+def test_a_folder_without_a_dataset_is_not_data(tmp_path, _cfg):
+    """A folder is data only as a Hugging Face dataset (tests/unit/test_user_data.py)."""
+    with pytest.raises(ConfigError, match="is a folder with no dataset in it"):
         prepare_data(_cfg(tmp_path, tmp_path), VOCAB, SEQ)

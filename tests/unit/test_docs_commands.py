@@ -1,10 +1,11 @@
 """Every command in the README and under docs/ runs as written, checked without running it.
 
-A recipe command (``recipes/<name>.py overrides...``) must compose with Hydra's compose API
+A recipe command (``monarch-ft <recipe> overrides...``, ``recipes/<name>.py overrides...`` in a
+checkout) must compose with Hydra's compose API
 against the recipe's config (``pretrain``, ``drill``, ``mttr_bench``) and pass the checks its
 recipe makes before launching anything: the job's ``validate``, a drill's faults, a sweep's
-plan. ``python -m monarch_ft <command> ...`` must name a real subcommand with arguments it
-takes; ``python -m <module>`` an importable module; a script a file that exists. The test
+plan. ``monarch-ft <command> ...`` (``python -m monarch_ft <command> ...``) must name a real
+subcommand with arguments it takes; ``python -m <module>`` an importable module; a script a file that exists. The test
 command the README gives is the one ``.ci/run`` runs.
 
 Why: the docs are where users copy commands from, and a renamed key (``bench.kind`` for
@@ -36,12 +37,15 @@ def _repo() -> Path:
 
 
 REPO = _repo()
-CONFIG_DIR = str(REPO / "configs")
+CONFIG_DIR = str(REPO / "monarch_ft" / "configs")
 DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 PYTHONS = {".venv/bin/python", "python", "python3"}
+COMMAND = {"monarch-ft", ".venv/bin/monarch-ft"}
+# monarch-ft's recipe commands: each runs monarch_ft.recipes.<its name with _ for ->.
+RECIPE_COMMANDS = ("pretrain", "drill", "mttr-bench", "goodput-bench")
 
 _FENCE = re.compile(r"^```(\w*)\s*$")
-_INLINE = re.compile(r"`((?:\.venv/bin/python|python3?) [^`]+)`")
+_INLINE = re.compile(r"`((?:\.venv/bin/python|python3?|(?:\.venv/bin/)?monarch-ft) [^`]+)`")
 
 
 def commands_in(text: str) -> list[tuple[str, bool]]:
@@ -75,14 +79,8 @@ def _all_commands() -> list[tuple[str, str, bool]]:
 
 
 def _recipe(name: str):
-    """recipes/<name>.py as a module (importing it registers its config schemas)."""
-    key = f"_docs_recipe_{name}"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, REPO / "recipes" / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
+    """The recipe's module, monarch_ft.recipes.<name> (importing it registers its config schemas)."""
+    return importlib.import_module(f"monarch_ft.recipes.{name}")
 
 
 def _sweep_lines(overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -154,6 +152,8 @@ def check(cmd: str, inline: bool = False) -> None:
     argv = shlex.split(cmd, comments=True)
     if not argv:
         return
+    if argv[0] in COMMAND:  # the installed command: what python -m monarch_ft runs
+        argv = ["python", "-m", "monarch_ft", *argv[1:]]
     if argv[0] == "bash" and len(argv) > 1 and argv[1].endswith(".sh"):
         argv = argv[1:]
     if argv[0].endswith(".sh"):
@@ -163,7 +163,12 @@ def check(cmd: str, inline: bool = False) -> None:
         return  # not ours: kill, ps, tensorboard, ruff...
     if argv[1] == "-m":
         module, rest = argv[2], argv[3:]
-        if module == "monarch_ft":
+        if module == "monarch_ft" and rest in (["--help"], ["-h"]):
+            return
+        if module == "monarch_ft" and rest and rest[0] in RECIPE_COMMANDS:
+            if not (inline and len(rest) == 1):  # inline, the command alone is a mention
+                check_recipe(rest[0].replace("-", "_"), rest[1:])
+        elif module == "monarch_ft":
             check_cli(rest + ["RUN_DIR"] if inline and len(rest) == 1 else rest)
         elif module != "pytest":
             assert importlib.util.find_spec(module) is not None, f"python -m {module}: no such module"
@@ -184,7 +189,7 @@ COMMANDS = _all_commands()
 def test_docs_have_commands():
     """The extraction finds the README's commands (so an empty parametrization cannot pass unnoticed)."""
     readme = [c for where, c, _ in COMMANDS if where == "README.md"]
-    assert any("recipes/drill.py" in c for c in readme) and any("recipes/mttr_bench.py" in c for c in readme), readme
+    assert any("monarch-ft drill" in c for c in readme) and any("monarch-ft mttr-bench" in c for c in readme), readme
     assert any(c.startswith("bash scripts/install.sh") for c in readme), readme
 
 
@@ -225,8 +230,10 @@ def test_unknown_script_option_is_refused():
 
 
 def test_unknown_subcommand_is_refused():
-    with pytest.raises(AssertionError, match="invalid choice"):
+    with pytest.raises(AssertionError, match="unknown command 'statu'"):
         check("python -m monarch_ft statu RUN_DIR")
+    with pytest.raises(AssertionError, match="unknown command 'pretrian'"):
+        check("monarch-ft pretrian training.steps=5")
     with pytest.raises(AssertionError, match="unrecognized arguments"):
         check("python -m monarch_ft stacks RUN_DIR [--group G]")
 

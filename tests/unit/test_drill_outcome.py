@@ -71,14 +71,7 @@ def test_hang_and_collective_modes_are_validated():
 def test_the_bench_plans_modes_by_kinds_and_skips_what_this_build_lacks():
     import importlib.util
 
-    from monarch_ft.testing.jobs import REPO
-
-    spec = importlib.util.spec_from_file_location("mttr_bench", REPO / "recipes" / "mttr_bench.py")
-    bench = importlib.util.module_from_spec(spec)
-    import sys
-
-    sys.modules["mttr_bench"] = bench  # dataclasses look their module up there
-    spec.loader.exec_module(bench)
+    bench = importlib.import_module("monarch_ft.recipes.mttr_bench")
     job = bench.MTTRBenchConfig()
     job.bench.kinds = ["process_kill", "hang:gil"]
     drills, skipped = bench.plan(job)

@@ -29,7 +29,9 @@ EMITTERS = {"emit", "_emit", "event", "report", "_report"}
 NOT_EMITTERS = ("layout.report",)
 # Emitters whose kind is a record's own, relayed as read (checked where it was written: the
 # reporter refused any unknown name, and event_name flags it again here).
-RELAYS = {("monarch_ft/controller/relay.py", "consume")}
+# Where a kind is carried, not named: the ranks' events relayed as they wrote them, and the
+# executor writing the events a decision named (each named where it was decided).
+RELAYS = {("monarch_ft/controller/decide/reports.py", "_event"), ("monarch_ft/controller/act.py", "_Emit")}
 
 
 def _emitter_calls():

@@ -18,11 +18,11 @@ from monarch_ft.controller.hangs import (
     auto_hang_timeout,
     find_hang,
     is_job_stall,
-    percentile,
     track_cpu,
     track_os_state,
 )
 from monarch_ft.records.phases import Phase
+from monarch_ft.records.stats import percentile
 
 LIMITS = HangLimits(hang_timeout_s=6, startup_timeout_s=120, save_timeout_s=30, sync_budget_s=36)
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from monarch_ft.cli.jobctl import job_status, straggler_lines
+from monarch_ft.controller import actions as A
 from monarch_ft.controller.loop import Supervisor
 from monarch_ft.controller.state import IllegalTransition
 from monarch_ft.controller.standby_pool import STANDBY_NICENESS
@@ -24,6 +25,10 @@ from monarch_ft.testing.fakes import FakeClock, FakeLauncher, Script, fake_job_c
 
 ERROR_A = {"error": "ValueError: bad value", "error_type": "ValueError", "frame": "monarch_ft/rank/trainer.py:10 in build", "environmental": False}
 ERROR_B = {"error": "KeyError: 'x'", "error_type": "KeyError", "frame": "monarch_ft/rank/trainer.py:20 in build", "environmental": False}
+
+
+# The actions of a recovery (the others: events, metrics, control files).
+RECOVERY_ACTIONS = (A.FailGroup, A.StopGroup, A.PromoteStandby, A.LaunchGroup, A.LaunchStandby, A.LoseStandby, A.FindDisk)
 
 
 @pytest.fixture(scope="module")
@@ -45,14 +50,33 @@ class Job:
         self.clock = FakeClock()
         self.launcher = FakeLauncher(self.clock, self.run_dir, step_s=step_s, standby_build_s=standby_build_s, fork_import_s=fork_import_s)
         self.sup: Optional[Supervisor] = None
+        # Every decision pass's (time, actions), in order.
+        self.journal: list = []
 
     def run(self, hooks=(), **overrides) -> int:
         cfg = self.cfg
         for key, value in overrides.items():
             section, name = key.split("__")
             setattr(getattr(cfg, section), name, value)
-        self.sup = Supervisor(cfg, self.run_dir, launcher=self.launcher, hooks=list(hooks), echo=False, clock=self.clock, fork_server=self.launcher.fork_server)
+        self.sup = Supervisor(
+            cfg,
+            self.run_dir,
+            launcher=self.launcher,
+            hooks=list(hooks),
+            echo=False,
+            clock=self.clock,
+            fork_server=self.launcher.fork_server,
+            journal=self.journal,
+        )
         return self.sup.run()
+
+    def actions(self, *kinds: type) -> list:
+        """Every action of these types the loop decided, in order."""
+        return [a for _, pass_ in self.journal for a in pass_ if isinstance(a, kinds)]
+
+    def pass_with(self, pred) -> list:
+        """The actions of the first decision pass holding an action ``pred`` accepts."""
+        return next(actions for _, actions in self.journal if any(pred(a) for a in actions))
 
     def events(self, kind: str, **match) -> list[dict]:
         return [e for e in self.sup.events.events if e["event"] == kind and all(e.get(k) == v for k, v in match.items())]
@@ -83,6 +107,14 @@ def test_rank_killed_a_standby_takes_over_and_a_new_one_is_built(tmp_path, world
     job.launcher.script(1, 0, Script(exit_at_step=20))
     assert job.run() == 0
     assert job.paths() == [(1, "standby")]
+    # The tick that saw the exit: the group failed (its rank stopped), the ready standby promoted
+    # in its place with its state from the live peer, and the replacement standby launched.
+    tick = job.pass_with(lambda a: isinstance(a, A.FailGroup))
+    acts = [a for a in tick if isinstance(a, RECOVERY_ACTIONS)]
+    assert [type(a).__name__ for a in acts] == ["FailGroup", "PromoteStandby", "LaunchStandby"], acts
+    failed, promoted = acts[0], acts[1]
+    assert (failed.group, failed.attempt, failed.why["reason"]) == (1, 0, "exit") and failed.stacks_tag is None
+    assert (promoted.standby, promoted.group, promoted.attempt, promoted.decision.source.value) == (0, 1, 1, "peer")
     promoted = job.events("standby_promoted")
     assert [(e["standby"], e["group"], e["attempt"]) for e in promoted] == [(0, 1, 1)]
     scheduled = job.events("restart_scheduled", group=1)
@@ -106,6 +138,9 @@ def test_a_second_fault_while_the_standby_is_rebuilt_goes_warm_fork(tmp_path, wo
     assert job.events("fork_server_ready") and not job.events("recovery_path", path="cold_start")
     assert [e["action"] for e in job.events("restart_scheduled")] == ["promote", "relaunch"]
     assert job.events("state_source", group=1)[0]["source"] == "peer"
+    # The relaunch: forked, as the planner decided at its launch, at its own launch gate.
+    (relaunch,) = [a for a in job.actions(A.LaunchGroup) if a.attempt > 0]
+    assert (relaunch.group, relaunch.warm, type(relaunch.relaunch).__name__) == (1, True, "WarmFork") and relaunch.gate.endswith("launch.g1.a1")
 
 
 def test_a_fault_right_after_a_promotion_is_recovered_again(tmp_path, world):
@@ -173,6 +208,13 @@ def test_every_group_lost_rolls_back_to_the_newest_checkpoint(tmp_path, world):
     actions = {e["group"]: e["action"] for e in job.events("restart_scheduled")}
     # Both seen dead in one tick: neither counts the other as a live peer.
     assert actions == {0: "disk_rollback", 1: "disk_rollback"}
+    # The tick's first pass stopped both and asked for the disk; its second pass, the disk found,
+    # scheduled both relaunches; the relaunches load the checkpoint step found.
+    first = [a for a in job.pass_with(lambda a: isinstance(a, A.FailGroup)) if isinstance(a, RECOVERY_ACTIONS)]
+    assert [(type(a).__name__, getattr(a, "group", None)) for a in first] == [("FailGroup", 0), ("FailGroup", 1), ("FindDisk", None)], first
+    assert first[2].at_most == 25
+    launches = job.actions(A.LaunchGroup)
+    assert [(a.group, a.attempt, a.load_step) for a in launches[-2:]] == [(0, 1, None), (1, 1, None)], launches
     (rollback,) = job.events("job_rollback")
     assert (rollback["from_step"], rollback["to_step"], rollback["steps_lost"]) == (25, 20, 5)
     assert {e["source"] for e in job.events("state_source")} <= {"disk", "peer"} and job.events("state_source", source="disk")
@@ -193,6 +235,8 @@ def test_a_standby_promoted_when_every_group_died_at_once_loads_the_checkpoint(t
     sources = [(e["group"], e["attempt"], e["source"]) for e in job.events("state_source")]
     # Group 1 is relaunched once group 0 steps again, from the checkpoint: it heals from it.
     assert sources[0] == (0, 1, "disk") and (1, 1) in {s[:2] for s in sources}, sources
+    (promoted,) = job.actions(A.PromoteStandby)
+    assert (promoted.group, promoted.decision.source.value, promoted.decision.step) == (0, "disk", 20)
     assert [(e["from_step"], e["to_step"]) for e in job.events("job_rollback")] == [(25, 20)]
     assert len(job.events("group_failed")) == 2 and job.state.status == JobStatus.COMPLETED
 
@@ -493,3 +537,21 @@ def test_evict_keeps_a_straggler_when_no_standby_is_ready(tmp_path, world):
     assert job.run() == 0
     (kept,) = job.events("straggler_kept")  # said once, not every tick
     assert kept["group"] == 1 and kept["why"] == "no_standby" and "no standby" in kept["because"] and job.events("group_failed") == []
+
+
+def test_status_json_has_the_text_forms_fields(tmp_path, world, capsys):
+    """``monarch-ft status RUN --json``: one JSON object with the fields the text form shows."""
+    import json
+
+    from monarch_ft.cli.jobctl import format_status
+    from monarch_ft.cli.main import main
+
+    job = Job(tmp_path, world, training__steps=20)
+    job.launcher.script(1, 0, Script(exit_at_step=10))
+    assert job.run() == 0
+    assert main(["status", job.run_dir, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    text = format_status(job_status(job.run_dir))
+    assert shown["status"] == "completed" and f"job {shown['run_dir']}: completed, job step {shown['job_step']}" in text
+    assert [(g["index"], g["state"], g["restarts"]) for g in shown["groups"]] == [(0, "done", 0), (1, "done", 1)]
+    assert shown["ended"] in text and shown["standby"]["recoveries"]["standby"] == 1

@@ -213,19 +213,32 @@ def _commits(times, first_step=0, group=0):
     return [{"group": group, "rank": 0, "step": first_step + i, "committed": True, "time": t} for i, t in enumerate(times)]
 
 
-def test_throughput_before_during_after_and_the_ratio():
+def test_throughput_counts_group_steps_and_honours_since():
     from chaos.mttr import step_rate, throughput
 
-    # 2 steps/s for 40 steps, a fault at t=20 slows it to 0.5 steps/s for 10 steps, then 1.8 steps/s.
-    before = [i * 0.5 for i in range(40)]
+    # Both groups at 2 steps/s (4 group-steps/s) after an earlier disruption that ended at t=5
+    # (0.2 steps/s before it); a fault at t=20 leaves group 0 alone at 0.5 steps/s for 10 steps;
+    # both back from t=40 at 1.8 steps/s (3.6 group-steps/s).
+    slow = [i * 5.0 - 20.0 for i in range(5)]  # t=-20..0, the earlier disruption
+    before = [5.0 + i * 0.5 for i in range(30)]
     during = [20.0 + 2.0 * (i + 1) for i in range(10)]
     after = [40.0 + (i + 1) / 1.8 for i in range(40)]
-    records = _commits(before + during + after) + _commits(before, group=1)  # another group's commits of the same steps count once
-    rates = throughput(records, t0=19.9, back_at=40.0)
-    assert rates["before"] == pytest.approx(2.0, rel=0.01) and rates["during"] == pytest.approx(0.5, rel=0.05)
-    assert rates["after"] == pytest.approx(1.8, rel=0.01) and rates["ratio"] == pytest.approx(0.9, rel=0.01)
-    assert throughput(records, t0=19.9, back_at=None)["after"] is None and throughput(records, t0=19.9, back_at=None)["ratio"] is None
-    assert step_rate(records, 0.0, 0.6) is None  # 2 steps: no rate
+    records = _commits(slow + before + during + after)
+    records += _commits(slow + before, group=1) + _commits(after, first_step=len(slow) + len(before) + len(during), group=1)
+    for m in records:
+        m["participating_groups"] = [0] if 20.0 < m["time"] <= 40.0 else [0, 1]
+    rates = throughput(records, t0=19.9, back_at=40.0, since=5.0)
+    # Group-steps, not distinct steps: two groups stepping count twice a lone one's pace.
+    assert rates["before"] == pytest.approx(4.0, rel=0.05) and rates["during"] == pytest.approx(0.5, rel=0.05)
+    assert rates["after"] == pytest.approx(3.6, rel=0.05) and rates["ratio"] == pytest.approx(0.9, rel=0.05)
+    assert rates["since"] == 5.0 and rates["why"] is None
+    # Without since, the earlier disruption's slow steps would be part of "before" when it is short.
+    assert step_rate(records, -30.0, 19.9) < step_rate(records, 5.0, 19.9)
+    missing = throughput(records, t0=19.9, back_at=None)
+    assert missing["after"] is None and missing["ratio"] is None and missing["why"] == "not recovered"
+    no_before = throughput(records, t0=19.9, back_at=40.0, since=19.5)
+    assert no_before["ratio"] is None and "previous fault" in no_before["why"]
+    assert step_rate(records, 0.1, 5.4) is None  # 2 group-steps: no rate
 
 
 def test_a_slow_fault_evicted_is_measured_after_its_standby_is_back(tmp_path):
@@ -254,6 +267,8 @@ def test_a_slow_fault_evicted_is_measured_after_its_standby_is_back(tmp_path):
     fault = {"id": 0, "kind": "slow", "target": 1, "rank": 0, "at_step": 20, "injected_at": 10.0, "attempt": 0, "step": 19, "members": [0, 1, 2]}
     out = analyze_fault(fault, events, records, False, 3, 1)
     assert out["evicted"] is True and out["recovered"] is True
-    rates = out["throughput_steps_per_s"]
-    assert rates["before"] == pytest.approx(2.0) and rates["after"] == pytest.approx(2.0) and out["throughput_ratio"] == pytest.approx(1.0)
-    assert rates["during"] < 1.5
+    rates = out["throughput_group_steps_per_s"]
+    # Group-steps: three groups at 2 steps/s before and after.
+    assert rates["before"] == pytest.approx(6.0, rel=0.05) and rates["after"] == pytest.approx(6.0, rel=0.05)
+    assert out["throughput_ratio"] == pytest.approx(1.0, rel=0.05)
+    assert rates["during"] < 4.5  # a third of the group-steps or more lost while it lasted

@@ -172,3 +172,33 @@ def test_the_drill_puts_slurms_times_beside_ours():
     section = "\n".join(_scheduler_section(faults))
     assert "| 0 | node_down | n1 | 0.40 | 0.40 | 5.00 | 11.00 | 32.00 | n2 | n/a |" in section
     assert "| 1 | process_kill | n/a | 0.30 | n/a | n/a | n/a | n/a | n1 | 0.90 |" in section
+
+
+def test_a_pending_allocation_is_given_the_exclusions_as_they_are_now_once_per_change():
+    """The tick's decision (monarch_ft.controller.decide.job.replan_pending): a standby submitted
+    while two failed nodes were out is given the one still out once the other came back."""
+    from monarch_ft.controller import actions as A
+    from monarch_ft.controller.decide import job
+    from monarch_ft.controller.decide.base import Decision, Facts, Tick
+    from monarch_ft.controller.observe import Observations
+    from monarch_ft.controller.state import JobState
+
+    state = JobState.new(2, "/run", {}, "gate")
+    pool = state.nodes
+    pool.states = {"n0": "mixed", "n1": "idle", "n2": "down*", "n3": "mixed"}
+    pool.exclude("n2", ExclusionReason.RANKS_LOST, 10.0, 0, 0)
+
+    def tick(pending):
+        t = Tick(None, state, Observations(20.0, pending=pending), Facts(), Decision())
+        job.replan_pending(t)
+        return t.out.actions
+
+    first = tick({"17": ("n1", "n2")})
+    assert [a for a in first if isinstance(a, A.ReplanPending)] == [A.ReplanPending("17", ("n2",))]
+    (event,) = [a for a in first if isinstance(a, A.Emit)]
+    assert event.fields == {"job_id": "17", "excluded_before": ["n1", "n2"], "excluded": ["n2"]}
+    assert tick({"17": ("n1", "n2")}) == []  # asked once (Slurm's answer shows at the next squeue)
+    assert tick({"17": ("n2",)}) == [] and tick({}) == [] and pool.replans == {}
+    # n2 back too: the next pending job is given none.
+    pool.excluded.clear()
+    assert [a for a in tick({"18": ("n2",)}) if isinstance(a, A.ReplanPending)] == [A.ReplanPending("18", ())]

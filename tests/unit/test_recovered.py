@@ -130,14 +130,14 @@ def test_the_injector_the_report_and_status_agree(tmp_path):
     # The injector, live: nothing while the group is not back, then the rule's MTTR (not the tick's).
     job = _Job(tmp_path, events, ranks=2)
     injector = ChaosInjector([], seed=0, allow_last_healthy=False, recovery_timeout_s=600)
-    injector.active = fault
+    injector.actives = [fault]
     _write(tmp_path / "metrics.jsonl", [m for m in records if m["time"] < T0 + 9])
     injector.tick(job, T0 + 9)
-    assert not job.emitted and injector.active is fault
+    assert not job.emitted and injector.actives == [fault]
     _write(tmp_path / "metrics.jsonl", [m for m in records if m["time"] >= T0 + 9])
     injector.tick(job, T0 + 30)
     (done,) = job.emitted
-    assert done["event"] == "fault_recovered" and done["seconds"] == 10.0 and done["back_at"] == T0 + 10 and injector.active is None
+    assert done["event"] == "fault_recovered" and done["seconds"] == 10.0 and done["back_at"] == T0 + 10 and injector.actives == []
 
     # The report.
     drill = analyze_fault(fault, events, records, False, replica_groups=2, ranks_per_group=2)

@@ -14,7 +14,6 @@ import pytest
 from monarch_ft.config.ft import standby_config_error
 from monarch_ft.controller.standby_pool import (
     MAX_FAILED_BUILDS,
-    StandbyPool,
     UnreadyClock,
     build_promotion,
     recovery_path,
@@ -162,90 +161,90 @@ def test_promotion_carries_the_groups_identity_and_the_state_decision(tmp_path):
     assert (mine.store_host, mine.advertise_host, mine.promotion_path) == ("h", "h", "")
 
 
-class FakeProc:
-    forked = False
+class PoolWorld:
+    """The pool's decisions (monarch_ft.controller.decide.pools) driven tick by tick on hand-made
+    observations, the executor's part played here: a LaunchStandby gets ranks, a LoseStandby's
+    ranks are killed. The tests assert on the actions each tick returns."""
 
-    def __init__(self, pid: int) -> None:
-        self.pid, self.code, self.signals = pid, None, []
+    def __init__(self, wanted: int = 1, first_number: int = 0) -> None:
+        from monarch_ft.controller.state import JobState
 
-    def poll(self):
-        return self.code
+        self.state = JobState.new(1, "/run", {}, "gate")
+        pool = self.state.standby
+        pool.wanted = pool.clock.wanted = wanted
+        pool.first_slot, pool.first_number = 2, first_number
+        self.launched: list[tuple[int, int]] = []
+        self.ready: set[tuple[int, int]] = set()  # (standby, rank) that reported standby_ready, not read yet
+        self.exits: dict[tuple[int, int], int] = {}
+        self.os: dict[tuple[int, int], str] = {}
 
-    def kill(self):
-        self.code = -9
+    def tick(self, now: float, training: bool = True, claim=None):
+        """One pass: the standbys' reports and exits, a claim (``claim``: a standby number), the
+        launches; returns (the actions, the claimed standby)."""
+        from types import SimpleNamespace
 
-    def send_signal(self, sig):
-        self.signals.append(sig)
-        self.code = -sig
+        from monarch_ft.controller.actions import LaunchStandby, LoseStandby
+        from monarch_ft.controller.decide import pools
+        from monarch_ft.controller.decide.base import Decision, Facts, Tick
+        from monarch_ft.controller.observe import Observations
+        from monarch_ft.records.report_records import RankEvent
 
-    def wait(self, timeout):
-        return self.code
-
-
-class FakeRank:
-    def __init__(self, pid: int, records: list) -> None:
-        self.proc, self.exited, self._records = FakeProc(pid), None, records
-
-    @property
-    def tail(self):
-        records = self._records
-
-        class Tail:
-            def read(self_inner):
-                out = list(records)
-                records.clear()
-                return out
-
-        return Tail()
-
-
-def make_pool(wanted: int = 1):
-    events, launched = [], []
-
-    def emit(kind, **fields):
-        events.append((kind, fields))
-
-    def launch(number, slot, now):
-        ranks = [FakeRank(100 * number + r, []) for r in range(2)]
-        launched.append(ranks)
-        return ranks
-
-    return StandbyPool(wanted, 2, emit, launch), events, launched
+        self.state.first_step_time = 0.0 if training else None
+        reports: dict = {}
+        for number, rank in sorted(self.ready):
+            reports.setdefault(number, []).append((rank, RankEvent(EventKind.STANDBY_READY, {"rank": rank})))
+        self.ready.clear()
+        obs = Observations(now, standby_reports=reports, standby_exits=dict(self.exits), standby_os=dict(self.os))
+        t = Tick(None, self.state, obs, Facts(), Decision())
+        pools.standby_reports(t)
+        claimed = pools.claim_standby(t, claim) if claim is not None else None
+        pools.launch_standbys(t)
+        for action in t.out.actions:
+            if isinstance(action, LaunchStandby):
+                self.state.standby.find(action.number).ranks = [SimpleNamespace(rank=r, exited=None) for r in range(2)]
+                self.launched.append((action.number, action.slot))
+            elif isinstance(action, LoseStandby):
+                for rs in action.ranks:
+                    rs.exited = rs.exited if rs.exited is not None else -9
+        return t.out.actions, claimed
 
 
-def ready_all(ranks):
-    for r, rank in enumerate(ranks):
-        rank._records.append({"type": "event", "event": "standby_ready", "rank": r})
+def kinds(actions) -> list[str]:
+    from monarch_ft.controller.actions import Emit
+
+    return [a.kind if isinstance(a, Emit) else type(a).__name__ for a in actions]
 
 
 def test_pool_builds_promotes_and_never_promotes_a_dead_standby():
-    pool, events, launched = make_pool()
-    pool.tick(0.0, training_started=False, job_finishing=False)
-    assert not launched  # the groups are not up yet
-    pool.tick(1.0, training_started=True, job_finishing=False)
-    assert len(launched) == 1 and pool.standbys[0].slot == 2
-    assert pool.take(1.5, lambda pid: "sleeping") is None  # building, not ready
-    ready_all(launched[0])
-    pool.tick(5.0, True, False)
-    assert pool.standbys[0].status is StandbyStatus.READY
+    w = PoolWorld()
+    actions, _ = w.tick(0.0, training=False)
+    assert actions == []  # the groups are not up yet
+    actions, _ = w.tick(1.0)
+    assert kinds(actions) == ["LaunchStandby"] and w.launched == [(0, 2)]
+    _, claimed = w.tick(1.5, claim=0)
+    assert claimed is None  # building, not ready
+    w.ready |= {(0, 0), (0, 1)}
+    actions, _ = w.tick(5.0)
+    assert kinds(actions) == ["standby_ready"] and w.state.standby.standbys[0].status is StandbyStatus.READY
     # Killed while waiting: lost at the next tick, replaced, never promoted.
-    launched[0][1].proc.code = -9
-    pool.tick(6.0, True, False)
-    assert [k for k, _ in events].count(EventKind.STANDBY_LOST) == 1 and len(launched) == 2
-    assert pool.take(6.1, lambda pid: "sleeping") is None
-    ready_all(launched[1])
-    pool.tick(9.0, True, False)
+    w.exits[(0, 1)] = -9
+    actions, claimed = w.tick(6.0, claim=0)
+    assert kinds(actions) == ["LoseStandby", "LaunchStandby"] and claimed is None
+    lost = actions[0]
+    assert (lost.number, lost.was_ready, lost.rebuild) == (0, True, True) and lost.reason == "rank 1 exited (-9)"
+    w.ready |= {(1, 0), (1, 1)}
+    w.tick(9.0)
     # Stopped (SIGSTOP) when a group fails: found at promotion, lost, not promoted.
-    assert pool.take(9.1, lambda pid: "stopped" if pid == 101 else "sleeping") is None
-    assert pool.lost == 2 and launched[1][0].proc.code == -9
-    pool.tick(10.0, True, False)
-    ready_all(launched[2])
-    pool.tick(12.0, True, False)
-    sb = pool.take(13.0, lambda pid: "sleeping")
-    assert sb is not None and sb.number == 2 and sb.status is StandbyStatus.PROMOTED and pool.promoted == 1
-    pool.tick(13.5, True, False)  # a replacement starts at once
-    assert len(launched) == 4
-    summary = pool.summary(14.0)
+    w.os[(1, 0)] = "stopped"
+    actions, claimed = w.tick(9.1, claim=1)
+    assert claimed is None and kinds(actions) == ["LoseStandby", "LaunchStandby"] and actions[0].reason == "rank 0 is stopped"
+    assert w.state.standby.lost == 2
+    w.ready |= {(2, 0), (2, 1)}
+    w.tick(12.0)
+    actions, claimed = w.tick(13.0, claim=2)
+    assert claimed is not None and claimed.number == 2 and claimed.status is StandbyStatus.PROMOTED and w.state.standby.promoted == 1
+    assert kinds(actions) == ["LaunchStandby"]  # a replacement starts at once
+    summary = w.state.standby.summary(14.0)
     assert summary["lost"] == 2 and summary["promoted"] == 1 and summary["seconds_without_ready_standby"] > 0
 
 
@@ -284,10 +283,9 @@ def test_a_controller_that_attached_numbers_its_standbys_after_its_predecessors(
     for name in ("g0r0.a0.jsonl", "sb0r0.jsonl", "sb2r1.spec.json"):
         (tmp_path / "ranks" / name).write_text("")
     assert layout.next_standby_number() == 3
-    slots = []
-    pool = StandbyPool(1, 2, lambda *a, **k: None, lambda number, slot, now: slots.append((number, slot)) or [FakeRank(1, [])], first_number=3)
-    pool.tick(1.0, training_started=True, job_finishing=False)
-    assert slots == [(3, 2)] and pool.standbys[0].number == 3  # number 3, on the first standby slot
+    w = PoolWorld(first_number=layout.next_standby_number())
+    w.tick(1.0)
+    assert w.launched == [(3, 2)] and w.state.standby.standbys[0].number == 3  # number 3, on the first standby slot
 
 
 def test_slurm_place_group_makes_the_promoted_standbys_job_and_node_the_groups(tmp_path):

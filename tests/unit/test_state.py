@@ -16,6 +16,10 @@ from monarch_ft.controller.ledger import CommitLedger
 from monarch_ft.controller.snapshot import LIVE, OWN, from_record, not_saved, to_record, unset_fields
 from monarch_ft.controller.standby_pool import StandbyPoolState, UnreadyClock
 from monarch_ft.controller.state import (
+    Failure,
+    FailureKind,
+    LaunchPlan,
+    PendingRestart,
     TRANSITIONS,
     GroupState,
     IllegalTransition,
@@ -26,7 +30,7 @@ from monarch_ft.controller.state import (
     RankState,
     can_transition,
 )
-from monarch_ft.controller.placement import Exclusion, NodePool
+from monarch_ft.controller.placement import Exclusion, NodePool, Suspect
 from monarch_ft.launcher.base import RankLaunch
 from monarch_ft.records.events import ExclusionReason, GiveUpReason, GroupStatus, JobStatus
 
@@ -55,18 +59,17 @@ def populated() -> JobState:
         GroupStatus.GIVEN_UP,
         attempt=2,
         restarts=2,
-        next_launch=99.5,
         launched_at=98.0,
         ranks=[rank],
+        plan=LaunchPlan(99.5, 40, "/r/checkpoint/group_0/step-40", "/r/control/start.1"),
+        failure=Failure(FailureKind.EXIT, 1, {"error_type": "ValueError"}, (Suspect("n1", ExclusionReason.RANKS_LOST),), 30),
         last_step=42,
         train_done=True,
         first_loss=7.5,
         last_loss=2.25,
-        load_step=40,
-        load_path="/r/checkpoint/group_0/step-40",
+        gate="/r/control/launch.g1.a2",
         loading=(40, "/r/checkpoint/group_0/step-40"),
         load_failure={"step": 40, "error": "boom"},
-        start_gate="/r/control/launch.g1.a2",
         gate_decided=True,
         restart_times=[90.0, 95.5],
         startup_failure={"error_type": "ValueError", "frame": "f:1 in g"},
@@ -82,6 +85,7 @@ def populated() -> JobState:
         groups=[group],
         full_restarts=1,
         gate_since=50.0,
+        restart_pending=PendingRestart(1, "replicas_diverged", False, 36),
         ledger=CommitLedger(job_step=42, newest={7: 41, 8: 12}),
         rollbacks=[{"from_step": 30, "to_step": 20, "steps_lost": 10}],
         regressions=[{"group": 0, "step": 3, "job_committed": 9}],
@@ -120,6 +124,7 @@ def populated() -> JobState:
             history=[{"node": "n1", "reason": "ranks_lost", "group": 1, "attempt": 2, "at": 80.0, "returned_at": None, "return_reason": None}],
             states={"n0": "idle", "n1": "down*"},
             placements=4,
+            replans={"17": ("n1",)},
         ),
         launcher_handles={"jobs": [["17", 0, 1, 5.0, False]]},
         stop_seen=True,
@@ -137,6 +142,9 @@ def test_a_fully_populated_state_round_trips_through_json():
     # Restored by type, not merely equal: tuples, sets, enums, int keys, nested dataclasses.
     g = back.groups[0]
     assert isinstance(g.loading, tuple) and isinstance(back.membership, tuple) and isinstance(back.redone_seen, set)
+    # A stopped group's failure waiting for its answer, and a full restart waiting for its step, go on with a takeover.
+    assert isinstance(g.plan, LaunchPlan) and g.failure.kind is FailureKind.EXIT and isinstance(g.failure.suspects[0], Suspect)
+    assert isinstance(back.restart_pending, PendingRestart) and back.restart_pending.at_most == 36
     assert g.status is GroupStatus.GIVEN_UP and g.gave_up is GiveUpReason.CRASH_LOOP and back.status is JobStatus.DEGRADED
     assert back.commit_hashes == {(41, 0): {7: (1, "abc")}} and back.step_hashes[41] == {(1, 0): "abc"}
     assert back.transport_owner[None] == (0, 0) and back.ledger.newest == {7: 41, 8: 12}
@@ -185,10 +193,13 @@ def test_group_transitions_follow_the_table():
                 with pytest.raises(IllegalTransition):
                     g.move(dst)
                 assert g.status is src
-    # What the loop relies on: a launch, a first step, a failure and its relaunch, a promotion
-    # in place of a failed group, a finish; a group done or given up never changes again.
+    # What the loop relies on: a launch, a first step, a failure (stopped first) and its relaunch or
+    # a promotion in place of the failed group, a finish; a group done or given up never changes again.
     assert can_transition(GroupStatus.WAITING, GroupStatus.STARTING) and can_transition(GroupStatus.STARTING, GroupStatus.RUNNING)
-    assert can_transition(GroupStatus.RUNNING, GroupStatus.WAITING) and can_transition(GroupStatus.RUNNING, GroupStatus.STARTING)
+    assert can_transition(GroupStatus.RUNNING, GroupStatus.STOPPED) and can_transition(GroupStatus.STARTING, GroupStatus.STOPPED)
+    assert can_transition(GroupStatus.STOPPED, GroupStatus.WAITING) and can_transition(GroupStatus.STOPPED, GroupStatus.STARTING)
+    # Never from stepping straight to a relaunch: a failed group's ranks are stopped first.
+    assert not can_transition(GroupStatus.RUNNING, GroupStatus.WAITING) and not can_transition(GroupStatus.RUNNING, GroupStatus.STARTING)
     assert not TRANSITIONS[GroupStatus.DONE] and not TRANSITIONS[GroupStatus.GIVEN_UP]
     with pytest.raises(IllegalTransition):
         GroupState(0).status = GroupStatus.RUNNING  # never set directly

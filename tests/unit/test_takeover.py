@@ -131,15 +131,15 @@ def test_drill_injector_state_survives_its_controller(tmp_path):
     path = str(tmp_path / "chaos_injector.json")
     first = ChaosInjector(faults, seed=3, allow_last_healthy=False, recovery_timeout_s=60, state_path=path)
     first.rng.random()
-    first.active = {"id": 0, "kind": "controller", "target": 1, "injected_at": 12.5, "attempt": 0, "step": 5, "members": [0, 1]}
-    first.injected.append(first.active)
+    first.actives = [{"id": 0, "kind": "controller", "target": 1, "injected_at": 12.5, "attempt": 0, "step": 5, "members": [0, 1]}]
+    first.injected.append(first.actives[0])
     first.next_index = 1
     first._hold(None, NotInjected.PREVIOUS_NOT_RECOVERED, previous=0)  # why fault 1 waits
     first._save()
     second = ChaosInjector(faults, seed=3, allow_last_healthy=False, recovery_timeout_s=60, state_path=path)
     second.restore()
     assert second.started == first.started and second.next_index == 1
-    assert second.active == first.active and second.active is second.injected[-1]
+    assert second.actives == first.actives and second.actives[0] is second.injected[-1]
     assert second.rng.random() == first.rng.random()
     assert second.blocked == {1: {"reason": NotInjected.PREVIOUS_NOT_RECOVERED.value, "previous": 0}}, second.blocked
 

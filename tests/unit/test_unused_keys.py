@@ -135,11 +135,7 @@ def test_a_drill_with_standbys_keeps_its_baseline_runnable():
 
 
 def _bench():
-    if "mttr_bench" not in sys.modules:
-        spec = importlib.util.spec_from_file_location("mttr_bench", REPO / "recipes" / "mttr_bench.py")
-        module = sys.modules["mttr_bench"] = importlib.util.module_from_spec(spec)  # dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return sys.modules["mttr_bench"]
+    return importlib.import_module("monarch_ft.recipes.mttr_bench")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,137 @@
+"""The records of a rank's report file, typed: what the controller reads is one of four kinds.
+
+A rank appends one JSON object per line (``monarch_ft.rank.components.metrics.RankReporter``);
+each has a ``type``: ``step`` (a trained step: its numbers, whether it committed, its quorum),
+``event`` (something that happened to the rank, named by an :class:`EventKind`), ``heartbeat``
+(main-thread progress while no step is trained) or ``liveness`` (the main thread's phase, from a
+thread of its own). :func:`parse_record` turns a line's object into one of the four dataclasses
+below, so the controller dispatches on a type, not on string literals; a record of an unknown
+type (a rank of a newer version) is kept as :class:`UnknownRecord` and ignored, never a crash.
+
+Each keeps the object as written (``raw``): a step is relayed to ``metrics.jsonl`` and an event
+to ``events.jsonl`` as the rank wrote it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Union
+
+from monarch_ft.records.events import EventKind, StrEnum
+
+
+class RecordType(StrEnum):
+    """The ``type`` of a report record."""
+
+    STEP = "step"
+    EVENT = "event"
+    HEARTBEAT = "heartbeat"
+    LIVENESS = "liveness"
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    """One trained step of one rank (committed or not)."""
+
+    raw: dict[str, Any]
+
+    @property
+    def step(self) -> int:
+        return int(self.raw["step"])
+
+    @property
+    def rank(self) -> int:
+        return int(self.raw["rank"])
+
+    @property
+    def group(self) -> int:
+        return int(self.raw["group"])
+
+    @property
+    def attempt(self) -> Optional[int]:
+        return self.raw.get("attempt")
+
+    @property
+    def committed(self) -> bool:
+        return bool(self.raw.get("committed"))
+
+    @property
+    def loss(self) -> Optional[float]:
+        return self.raw.get("loss")
+
+    @property
+    def quorum_id(self) -> int:
+        return self.raw.get("quorum_id") or 0
+
+    @property
+    def state_hash(self) -> Optional[str]:
+        return self.raw.get("state_hash")
+
+    @property
+    def participating_groups(self) -> tuple[int, ...]:
+        return tuple(self.raw.get("participating_groups") or ())
+
+    @property
+    def time(self) -> float:
+        return float(self.raw.get("time") or 0.0)
+
+
+@dataclass(frozen=True)
+class RankEvent:
+    """Something that happened to the rank: ``kind`` (an :class:`EventKind` member; a name
+    this version does not know stays a string), its fields as written (``raw``, without
+    ``type``)."""
+
+    kind: Union[EventKind, str]
+    raw: dict[str, Any]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.raw.get(key, default)
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """Main-thread progress while the rank trains no step (holding the job open, waiting)."""
+
+    raw: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Liveness:
+    """A beat of the rank's liveness thread: the main thread's phase and since when."""
+
+    raw: dict[str, Any]
+
+    @property
+    def phase(self) -> Optional[str]:
+        return self.raw.get("phase")
+
+    @property
+    def phase_since(self) -> Optional[float]:
+        return self.raw.get("phase_since")
+
+
+@dataclass(frozen=True)
+class UnknownRecord:
+    """A record of a type this version does not read (ignored)."""
+
+    raw: dict[str, Any]
+
+
+ReportRecord = Union[StepRecord, RankEvent, Heartbeat, Liveness, UnknownRecord]
+
+
+def parse_record(raw: dict[str, Any]) -> ReportRecord:
+    """The typed form of one report line's object."""
+    kind = raw.get("type")
+    if kind == RecordType.STEP and "step" in raw:
+        return StepRecord(raw)
+    if kind == RecordType.EVENT and "event" in raw:
+        fields = {k: v for k, v in raw.items() if k not in ("type", "event")}
+        name = raw["event"]
+        return RankEvent(EventKind(name) if name in EventKind._value2member_map_ else str(name), fields)
+    if kind == RecordType.HEARTBEAT:
+        return Heartbeat(raw)
+    if kind == RecordType.LIVENESS:
+        return Liveness(raw)
+    return UnknownRecord(raw)
