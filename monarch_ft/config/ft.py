@@ -9,6 +9,7 @@ from typing import Any, Optional
 from monarch_ft.common.devices import CROSS_GROUP_BACKENDS
 from monarch_ft.config.unused import refuse_unused
 from monarch_ft.records.errors import ConfigError, require
+from monarch_ft.records.global_batch import SETTINGS as GLOBAL_BATCH_SETTINGS
 
 TRANSPORTS = ("sharded", "http")
 RECOVERY_MODES = ("live", "full_restart")
@@ -203,6 +204,18 @@ class FTConfig:
     local weights) are averaged and applied by an outer optimizer (torchft.local_sgd.DiLoCo;
     streaming DiLoCo with ``fragments`` > 1)."""
 
+    global_batch: str = "auto"
+    """What a step trains while fewer groups than ``replica_groups`` take part in it (one is down,
+    or healing). ``constant``: the groups taking part also train the absent groups' share of the
+    step's data, by gradient accumulation, so every committed step trains the fault-free run's
+    samples and tokens, each sample once (monarch_ft/records/global_batch.py); a survivor of G' of
+    G groups then computes about G/G' times as long per step. ``shrink``: each group trains its own
+    share only, and the step averages fewer groups' data (TorchFT's behaviour). ``auto``: constant
+    with ``mode=hsdp``, shrink with localsgd and diloco, where constant is refused: their quorum
+    runs at the end of a window, so nobody knows at its start which groups' data to take, and the
+    window a group fails in cannot be redone exactly (TorchFT's LocalSGD keeps a failed sync's local
+    weights, its DiLoCo its inner optimizer state)."""
+
     sync_every: int = 20
     """Inner steps between two syncs (localsgd, diloco): H. ``training.steps`` must be a multiple.
     Unused with ``mode=hsdp`` (which syncs every step) but not refused there, so that one sweep
@@ -307,6 +320,15 @@ class FTConfig:
         )
         require(self.recovery in RECOVERY_MODES, f"ft.recovery={self.recovery!r}: choose one of {', '.join(RECOVERY_MODES)}")
         require(self.mode in SYNC_MODES, f"ft.mode={self.mode!r}: choose one of {', '.join(SYNC_MODES)}")
+        require(
+            self.global_batch in GLOBAL_BATCH_SETTINGS,
+            f"ft.global_batch={self.global_batch!r}: choose one of {', '.join(GLOBAL_BATCH_SETTINGS)}",
+        )
+        require(
+            self.mode == "hsdp" or self.global_batch != "constant",
+            f"ft.global_batch=constant needs ft.mode=hsdp: with ft.mode={self.mode} the quorum runs at the end of each window, so the "
+            "groups cannot take an absent group's data for the window it fails in; use ft.global_batch=shrink (or auto) with this mode",
+        )
         require(
             self.fragments == 1 or self.mode == "diloco",
             f"ft.fragments={self.fragments}: fragments (streaming DiLoCo) need ft.mode=diloco",

@@ -43,6 +43,7 @@ from monarch_ft.rank.components.checkpoint import SaveWatchdog, TrainState, buil
 from monarch_ft.rank.components.fault_agent import FaultAgent
 from monarch_ft.config.ft import integrity_setting
 from monarch_ft.rank.components.freeze import FreezeWatch
+from monarch_ft.rank.components.global_batch import StepSlots
 from monarch_ft.rank.components.ft import CommitFloor, FTParts, build_cross_group, build_manager, load_in_place, to_local_tree
 from monarch_ft.rank.components.integrity import GradGuard, IntegrityInterval, StateMismatch, fingerprint, local_grad_norm, named_tensors
 from monarch_ft.rank.components.lease import ControllerLease
@@ -53,6 +54,8 @@ from monarch_ft.rank.link_probe import start_probe_server
 from monarch_ft.records.decisions import StateDecision, StateSource
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.exits import RankExit
+from monarch_ft.records.global_batch import resolve as resolve_global_batch
+from monarch_ft.records.global_batch import step_tokens
 from monarch_ft.records.layout import RunLayout, read_int, read_json
 from monarch_ft.records.manifest import describe_os_error, errno_name, manifest_fingerprint, step_dir
 from monarch_ft.records.phases import Phase
@@ -368,6 +371,9 @@ class Trainer:
         self.floor = CommitFloor(self.layout.commit_floor)
         # ft.mode: how groups synchronise (monarch_ft/rank/components/sync.py).
         self.sync = build_sync(cfg.ft, self.manager, self.model, self.optimizer, self.lr_schedulers, self.params, spec.group, self.floor, self._refuse_commit)
+        # ft.global_batch: which data slots this group trains at each step (hsdp).
+        policy = resolve_global_batch(cfg.ft.global_batch, cfg.ft.mode)
+        self.step_slots = StepSlots(policy, cfg.ft.replica_groups, spec.group, self._group_min_tensor, self.device)
         # localsgd/diloco write checkpoints at sync points only.
         self.ckpt_cfg = dataclasses.replace(cfg.checkpoint, interval=checkpoint_interval(cfg.ft, cfg.checkpoint.interval))
         # Silent data corruption (rank.components.integrity): state fingerprints every
@@ -383,7 +389,7 @@ class Trainer:
             self.model,
             self.optimizers,
             self.lr_schedulers,
-            {"train_state": self.train_state, "ft_manager": self.manager},
+            {"train_state": self.train_state, "ft_manager": self.manager, **self.sync.checkpoint_states()},
             tr.seed,
             fingerprint=lambda: fingerprint(self._saved_state()).digest,
         )
@@ -438,12 +444,13 @@ class Trainer:
         fingerprint in its manifest vouches for, whatever ft.mode."""
         return {k: v for k, v in self.state_dict().items() if k != "lr_scheduler"}
 
-    def _check_grads(self, step: int) -> Optional[dict]:
+    def _check_grads(self, step: int, micro_batches: int = 1) -> Optional[dict]:
         """This rank's gradient norm against its recent ones (GradGuard), before the average;
-        the verdict when it is an outlier (then reported), else None."""
+        the verdict when it is an outlier (then reported), else None. A gradient summed over
+        several micro-batches (ft.global_batch=constant) is judged as their mean."""
         if self.grad_guard is None:
             return None
-        self._grad_norm = local_grad_norm(list(self.params.values()))
+        self._grad_norm = local_grad_norm(list(self.params.values())) / micro_batches
         outlier = self.grad_guard.judge(self._grad_norm)
         if outlier is not None:
             self.reporter.event(EventKind.GRAD_OUTLIER, step=step, **outlier)
@@ -478,11 +485,12 @@ class Trainer:
             if problem is not None:
                 self._load_failed(step, path, StateMismatch(problem))
         apply_scheduler_lr(self.lr_schedulers)
-        self.loaded_step = self.manager.current_step() if loaded else None
+        # In inner steps, as checkpoints are numbered (localsgd/diloco's Manager counts syncs).
+        self.loaded_step = self.sync.steps_done() if loaded else None
         if loaded:
             self.sync.after_checkpoint_load()
             self.saved_step = self.sync.steps_done()
-        self.reporter.event(EventKind.CHECKPOINT_LOADED if loaded else EventKind.CHECKPOINT_MISSING, step=self.manager.current_step())
+        self.reporter.event(EventKind.CHECKPOINT_LOADED if loaded else EventKind.CHECKPOINT_MISSING, step=self.sync.steps_done())
 
     def _loaded_state_problem(self, step: int, path: Optional[str]) -> Optional[str]:
         """Whether the state just loaded is the one its manifest's fingerprint vouches for (None:
@@ -597,6 +605,11 @@ class Trainer:
         dist.all_reduce(t, op=dist.ReduceOp.MIN)
         return int(t.item())
 
+    def _group_min_tensor(self, t: torch.Tensor) -> None:
+        """``t`` becomes its element-wise lowest across this group's ranks (see :meth:`group_min`)."""
+        if self.spec.world_size > 1:
+            dist.all_reduce(t, op=dist.ReduceOp.MIN)
+
     def save_final(self, step: int, last: int) -> None:
         """The last step's checkpoint, where the step's own save did not happen.
 
@@ -638,6 +651,9 @@ class Trainer:
         self._grad_norm = None
         # A drill's bit flip (chaos bitflip), or a test's armed transfer fault, lands here.
         self.fault_agent.before_step(step, self._saved_state, self.ft)
+        slots: tuple = ()
+        micro_batches = 0
+        sums = None
         if self.sync.semi_sync:
             res = self.sync.step(
                 training,
@@ -650,7 +666,10 @@ class Trainer:
             apply_update = res is not None
             if res is not None:
                 step, committed, loss, members = res.step, res.committed, res.loss, res.members
-                healed, batch_index, synced = res.healed, res.batch, res.synced
+                healed, batch_index, synced, sums = res.healed, res.batch, res.synced, res.sums
+                slots = (spec.group,) if res.batch is not None else ()
+                # A sync averages the windows of the groups counted in it, each window one slot per step.
+                micro_batches = len(members) * self.sync.window if res.synced else 0
         else:
             self.liveness.enter(Phase.SYNC)  # waits for the previous step's quorum, if still running
             manager.start_quorum()
@@ -659,13 +678,20 @@ class Trainer:
             self.ft.offer_state()
             self.liveness.enter(Phase.COMPUTE)
             self.optimizers.zero_grad()
-            loss = None
+            losses = []
             if training:
-                loss = self._forward_backward(self.batches.batch(step, spec.group, spec.rank))
+                # Its own slot first, while the quorum runs (every group trains it in a fault-free step).
+                losses.append(self._forward_backward(self.batches.batch(step, spec.group, spec.rank)))
+            # ft.global_batch: the slots this group trains now that the step's participants are
+            # known (constant: an absent group's too; none while this group heals in the step).
+            slots = self.step_slots.slots(manager, training)
+            for slot in slots[1:]:
+                losses.append(self._forward_backward(self.batches.batch(step, slot, spec.rank)))
+            loss = torch.stack([x.detach() for x in losses]).mean() if losses else None
             self.fault_agent.before_allreduce(self.ft)
-            outlier = self._check_grads(step) if training else None
+            outlier = self._check_grads(step, max(1, len(slots))) if training else None
             self.liveness.enter(Phase.SYNC)
-            members, vetoes = self.sync.sync_grads(veto=outlier is not None)
+            members, vetoes, micro_batches = self.sync.sync_grads(veto=outlier is not None, micro_batches=len(slots))
             # After the quorum a healed group's step is the peers' step; decide on that.
             step = batch_index = manager.current_step()
             apply_update = step < last
@@ -673,18 +699,30 @@ class Trainer:
                 # A group's own gradient failed its check: every group votes against this commit,
                 # so the step is discarded everywhere and no group's weights take that average.
                 manager.report_error(RuntimeError(f"step {step}: group(s) {vetoes} voted against the commit (gradient check)"))
+            elif apply_update and self.step_slots.constant and micro_batches != self.cfg.ft.replica_groups:
+                # The sum holds a slot twice or misses one (a group that read another quorum, or
+                # one holding past a finish it read first): every group sees the same sum, so
+                # every one votes this step down, and it is trained again with the next quorum.
+                manager.report_error(
+                    RuntimeError(f"step {step}: the groups summed {micro_batches} data slots, not {self.cfg.ft.replica_groups} (ft.global_batch=constant)")
+                )
             if apply_update:
                 allowed, job_step = self.floor.allows(step)
                 if not allowed:
                     self._refuse_commit(step, job_step)
                 torch.nn.utils.clip_grad_norm_(list(self.params.values()), 1.0, foreach=True)
-            committed = manager.should_commit()
+                committed = manager.should_commit()
+            else:
+                # Nothing trained (a hold past the finish, or a heal into it): no step past it.
+                committed = manager.commit_nothing()
             self.liveness.enter(Phase.COMPUTE)
             if committed and apply_update:
                 self.optimizers.step()
                 self.lr_schedulers.step()
                 if self._grad_norm is not None and not vetoes:
                     self.grad_guard.accept(self._grad_norm)
+            if spec.group not in members:
+                slots = ()  # the Manager sent zeros for it (it heals in this step): it consumed nothing
         if not apply_update:
             return
         elapsed = time.time() - start
@@ -705,11 +743,13 @@ class Trainer:
             fp = fingerprint(self.sync.consistent_state(self.state_dict()))
             extra["fingerprint"] = fp.record(self.sync.steps_done(), vetoed=not committed)
             extra["fingerprint_s"] = round(fp.seconds, 6)
+        if sums is not None:
+            extra["sync_sent_sum"], extra["sync_avg_sum"] = sums
         self.reporter.step(
             step=step,
             committed=committed,
             loss=float(loss.item()) if loss is not None else None,
-            tokens_per_s=self.tokens_per_step / elapsed if elapsed > 0 else None,
+            tokens_per_s=len(slots) * self.tokens_per_step / elapsed if elapsed > 0 else None,
             step_time_s=elapsed,
             quorum_size=manager.num_participants(),
             quorum_id=self.ft.quorum_id,
@@ -721,6 +761,10 @@ class Trainer:
             sync=synced,
             healed=healed,
             mode=self.sync.mode,
+            # ft.global_batch: the data slots this group trained at this step (records.global_batch),
+            # and the tokens the step (hsdp) or the sync (localsgd, diloco) trained over every group.
+            slots=list(slots),
+            global_tokens=step_tokens(micro_batches, spec.world_size, tr.batch_size, tr.seq_len),
             **timings,
             **extra,
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 
@@ -126,19 +127,29 @@ def test_sigterm_to_supervisor_stops_everything(run_dir):
     assert read_jsonl(run_dir / "events.jsonl")[-1]["event"] == "job_finished"
 
 
-def test_resume_from_disk_checkpoint(run_dir):
+def test_resume_from_disk_checkpoint_matches_the_uninterrupted_run(run_dir):
+    """A job resumed from a disk checkpoint takes the very steps an uninterrupted one takes: DiLoCo,
+    whose outer optimizer's momentum the checkpoint must hold beside the model and the inner
+    optimizer (without it the resumed run's next outer step differs). One job runs to the end,
+    saving every sync; its newest checkpoint is removed and a second job resumes from the one
+    before: at the next sync its state hash (global copy and outer momentum) is the first's."""
     # Trained on a pre-tokenised file of the user's (data.path, a .npy of int32 ids) rather than the stdlib corpus.
     tokens = run_dir.parent / "tokens.npy"
     np.save(tokens, np.random.default_rng(0).integers(0, 2048, 20_000).astype(np.int32))
     # Two short jobs that end before a standby could be built, let alone serve: none.
-    common = [*FAST, NO_STANDBY, "ft.replica_groups=1", "ft.ranks_per_group=2", "checkpoint.interval=3", f"data.path={tokens}"]
-    assert run_job(run_dir, *common, "training.steps=6") == 0, console(run_dir)[-3000:]
-    assert (run_dir / "checkpoint" / "group_0" / "step-6").is_dir()
+    common = [*FAST, NO_STANDBY, "ft.replica_groups=1", "ft.ranks_per_group=2", "ft.mode=diloco", "ft.sync_every=3"]
+    common += ["checkpoint.interval=3", "checkpoint.keep_latest_k=0", "training.steps=9", "training.state_hash_every=1", f"data.path={tokens}"]
+    assert run_job(run_dir, *common) == 0, console(run_dir)[-3000:]
+    assert {p.name for p in (run_dir / "checkpoint" / "group_0").iterdir()} >= {"step-3", "step-6", "step-9"}
     first = read_jsonl(run_dir / "metrics.jsonl")
-    assert run_job(run_dir, *common, "training.steps=9", "checkpoint.resume=true") == 0, console(run_dir)[-3000:]
+    shutil.rmtree(run_dir / "checkpoint" / "group_0" / "step-9")
+    assert run_job(run_dir, *common, "checkpoint.resume=true") == 0, console(run_dir)[-3000:]
     resumed = read_jsonl(run_dir / "metrics.jsonl")[len(first) :]
     assert min(m["step"] for m in resumed) == 6 and max(m["step"] for m in resumed) == 8
     assert any(e["event"] == "checkpoint_loaded" and e["step"] == 6 for e in read_jsonl(run_dir / "events.jsonl"))
+    hashes = lambda records: {(m["step"], m["rank"]): m["state_hash"] for m in records if m["committed"] and m.get("state_hash")}
+    at_sync = {k: v for k, v in hashes(first).items() if k[0] == 8}
+    assert len(at_sync) == 2 and hashes(resumed) == at_sync, (hashes(resumed), at_sync)
     ready = [e for e in read_jsonl(run_dir / "events.jsonl") if e["event"] == "data_ready"]
     assert [(e["path"], e["tokens"]) for e in ready] == [(str(tokens), 20_000)] * 2
     # The ranks read the file itself (read as the stdlib cache's raw uint16, its int32 ids and

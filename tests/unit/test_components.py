@@ -8,6 +8,7 @@ import threading
 
 import pytest
 import torch
+from torch.distributed import ReduceOp
 
 from monarch_ft.rank.components.ft import GradSync, load_in_place
 from monarch_ft.rank.components.metrics import RankReporter
@@ -51,9 +52,10 @@ def test_reporter_lines_are_whole_under_concurrent_threads(tmp_path):
 
 
 class FakeAllreduce:
-    """The collective torchft's Manager.allreduce performs across groups (its AVG): the sum of the
-    participating groups' tensors divided by their number; a group that is not participating
-    (healing) contributes zeros. A fake for GradSync's packing, with one thread per group."""
+    """The collective torchft's Manager.allreduce performs across groups: the sum of the
+    participating groups' tensors (SUM), or that divided by their number (AVG, its default); a
+    group that is not participating (healing) contributes zeros. A fake for GradSync's packing,
+    with one thread per group."""
 
     def __init__(self, groups: int, participating: set[int]) -> None:
         self.participating = participating
@@ -65,7 +67,7 @@ class FakeAllreduce:
         fake = self
 
         class Manager:
-            def allreduce(self, tensor):
+            def allreduce(self, tensor, reduce_op=ReduceOp.AVG):
                 if group not in fake.participating:
                     tensor.zero_()
                 with fake.lock:
@@ -73,7 +75,7 @@ class FakeAllreduce:
                 fake.barrier.wait()
                 total = sum(fake.buffers.values())
                 fake.barrier.wait()
-                tensor.copy_(total / len(fake.participating))
+                tensor.copy_(total if reduce_op == ReduceOp.SUM else total / len(fake.participating))
 
                 class Done:
                     def wait(self):
@@ -102,7 +104,8 @@ def test_grad_sync_averages_every_shard_in_one_collective_and_names_the_groups_c
     vetoes: dict[int, list[int]] = {}
 
     def run(g):
-        members[g], vetoes[g] = GradSync(groups[g], num_groups=3, group=g).sync(fake.for_group(g))
+        members[g], vetoes[g], summed = GradSync(groups[g], num_groups=3, group=g).sync(fake.for_group(g))
+        assert summed == len(participating)
 
     threads = [threading.Thread(target=run, args=(g,)) for g in range(3)]
     for t in threads:
@@ -117,6 +120,30 @@ def test_grad_sync_averages_every_shard_in_one_collective_and_names_the_groups_c
     # Gradients averaged in place: the optimizer keeps the very tensors it holds (a missing one is made).
     for g in range(3):
         assert groups[g][0].grad is objects[g][0] and groups[g][2].grad is not None
+
+
+def test_grad_sync_averages_per_micro_batch_when_groups_summed_unequal_numbers():
+    """ft.global_batch=constant, 3 slots over 2 groups: group 0 sums two micro-batches' gradients
+    (its slot and the absent group's), group 2 one. The average is over the 3 micro-batches, as a
+    fault-free step averages its 3 groups' (equal-token) micro-batches, not over the 2 groups."""
+    torch.manual_seed(0)
+    micro = [torch.randn(7) for _ in range(3)]  # each slot's gradient
+    params = {0: [torch.nn.Parameter(torch.zeros(7))], 2: [torch.nn.Parameter(torch.zeros(7))]}
+    params[0][0].grad = micro[0] + micro[1]
+    params[2][0].grad = micro[2].clone()
+    fake, out = FakeAllreduce(2, {0, 2}), {}
+
+    def run(g, k):
+        out[g] = GradSync(params[g], num_groups=3, group=g).sync(fake.for_group(g), micro_batches=k)
+
+    threads = [threading.Thread(target=run, args=(g, k)) for g, k in ((0, 2), (2, 1))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == {0: ([0, 2], [], 3), 2: ([0, 2], [], 3)}
+    for g in (0, 2):
+        assert torch.allclose(params[g][0].grad, (micro[0] + micro[1] + micro[2]) / 3)
 
 
 def test_load_in_place_copies_into_the_live_tensors_and_names_what_differs():

@@ -52,6 +52,8 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
         ("ft.restart_window_s=0", "ft.restart_window_s=0.0: must be > 0"),
         ("ft.heartbeat_interval_ms=100", "ft.heartbeat_timeout_ms=200: must be at least 4 x ft.heartbeat_interval_ms=100"),
         ("ft.heartbeat_interval_ms=0", "ft.heartbeat_interval_ms=0: must be > 0"),
+        ("ft.global_batch=grow", "ft.global_batch='grow': choose one of auto, constant, shrink"),
+        ("ft.mode=diloco ft.sync_every=10 ft.global_batch=constant", "ft.global_batch=constant needs ft.mode=hsdp: with ft.mode=diloco"),
         ("training.mixed_precision=fp16", "training.mixed_precision='fp16': choose one of fp32, bf16"),
         ("training.activation_checkpoint=op", "training.activation_checkpoint='op': choose one of none, selective, full"),
         ("model.n_kv_heads=3", "model.n_kv_heads=3 does not divide model.n_heads=16"),

@@ -125,9 +125,11 @@ def test_what_the_adapter_relies_on_publicly(torchft_job):
         # The Manager calls configure positionally; ft._recording reads the fifth argument as the quorum id.
         assert tuple(inspect.signature(pg.configure).parameters)[:6] == ("self", "store_addr", "replica_id", "rank", "world_size", "quorum_id"), pg
     # MonarchManager's own names must not shadow (or be overwritten by) torchft's.
-    ours = {name for name in vars(MonarchManager) if not name.startswith("__")} - {"start_quorum", "wait_quorum", "should_commit", "load_state_dict"}
+    overrides = {"start_quorum", "wait_quorum", "should_commit", "load_state_dict", "is_participating", "num_participants", "allreduce"}
+    ours = {name for name in vars(MonarchManager) if not name.startswith("__")} - overrides
     # and the names set in MonarchManager.__init__
     ours |= {"before_quorum", "before_commit", "heals", "seconds", "_timing_depth", "closed_after_failure", "close_failed_step", "_cross_pg"}
+    ours |= {"quorum", "count_healing", "sync_trace"}
     theirs = set(dir(Manager)) | set(vars(torchft_job["plain"]))
     assert not ours & theirs, f"torchft's Manager now has {sorted(ours & theirs)}, which MonarchManager (components/ft.py) uses for its own"
 
@@ -148,6 +150,9 @@ def test_adapter_against_a_real_manager(torchft_job):
     # offset_quorum_ids: the Lighthouse's first quorum (1) in epoch 7's range, as the process group was configured.
     manager.start_quorum()
     assert parts.quorum_id == 7 * EPOCH_STRIDE + 1, parts.quorum_id
+    # watch_quorums: the quorum as the Manager received it (offset id, its one group, at the newest step).
+    assert manager.quorum == compat.QuorumView(quorum_id=parts.quorum_id, groups=(0,), max_world_size=1, at_max_step=True, max_step=0)
+    assert manager.quorum.all_current and manager.num_participants() == 1 and manager.is_participating()
 
     # LocalSGD: torchft's counter, then its sync in the quorum already held (the join).
     localsgd._local_step = 1
@@ -171,6 +176,27 @@ def test_adapter_against_a_real_manager(torchft_job):
     assert manager.current_step() == 2 and compat.local_step(diloco) == 0
     (copy,) = compat.diloco_global_copies(diloco)
     assert bool((copy["weight"] == 3.0).all()) and bool((diloco_model.weight == 3.0).all()), copy["weight"]
+
+
+def test_a_quorum_that_trains_nothing_commits_no_step_and_a_sync_trace_sums_the_average(torchft_job):
+    """MonarchManager.commit_nothing: the vote runs (and succeeds in a healthy quorum), the step
+    stays. sync_trace: the sums sent into an average and got out of it (one replica: equal)."""
+    from monarch_ft.rank.components.ft import SyncTrace
+
+    manager = torchft_job["parts"].manager
+    manager.start_quorum()
+    step, batches = manager.current_step(), manager.batches_committed()
+    assert manager.commit_nothing() is True
+    assert manager.current_step() == step and manager.batches_committed() == batches
+    manager.start_quorum()
+    manager.sync_trace = SyncTrace()
+    try:
+        t = torch.arange(4, dtype=torch.float32)
+        manager.allreduce(t).wait()
+        assert manager.sync_trace.take() == (6.0, 6.0) and manager.sync_trace.take() is None
+    finally:
+        manager.sync_trace = None
+    assert manager.should_commit() is True and manager.current_step() == step + 1
 
 
 def test_a_failed_step_closes_the_process_group_and_the_next_quorum_opens_a_new_one(torchft_job):

@@ -22,7 +22,7 @@ from torchft.checkpointing import CheckpointTransport
 
 from monarch_ft.config.ft import FTConfig
 from monarch_ft.rank.components.lighthouse_epoch import LighthouseEpoch, quorum_retries
-from monarch_ft.rank.components.torchft_compat import manager_state_dict, offset_quorum_ids, process_group_open
+from monarch_ft.rank.components.torchft_compat import QuorumView, manager_state_dict, offset_quorum_ids, process_group_open, watch_quorums
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.layout import read_int
 
@@ -232,6 +232,18 @@ class MonarchManager(Manager):
       (:func:`close_failed_process_group`), so no peer waits out ``ft.timeout_s`` in a
       collective this rank will not finish (``close_failed_step``, ``ft.close_failed_collective``).
       ``closed_after_failure`` counts those closes.
+    * ``quorum``: the newest quorum as a :class:`QuorumView` (who is in it, who is at its newest
+      step), set on the quorum thread before the Manager acts on it.
+    * ``count_healing``: whether a group that heals in a quorum counts in that step's averages.
+      TorchFT counts it in a synchronous quorum (it heals before the step's compute, and in DDP
+      it then computes a gradient of its own); in localsgd/diloco it heals at the sync itself and
+      would bring its donor's window a second time, so the semi-sync strategies set it False: a
+      group behind the quorum's newest step then sends zeros and the average divides by the
+      groups at that step, as TorchFT's asynchronous quorum does (torchft manager.py,
+      ``_async_quorum``: ``max_replica_rank``, ``max_world_size``).
+    * ``sync_trace``: when set (a :class:`SyncTrace`), the sums of what this rank sends into each
+      average and what comes out, for the step record (rank.components.sync).
+    * :meth:`commit_nothing`: the commit vote of a quorum in which this group trains nothing.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -243,6 +255,9 @@ class MonarchManager(Manager):
         self.closed_after_failure = 0
         self.close_failed_step = False
         self._cross_pg = kwargs.get("pg")
+        self.quorum: Optional[QuorumView] = None
+        self.count_healing = True
+        self.sync_trace: Optional[SyncTrace] = None
         super().__init__(*args, **kwargs)
 
     @contextmanager
@@ -290,6 +305,72 @@ class MonarchManager(Manager):
     def load_state_dict(self, state_dict: Dict[str, int]) -> None:
         self.heals += 1
         super().load_state_dict(state_dict)
+
+    def is_participating(self) -> bool:
+        if not self.count_healing and self.quorum is not None and not self.quorum.at_max_step:
+            return False
+        return super().is_participating()
+
+    def num_participants(self) -> int:
+        n = super().num_participants()  # waits for the quorum
+        if not self.count_healing and self.quorum is not None:
+            return min(n, self.quorum.max_world_size)
+        return n
+
+    def allreduce(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        trace = self.sync_trace
+        if trace is None or self.errored() is not None:
+            return super().allreduce(tensor, *args, **kwargs)
+        self.wait_quorum()
+        sent = float(torch.sum(tensor.detach(), dtype=torch.float64)) if self.is_participating() else 0.0
+        work = super().allreduce(tensor, *args, **kwargs)
+        trace.add(sent, tensor)
+        return work
+
+    def commit_nothing(self) -> bool:
+        """The commit vote of a quorum in which this group trains nothing (it holds past the
+        finish, or joins the peers there): the vote the protocol needs, with the Manager's step
+        kept where the quorum left it (a heal in it included), not one past.
+
+        TorchFT counts every commit as a step; a group held open at the finish serves quorums
+        for a healing peer and would end one step past the finish for each, and hand that step
+        to the peer it heals (``rank_finished`` 41 of 40). The step and ``batches_committed``
+        are put back through the Manager's own state dict (its public checkpoint seam), not as
+        a heal.
+
+        Returns:
+            the vote's outcome (whether the quorum was healthy).
+        """
+        self.wait_quorum()
+        kept = Manager.state_dict(self)
+        committed = self.should_commit()
+        Manager.load_state_dict(self, kept)
+        return committed
+
+
+class SyncTrace:
+    """Sums of one sync's averages on one rank (MonarchManager.sync_trace): what this rank sent
+    (0 for a group that sends zeros: it heals in the sync) and what the average came out as.
+
+    A sum is linear, so across the groups of one sync ``out = sum(sent) / counted``: the step
+    record carries both, and a job test checks that each window was counted once."""
+
+    def __init__(self) -> None:
+        self._sent = 0.0
+        self._outs: List[torch.Tensor] = []
+
+    def add(self, sent: float, out: torch.Tensor) -> None:
+        """One allreduce: the sum sent, and the tensor the average is written into."""
+        self._sent += sent
+        self._outs.append(out)
+
+    def take(self) -> Optional[Tuple[float, float]]:
+        """(sent, out) since the last take, the averages complete (None: no allreduce ran)."""
+        if not self._outs:
+            return None
+        out = sum(float(torch.sum(t.detach(), dtype=torch.float64)) for t in self._outs)
+        sent, self._sent, self._outs = self._sent, 0.0, []
+        return sent, out
 
 
 def close_failed_process_group(pg: Any) -> bool:
@@ -471,27 +552,40 @@ def build_manager(
     manager.close_failed_step = cfg.close_failed_collective
     if lighthouse_epoch_path:
         offset_quorum_ids(manager, LighthouseEpoch(lighthouse_epoch_path).quorum_id_offset)
+    watch_quorums(manager, lambda quorum: setattr(manager, "quorum", quorum))
     return FTParts(manager, cross)
 
 
 class GradSync:
-    """Averages the local gradient shards across participating groups in one collective.
+    """Sums the local gradient shards across participating groups in one collective, and divides
+    by the micro-batches summed.
 
-    One flat buffer per step (not one collective per parameter), with two slots per group
-    appended: a one-hot slot, so that after the average the slots that are non-zero name
-    exactly the groups whose gradients were counted this step; and a veto slot, raised by a
-    group whose own gradient failed its check (rank.components.integrity.GradGuard). A group
-    that vetoes sends zeros instead of its gradient, and every group learns of the veto from
-    the same collective, so every one can vote against the commit: the step is discarded
-    everywhere in this step, not after a collective timeout.
+    One flat buffer per step (not one collective per parameter), with three slots per group
+    appended: a one-hot slot, so that after the sum the slots that are non-zero name exactly the
+    groups whose gradients were counted this step; a veto slot, raised by a group whose own
+    gradient failed its check (rank.components.integrity.GradGuard); and a count slot, the
+    micro-batches the group's gradient sums (``ft.global_batch=constant``: its data slots, one or
+    more; 0 for a group that sends nothing). Dividing by the summed count, not by the groups,
+    makes the result the per-token average also when groups summed unequal numbers of equal
+    micro-batches (records.global_batch.assign_slots), and it is TorchFT's average when each
+    counts one. A group that vetoes sends zeros instead of its gradient, and every group learns
+    of the veto from the same collective, so every one can vote against the commit: the step is
+    discarded everywhere in this step, not after a collective timeout.
     """
 
     def __init__(self, params: List[nn.Parameter], num_groups: int, group: int) -> None:
         self.params = params
         self.num_groups, self.group = num_groups, group
 
-    def sync(self, manager, veto: bool = False) -> Tuple[List[int], List[int]]:
-        """Average the shards; returns (groups counted, groups that vetoed)."""
+    def sync(self, manager, veto: bool = False, micro_batches: int = 1) -> Tuple[List[int], List[int], int]:
+        """Average the shards; returns (groups counted, groups that vetoed, micro-batches summed).
+
+        Args:
+            manager: the Manager whose process group sums across groups.
+            veto: this rank's gradient failed its check: send zeros, raise the veto slot.
+            micro_batches: how many micro-batches this rank's gradient is the sum of.
+        """
+        from torch.distributed import ReduceOp
         from torch.distributed.tensor import DTensor
 
         grads = []
@@ -502,19 +596,24 @@ class GradSync:
                 p.grad = g
             grads.append(g.to_local() if isinstance(g, DTensor) else g)
         n = self.num_groups
-        slots = torch.zeros(2 * n, dtype=torch.float32, device=grads[0].device)
+        slots = torch.zeros(3 * n, dtype=torch.float32, device=grads[0].device)
         slots[self.group] = 1.0
         if veto:
             slots[n + self.group] = 1.0
+        else:
+            slots[2 * n + self.group] = float(micro_batches)
         flat = torch.cat([g.reshape(-1) for g in grads] + [slots])
         if veto:
-            flat[: flat.numel() - 2 * n].zero_()  # a suspect gradient is never sent
-        manager.allreduce(flat).wait()
+            flat[: flat.numel() - 3 * n].zero_()  # a suspect gradient is never sent
+        manager.allreduce(flat, reduce_op=ReduceOp.SUM).wait()
+        tail = flat[flat.numel() - 3 * n :].tolist()
+        total = int(round(sum(tail[2 * n :])))
         offset = 0
         with torch.no_grad():
+            if total > 1:
+                flat[: flat.numel() - 3 * n].div_(total)
             for g in grads:
                 k = g.numel()
                 g.copy_(flat[offset : offset + k].view_as(g))
                 offset += k
-        tail = flat[offset:].tolist()
-        return [i for i in range(n) if tail[i] > 0], [i for i in range(n) if tail[n + i] > 0]
+        return [i for i in range(n) if tail[i] > 0], [i for i in range(n) if tail[n + i] > 0], total

@@ -22,9 +22,15 @@ before training anything, heals everything the mode holds at the peers' sync poi
 inner optimizer, LR schedule, and through torchft's own registered state: DiLoCo's last
 global copy and outer optimizers) and takes part in that sync, so it leaves it at the
 peers' position with ``local_step`` 0: in step and at the same batch. Its heal happens in
-the synchronous quorum, so (as torchft's DiLoCo documents) it then contributes the donor's
-copy: with two groups the average is exactly the donor's; with more the donor's window
-weighs twice once.
+the synchronous quorum, so what it would send into that sync is its donor's window (torchft
+counts it: "some replicas will get the same copy of the model"); it sends zeros instead and the
+average divides by the groups that trained a window (MonarchManager.count_healing), so each
+window counts once, with any number of groups. The step record of a sync carries the sums this
+rank sent into its averages and got out of them (``sync_sent_sum``, ``sync_avg_sum``), which
+make that checkable from the records.
+
+A group that finished holds the job open for a restarted peer by serving quorums; those
+quorums commit nothing, and leave its step at the finish (MonarchManager.commit_nothing).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ import torch
 from torch import nn
 
 from monarch_ft.config.ft import FTConfig
-from monarch_ft.rank.components.ft import CommitFloor, GradSync, MonarchManager, to_local_tree
+from monarch_ft.rank.components.ft import CommitFloor, GradSync, MonarchManager, SyncTrace, to_local_tree
 from monarch_ft.rank.components.torchft_compat import diloco_global_copies, diloco_save_global, diloco_sync_in_quorum, local_step, localsgd_sync_in_quorum
 
 
@@ -55,6 +61,8 @@ class StepResult:
     members: List[int] = field(default_factory=list)  # groups counted in the sync
     healed: bool = False  # this window's state came from a peer, not from its own batches
     batch: Optional[int] = None  # the batch index trained (None: none, e.g. a join)
+    # The sums this rank sent into the sync's averages and got out of them (MonarchManager.sync_trace).
+    sums: Optional[Tuple[float, float]] = None
 
 
 def window_of(cfg: FTConfig) -> int:
@@ -138,6 +146,11 @@ class SyncStrategy(ABC):
     def consistent_state(self, ft_state: Dict[str, Any]) -> Dict[str, Any]:
         """The part of the state that must be bit-identical across groups at a sync point."""
 
+    def checkpoint_states(self) -> Dict[str, Any]:
+        """What a disk checkpoint holds for this mode beside the model, the inner optimizer and
+        the LR schedule (TorchTitan ``states``: name -> Stateful)."""
+        return {}
+
     def after_checkpoint_load(self) -> None:
         """The disk checkpoint replaced the weights (a checkpoint is always a sync point)."""
 
@@ -157,15 +170,16 @@ class HSDPSync(SyncStrategy):
         self.grad_sync = GradSync([p for p in self.model.parameters() if p.requires_grad], self.cfg.replica_groups, self.group)
         self._xgroup = 0.0
 
-    def sync_grads(self, veto: bool = False) -> Tuple[List[int], List[int]]:
+    def sync_grads(self, veto: bool = False, micro_batches: int = 1) -> Tuple[List[int], List[int], int]:
         """Average the grad shards across groups (``veto``: this rank's gradient failed its
-        check, see GradSync); returns the groups counted and the groups that vetoed."""
+        check, see GradSync; ``micro_batches``: how many it sums); returns the groups counted,
+        the groups that vetoed and the micro-batches summed over every group."""
         quorum_before = self.manager.seconds["quorum"]
         start = time.perf_counter()
-        members, vetoes = self.grad_sync.sync(self.manager, veto)
+        members, vetoes, total = self.grad_sync.sync(self.manager, veto, micro_batches)
         # The async quorum is waited for inside the allreduce: that part is quorum time.
         self._xgroup += time.perf_counter() - start - (self.manager.seconds["quorum"] - quorum_before)
-        return members, vetoes
+        return members, vetoes, total
 
     def take_timings(self) -> Dict[str, float]:
         out = super().take_timings()
@@ -191,6 +205,11 @@ class SemiSync(SyncStrategy):
         self._members: List[int] = []
         self._window_heals = self.manager.heals
         self._xgroup = 0.0
+        self._sums: Optional[Tuple[float, float]] = None
+        # A group that heals at a sync brings its donor's window: it sends zeros, and the average
+        # divides by the groups that trained one (MonarchManager.count_healing).
+        self.manager.count_healing = False
+        self.manager.sync_trace = SyncTrace()
         self.impl = self._build()
         self.impl.__enter__()  # registers torchft's optimizer hooks for the whole run
         self.manager.before_commit = self._before_commit
@@ -215,7 +234,9 @@ class SemiSync(SyncStrategy):
         return bool(every)
 
     def _before_commit(self) -> None:
-        """Inside should_commit, after the sync's collectives: who took part, and the floor."""
+        """Inside should_commit, after the sync's collectives: what they summed, who took part,
+        and the floor."""
+        self._sums = self.manager.sync_trace.take()
         self._members = self._membership()
         if self._window_trained:
             step = (self.manager.current_step() + 1) * self.window - 1
@@ -224,9 +245,14 @@ class SemiSync(SyncStrategy):
                 self.refuse(step, job_step)
 
     def _membership(self) -> List[int]:
+        """The groups counted in this sync's averages (a group healing in it sends zeros)."""
         onehot = torch.zeros(self.cfg.replica_groups, dtype=torch.float32)
         onehot[self.group] = 1.0
-        self.manager.allreduce(onehot).wait()
+        trace, self.manager.sync_trace = self.manager.sync_trace, None  # not one of the sync's averages
+        try:
+            self.manager.allreduce(onehot).wait()
+        finally:
+            self.manager.sync_trace = trace
         return [i for i in range(self.cfg.replica_groups) if onehot[i].item() > 0]
 
     def _set_lr(self, position: int) -> None:
@@ -238,10 +264,10 @@ class SemiSync(SyncStrategy):
 
     def _hold(self) -> None:
         """Done training, held open for a restarted group: serve quorums (it heals in one),
-        commit nothing new to the weights."""
+        commit nothing new to the weights, and no step past the finish."""
         self._window_trained = False
         self.manager.start_quorum()
-        self.manager.should_commit()
+        self.manager.commit_nothing()
 
     def _join(self, last: int) -> Optional[StepResult]:
         """A relaunched group: heal at the peers' next sync point, then take part in it."""
@@ -250,7 +276,7 @@ class SemiSync(SyncStrategy):
         # The peers reach their sync point within one window; allow that on a slow machine.
         self.manager.start_quorum(timeout=timedelta(seconds=max(self.cfg.quorum_timeout_s, self.cfg.startup_timeout_s)))
         if self.position() >= last:
-            self.manager.should_commit()  # the peers are holding: they only commit
+            self.manager.commit_nothing()  # the peers are holding: nothing to sync, no step past the finish
             return None
         before = self.manager.current_step()
         start = time.perf_counter()
@@ -265,6 +291,7 @@ class SemiSync(SyncStrategy):
             loss=None,
             members=self._members,
             healed=self.manager.heals != heals,
+            sums=self._take_sums(),
         )
 
     def step(
@@ -311,7 +338,12 @@ class SemiSync(SyncStrategy):
             members=self._members if synced else [],
             healed=synced and self.manager.heals != self._window_heals,
             batch=pos,
+            sums=self._take_sums() if synced else None,
         )
+
+    def _take_sums(self) -> Optional[Tuple[float, float]]:
+        sums, self._sums = self._sums, None
+        return sums
 
     def take_timings(self) -> Dict[str, float]:
         out = super().take_timings()
@@ -361,20 +393,105 @@ class DiLoCoSync(SemiSync):
         ]
         for opt in self.outer:
             opt.register_load_state_dict_post_hook(_state_as_params)
+            _materialise_momentum(opt)
+        self.fragments = fragments
         return DiLoCo(self.manager, fragments, self.optimizer, self.outer, sync_every=self.cfg.sync_every)
 
     def _sync_now(self) -> None:
         diloco_sync_in_quorum(self.impl)
 
+    def checkpoint_states(self) -> Dict[str, Any]:
+        state = DiLoCoDiskState(self.outer, self.fragments, diloco_global_copies(self.impl) if len(self.fragments) > 1 else None)
+        return {"diloco": state} if state.state_dict() else {}
+
     def after_checkpoint_load(self) -> None:
-        # A checkpoint is written at a sync point: its weights are the global copy.
-        diloco_save_global(self.impl)
+        # Plain DiLoCo's checkpoint is written at a sync point: its weights are the global copy.
+        # Streaming DiLoCo's weights are so for the fragment just synced only: its checkpoint
+        # holds every fragment's global copy (DiLoCoDiskState), loaded as they were.
+        if len(self.fragments) == 1:
+            diloco_save_global(self.impl)
 
     def consistent_state(self, ft_state: Dict[str, Any]) -> Dict[str, Any]:
         return {
             "global": diloco_global_copies(self.impl),
             "outer": [to_local_tree(opt.state_dict()) for opt in self.outer],
         }
+
+
+def _materialise_momentum(optimizer: torch.optim.Optimizer) -> None:
+    """Give an outer SGD its momentum buffers now, as zeros, instead of at its first step.
+
+    A disk checkpoint needs the tensors to load into (DCP loads in place), and every group must
+    hold the same state from the start (the state hash covers it). SGD's first step with a zero
+    buffer gives what it gives without one: ``0 * momentum + grad`` is ``grad``."""
+    for group in optimizer.param_groups:
+        if not group["momentum"]:
+            continue
+        for p in group["params"]:
+            state = optimizer.state[p]
+            if state.get("momentum_buffer") is None:
+                state["momentum_buffer"] = torch.zeros_like(p.detach())
+
+
+class DiLoCoDiskState:
+    """What a DiLoCo disk checkpoint holds beside the model and the inner optimizer: each
+    fragment's outer momentum and, with streaming fragments, its last global copy.
+
+    A live heal already carries both (torchft registers them with the Manager); without them
+    on disk a resume restarted the outer momentum from zero and took its next outer step
+    unlike an uninterrupted run. Tensors are saved as the parameters are laid out (DTensors
+    under FSDP: DCP then writes each rank's shard once), keyed by fragment and parameter name.
+
+    Args:
+        outer: the outer optimizers, one per fragment.
+        fragments: the model fragments they step.
+        global_copies: each fragment's global copy (name -> this rank's shard), or None when
+            the weights of a checkpoint are the global copy (one fragment).
+    """
+
+    def __init__(self, outer: List[torch.optim.Optimizer], fragments: List[nn.Module], global_copies: Optional[List[Dict[str, torch.Tensor]]]) -> None:
+        self.outer, self.fragments, self.global_copies = outer, fragments, global_copies
+
+    def _params(self, i: int) -> List[Tuple[str, nn.Parameter]]:
+        return list(self.fragments[i].named_parameters())
+
+    def state_dict(self) -> Dict[str, torch.Tensor]:
+        out: Dict[str, torch.Tensor] = {}
+        for i, opt in enumerate(self.outer):
+            for name, p in self._params(i):
+                buf = opt.state.get(p, {}).get("momentum_buffer")
+                if buf is not None:
+                    out[f"fragment_{i}.momentum.{name}"] = buf
+                if self.global_copies is not None:
+                    out[f"fragment_{i}.global.{name}"] = _like_param(self.global_copies[i][name], p)
+        return out
+
+    def load_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
+        from torch.distributed.tensor import DTensor
+
+        with torch.no_grad():
+            for i, opt in enumerate(self.outer):
+                for name, p in self._params(i):
+                    buf = state.get(f"fragment_{i}.momentum.{name}")
+                    if buf is not None:
+                        mine = opt.state[p].get("momentum_buffer")
+                        if mine is None:
+                            opt.state[p]["momentum_buffer"] = buf
+                        elif mine is not buf:
+                            mine.copy_(buf)
+                    saved = state.get(f"fragment_{i}.global.{name}")
+                    if saved is not None and self.global_copies is not None:
+                        local = saved.to_local() if isinstance(saved, DTensor) else saved
+                        self.global_copies[i][name].copy_(local)
+
+
+def _like_param(local: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """``local`` (this rank's shard) laid out as parameter ``p`` (a DTensor over the same storage under FSDP)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(p, DTensor):
+        return DTensor.from_local(local, p.device_mesh, p.placements, shape=p.shape, stride=p.stride(), run_check=False)
+    return local
 
 
 def _state_as_params(optimizer: torch.optim.Optimizer) -> None:

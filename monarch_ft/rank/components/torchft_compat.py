@@ -46,7 +46,7 @@ class Private:
 
 
 PRIVATE_SURFACE = (
-    # offset_quorum_ids
+    # offset_quorum_ids, watch_quorums (the result's fields they read are _torchft.QuorumResult's, public in its .pyi)
     Private("torchft.manager.Manager", "_client", attr_type="ManagerClient"),
     Private(
         "torchft._torchft.ManagerClient",
@@ -128,6 +128,78 @@ def offset_quorum_ids(manager: Any, offset: Callable[[], int]) -> None:
     ids, the same on every rank.
     """
     manager._client = _OffsetQuorumClient(manager._client, offset)
+
+
+@dataclass(frozen=True)
+class QuorumView:
+    """What one Lighthouse quorum told this rank, the same for every member of the quorum (but the
+    rank fields): who is in it and how many of them are at its newest step.
+
+    Args:
+        quorum_id: the quorum's id (offset per Lighthouse epoch).
+        groups: the replica groups in the quorum, ascending (from their replica ids ``group_<g>:...``).
+        max_world_size: how many of them are at the quorum's newest step (the others heal in it).
+        at_max_step: whether this rank's group is one of those.
+        max_step: the quorum's newest step.
+    """
+
+    quorum_id: int
+    groups: tuple
+    max_world_size: int
+    at_max_step: bool
+    max_step: int
+
+    @property
+    def all_current(self) -> bool:
+        """Every group of the quorum is at its newest step: none heals in it."""
+        return self.max_world_size == len(self.groups)
+
+
+def _group_of(replica_id: str) -> int:
+    """``group_<g>:<uuid>`` -> g (the replica id build_manager gives, with the uuid TorchFT appends)."""
+    return int(replica_id.split(":", 1)[0].rsplit("_", 1)[1])
+
+
+class _WatchedQuorumClient:
+    """torchft's ManagerClient, handing each quorum result to ``seen`` as a :class:`QuorumView`."""
+
+    def __init__(self, client: Any, seen: Callable[[QuorumView], None]) -> None:
+        self._client = client
+        self._seen = seen
+
+    def _quorum(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._client._quorum(*args, **kwargs)
+        self._seen(
+            QuorumView(
+                quorum_id=result.quorum_id,
+                groups=tuple(sorted(_group_of(r) for r in result.replica_ids)),
+                max_world_size=int(result.max_world_size),
+                at_max_step=result.max_replica_rank is not None,
+                max_step=int(result.max_step),
+            )
+        )
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def watch_quorums(manager: Any, seen: Callable[[QuorumView], None]) -> None:
+    """Hand every quorum ``manager`` receives to ``seen`` (on the Manager's quorum thread, before the
+    Manager acts on it).
+
+    What torchft lacks: the Manager reads its quorum in ``_async_quorum`` from its private
+    ``ManagerClient._quorum`` and keeps only a few numbers of it; which groups are in the quorum
+    (``replica_ids``) and how many are at its newest step (``max_world_size``, the groups that do
+    not heal in it) are not kept, and in a synchronous quorum ``num_participants`` counts the
+    healing groups too.
+
+    Why monarch_ft needs it: a step's participants decide which data each group trains under
+    ``ft.global_batch=constant`` (rank.components.global_batch), and a group that heals at a sync
+    must not be counted in that sync's average (rank.components.ft.MonarchManager). Wrap after
+    :func:`offset_quorum_ids`, so the ids seen are the offset ones.
+    """
+    manager._client = _WatchedQuorumClient(manager._client, seen)
 
 
 def manager_state_dict(manager: Any) -> Dict[str, Any]:
