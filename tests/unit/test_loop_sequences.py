@@ -167,7 +167,7 @@ def test_the_first_launch_waits_for_the_fork_server_and_forks(tmp_path, world):
 
 
 def test_the_fork_server_still_importing_starts_cold_and_a_failed_fork_is_decided_again(tmp_path, world):
-    job = Job(tmp_path, world, fork_import_s=70.0, ft__standby_groups=0, training__steps=200)
+    job = Job(tmp_path, world, fork_import_s=70.0, ft__standby_groups=0, training__steps=165)
     job.launcher.script(1, 0, Script(exit_at_step=5))  # the server imports for 70 s: not ready yet
 
     def refuse(_job):
@@ -470,8 +470,8 @@ def test_a_node_down_its_group_relaunched_elsewhere_the_node_excluded_then_back_
 
 # ---------------------------------------------------------------- fail-slow groups
 def test_a_slow_group_is_named_and_under_evict_replaced_by_the_standby_once(tmp_path, world):
-    # A fake step is 0.1 s: the straggler costs 0.05 s a step, 8 s over the steps left, more than 2 s.
-    job = Job(tmp_path, world, training__steps=200, ft__replica_groups=3, ft__straggler="evict", ft__straggler_recovery_s=2.0)
+    # A fake step is 0.1 s: the straggler costs 0.05 s a step, 4 s over the steps left, more than 2 s.
+    job = Job(tmp_path, world, training__steps=130, ft__replica_groups=3, ft__straggler="evict", ft__straggler_recovery_s=2.0)
     job.launcher.script(1, 0, Script(slow_at_step=40, slow_factor=3.0))  # only its first attempt is slow
     assert job.run() == 0
     (found,) = job.events("straggler_detected")
