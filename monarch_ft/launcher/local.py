@@ -186,9 +186,11 @@ class LocalLauncher(Launcher):
     def handles(self) -> dict:
         """The simulated hosts' run id (a new controller adopts them: they outlive the
         controller whose ranks run in them) and where promoted standbys run."""
+        # A copy: the takeover state's mirror keeps what it last wrote by identity (a record is
+        # replaced, never changed in place), so handing it the live dict hid every later placement.
         if self.hosts is None:
-            return {"placement": self._placement} if self._placement else {}
-        return {"hosts": self.hosts.id, "placement": self._placement}
+            return {"placement": dict(self._placement)} if self._placement else {}
+        return {"hosts": self.hosts.id, "placement": dict(self._placement)}
 
     def restore_handles(self, handles: dict) -> None:
         self._placement = {int(g): s for g, s in (handles.get("placement") or {}).items()}
