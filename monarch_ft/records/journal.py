@@ -317,10 +317,13 @@ class StateJournal:
         line = (json.dumps({GENERATION: self.generation, "ops": ops}, default=str, separators=(",", ":")) + "\n").encode()
         data = self._deflate.compress(line) + self._deflate.flush(zlib.Z_SYNC_FLUSH)
         try:
-            written = os.write(self._fd, data)
-            if written != len(data):
-                raise OSError(f"short write to {self.journal_path}: {written} of {len(data)} bytes")
-        except OSError:
+            # A short write (a disk filling up) is written on: the next write raises the real
+            # error (ENOSPC), which the caller names; an OSError without an errno named nothing.
+            view, done = memoryview(data), 0
+            while done < len(data):
+                done += os.write(self._fd, view[done:])
+        except OSError as e:
+            e.filename = e.filename or self.journal_path
             try:
                 os.ftruncate(self._fd, self.journal_bytes)
             except OSError:
