@@ -684,7 +684,12 @@ class Trainer:
                 losses.append(self._forward_backward(self.batches.batch(step, spec.group, spec.rank)))
             # ft.global_batch: the slots this group trains now that the step's participants are
             # known (constant: an absent group's too; none while this group heals in the step).
+            # (It waits for the step's quorum, and in a heal step runs one collective: a wait
+            # of the sync phase, which may last a join timeout. Marked compute, a promoted
+            # standby waiting out its first quorum was judged asleep in compute: hung.)
+            self.liveness.enter(Phase.SYNC)
             slots = self.step_slots.slots(manager, training)
+            self.liveness.enter(Phase.COMPUTE)
             for slot in slots[1:]:
                 losses.append(self._forward_backward(self.batches.batch(step, slot, spec.rank)))
             loss = torch.stack([x.detach() for x in losses]).mean() if losses else None
