@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from monarch_ft.config.ft import FTConfig
 from monarch_ft.testing.jobs import NO_STANDBY, read_jsonl, run_drill_job
+
+ASLEEP_S = FTConfig().asleep_s  # the frozen and asleep rules' floor
 
 EVERY_KIND = (
     "chaos.faults=[{kind: process_kill, at_step: 10, target: 1},"
@@ -60,8 +63,12 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
     # and the stacks of the hung rank and its peer were saved, the hung one in the sleeping frame.
     during = [e for e in events if e["event"] == "group_failed" and gil["injected_at"] <= e["time"] <= gil["injected_at"] + gil["mttr_s"]]
     assert [(e["group"], e["rank"], e["reason"]) for e in during] == [(1, 1, "hung")], during
-    # Told by the frozen rule, not at the hang timeout: far from it (a third), whatever the load.
-    assert gil["phases"]["detected"] < during[0]["hang_timeout_s"] / 3, (gil, during[0])
+    # Told by the frozen rule (blame "frozen", above), not at the hang timeout. The rule cannot
+    # fire before the rank was asleep and silent ft.asleep_s (1 s), which with the learned 3 s
+    # timeout is a third of it (CI measured 1.01 s against that bound): the bound sits between
+    # the rule's floor and the timeout, a second from each.
+    limits = (ASLEEP_S, during[0]["hang_timeout_s"])
+    assert gil["phases"]["detected"] < sum(limits) / 2, (gil, during[0])
     # The collective hang: the rank asleep before its allreduce is blamed, its group peer waiting
     # for it in the commit vote is not, nor any survivor; by the asleep rule, before its 8 s
     # sleep ends on its own and far from the hang timeout.
@@ -69,7 +76,7 @@ def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
     assert coll["blame"] == "asleep" and coll["blamed_rank"] == coll["rank"], coll
     coll_failed = [e for e in events if e["event"] == "group_failed" and coll["injected_at"] <= e["time"] <= coll["injected_at"] + coll["mttr_s"]]
     assert [(e["group"], e["reason"]) for e in coll_failed] == [(0, "hung")], coll_failed
-    assert coll["phases"]["detected"] < coll_failed[0]["hang_timeout_s"] / 3, (coll, coll_failed[0])
+    assert coll["phases"]["detected"] < (ASLEEP_S + coll_failed[0]["hang_timeout_s"]) / 2, (coll, coll_failed[0])  # as the gil hang's
     stacks = during[0]["stacks"]
     assert set(stacks) == {"g1r0", "g1r1"} and stacks == gil["stacks"]
     assert "sleep_holding_the_gil" in open(stacks["g1r1"]).read(), open(stacks["g1r1"]).read()[:2000]
