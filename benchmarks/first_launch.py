@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from monarch_ft.records.layout import read_jsonl
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ARMS = {"forked": [], "cold": ["ft.warm_fork=false"]}
@@ -41,8 +42,7 @@ def one_job(run_dir: str, groups: int, ranks: int, steps: int, extra: list[str])
     wall = time.time() - started
     if proc.returncode != 0:
         raise SystemExit(f"first_launch: the job in {run_dir} exited {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
-    with open(os.path.join(run_dir, "events.jsonl")) as f:
-        events = [json.loads(line) for line in f if line.strip()]
+    events = read_jsonl(os.path.join(run_dir, "events.jsonl"))
     t0 = events[0]["time"]
     at = {e["event"]: e["time"] - t0 for e in reversed(events)}  # each kind's first time
     launched = [e for e in events if e["event"] == "group_launched" and e["attempt"] == 0]

@@ -34,6 +34,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from monarch_ft.recipes.noft_train import command as noft_command  # noqa: E402
+from monarch_ft.records.layout import read_jsonl  # noqa: E402
 
 SIZES = {
     # name: (model overrides, seq_len, steps, H)
@@ -94,7 +95,7 @@ def run_ours(args, spec: dict, overrides: list[str], out: str) -> dict:
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=args.timeout)
     if res.returncode != 0:
         raise RuntimeError(f"{' '.join(overrides)} failed ({res.returncode}): {(res.stdout + res.stderr)[-2000:]}")
-    recs = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))]
+    recs = read_jsonl(os.path.join(out, "metrics.jsonl"))
     head = sorted((r for r in recs if r["group"] == 0 and r["rank"] == 0), key=lambda r: r["step"])[args.warmup :]
     tail = max(1, spec["steps"] // 10)
     trained = [r for r in recs if r["rank"] == 0 and r["loss"] is not None]
@@ -103,7 +104,7 @@ def run_ours(args, spec: dict, overrides: list[str], out: str) -> dict:
         [r["step_time_s"] for r in head], [r.get("quorum_s", 0.0) for r in head], [r.get("xgroup_s", 0.0) for r in head], losses, spec["global_tokens"]
     )
     # A fault-free benchmark: a group the supervisor restarted makes the case not comparable.
-    events = [json.loads(line) for line in open(os.path.join(out, "events.jsonl"))]
+    events = read_jsonl(os.path.join(out, "events.jsonl"))
     stats["failures"] = sum(1 for e in events if e["event"] == "group_failed")
     return stats
 

@@ -32,6 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from monarch_ft.records.global_batch import GlobalBatch, consumed  # noqa: E402
+from monarch_ft.records.layout import read_jsonl  # noqa: E402
 
 POLICIES = (GlobalBatch.CONSTANT, GlobalBatch.SHRINK)
 COMMON = [
@@ -48,17 +49,7 @@ COMMON = [
 
 
 def _read(path: str) -> list[dict]:
-    out = []
-    try:
-        with open(path) as f:
-            for line in f:
-                try:
-                    out.append(json.loads(line))
-                except ValueError:
-                    pass  # a line still being written
-    except FileNotFoundError:
-        pass
-    return out
+    return read_jsonl(path)  # a line still being written is skipped
 
 
 def run_job(run_dir: str, policy: GlobalBatch, seed: int, steps: int, kill_at: int | None, backoff: float) -> None:

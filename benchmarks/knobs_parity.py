@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from monarch_ft.records.layout import read_jsonl
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
@@ -91,12 +92,10 @@ def run_job(name: str, knobs: dict, steps: int, root: str) -> dict:
         raise SystemExit(f"knobs_parity: the {name} job failed (exit {res.returncode}):\n{(res.stdout + res.stderr)[-3000:]}")
     losses: dict[int, list[float]] = {}
     times = []
-    with open(os.path.join(run, "metrics.jsonl")) as f:
-        for line in f:
-            m = json.loads(line)
-            if m.get("committed") and m.get("loss") is not None:
-                losses.setdefault(m["step"], []).append(m["loss"])
-                times.append(m["step_time_s"])
+    for m in read_jsonl(os.path.join(run, "metrics.jsonl")):
+        if m.get("committed") and m.get("loss") is not None:
+            losses.setdefault(m["step"], []).append(m["loss"])
+            times.append(m["step_time_s"])
     return {
         "loss": [statistics.fmean(losses[s]) for s in sorted(losses)],
         "job_step_s": statistics.median(times[len(times) // 10 :]),

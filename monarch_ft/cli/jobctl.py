@@ -12,7 +12,7 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from monarch_ft.common.process import ProcessIdentity
 from monarch_ft.common.stacks import capture_stacks
@@ -23,6 +23,7 @@ from monarch_ft.records.events import EventKind, GiveUpReason, JobStatus, Recove
 from monarch_ft.records.layout import RunLayout, atomic_write, read_json, read_jsonl
 from monarch_ft.records.lease import heartbeat_time
 from monarch_ft.records.manifest import MANIFEST, step_dir, steps_on_disk, verify_step
+from monarch_ft.records.reports import read_records, tail_records
 from monarch_ft.records.recovered import SEEN_FAILURES, Failure, is_back, marker_time, recovery
 
 # Fault events a status lists (injected by a drill, or seen by the supervisor).
@@ -80,18 +81,7 @@ def _newest_step(layout: RunLayout, group: int, attempt: int, ranks: int) -> tup
     while no controller is attached). Reads the tail of each report only."""
     step, loss = -1, None
     for r in range(ranks):
-        path = layout.report(group, r, attempt)
-        try:
-            with open(path, "rb") as f:
-                f.seek(max(0, os.path.getsize(path) - 16384))
-                lines = f.read().split(b"\n")[1:]
-        except OSError:
-            continue
-        for line in lines:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
+        for rec in tail_records(layout.report(group, r, attempt), 16384):
             if rec.get("type") == "step":
                 step = max(step, rec["step"] + (1 if rec.get("committed") else 0))
                 if r == 0 and rec.get("loss") is not None:
@@ -129,27 +119,6 @@ def _offset_near(path: str, t: float) -> int:
         return lo
 
 
-def _records(path: str, start: int, end: Optional[int] = None) -> Iterator[dict]:
-    """The records of a report from the first line starting after byte ``start`` (0: the
-    first) to the last one starting before ``end``, read as they are used."""
-    try:
-        f = open(path, "rb")
-    except OSError:
-        return
-    with f:
-        f.seek(start)
-        if start:
-            f.readline()
-        while end is None or f.tell() < end:
-            line = f.readline()
-            if not line:
-                return
-            try:
-                yield json.loads(line)
-            except ValueError:
-                continue
-
-
 def _is_commit(r: dict) -> bool:
     return r.get("type") == "step" and r.get("rank") == 0 and bool(r.get("committed"))
 
@@ -164,7 +133,7 @@ def _commit_before(layout: RunLayout, group: int, attempt: int, t: float) -> Opt
     span = 65536
     while True:
         start = max(0, end - span)
-        commits = [r for r in _records(path, start, end) if _is_commit(r) and r["time"] < t]
+        commits = [r for r in read_records(path, start, end) if _is_commit(r) and r["time"] < t]
         if commits or start == 0:
             return commits[-1] if commits else None
         span *= 4
@@ -209,7 +178,7 @@ def mttr_of(layout: RunLayout, state: dict, fault: dict, events: list[dict]) -> 
             path = layout.report(group, 0, a)
             if not os.path.exists(path):
                 continue
-            for r in _records(path, _offset_near(path, since)):
+            for r in read_records(path, _offset_near(path, since)):
                 if _is_commit(r):
                     seen.append(r)
                     if is_back(failure, rule, r, since):

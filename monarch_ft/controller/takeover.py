@@ -53,7 +53,7 @@ from monarch_ft.records.events import EventKind, EventLog, GroupStatus, StrEnum
 from monarch_ft.records.journal import StateJournal, diff
 from monarch_ft.records.layout import RunLayout, atomic_write
 from monarch_ft.records.lease import heartbeat_time
-from monarch_ft.records.reports import ReportTail
+from monarch_ft.records.reports import ReportTail, read_records, tail_records
 
 # The documented detach signal: the controller exits, the job keeps training.
 DETACH_SIGNAL = signal.SIGUSR2
@@ -432,18 +432,7 @@ def relayed_records(events: list[dict], metrics_path: str, tail_bytes: int = 4 <
     tick's records and saving its report offsets leaves them to be read again by the next:
     :class:`ResumedTail` drops them, so each record is relayed once."""
     keys = {(e.get("pid"), e.get("time")) for e in events if "rank" in e and "pid" in e}
-    try:
-        with open(metrics_path, "rb") as f:
-            f.seek(max(0, os.path.getsize(metrics_path) - tail_bytes))
-            lines = f.read().split(b"\n")[1:]
-    except OSError:
-        lines = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        keys.add((rec.get("pid"), rec.get("time")))
+    keys.update((rec.get("pid"), rec.get("time")) for rec in tail_records(metrics_path, tail_bytes))
     return keys
 
 
@@ -471,20 +460,10 @@ class ResumedTail(ReportTail):
 def committed_steps(metrics_path: str, spans: list[tuple[float, float]]) -> list[int]:
     """How many distinct steps rank 0 of any group committed within each (from, until) span."""
     found: list[set[int]] = [set() for _ in spans]
-    try:
-        with open(metrics_path, "rb") as f:
-            for line in f:
-                if b'"committed": true' not in line:
-                    continue
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if rec.get("rank") != 0:
-                    continue
-                for i, (start, end) in enumerate(spans):
-                    if start <= rec.get("time", 0) <= end:
-                        found[i].add(rec["step"])
-    except OSError:
-        pass
+    for rec in read_records(metrics_path, having=b'"committed": true'):
+        if rec.get("rank") != 0:
+            continue
+        for i, (start, end) in enumerate(spans):
+            if start <= rec.get("time", 0) <= end:
+                found[i].add(rec["step"])
     return [len(f) for f in found]

@@ -464,8 +464,3 @@ def event_node(record: dict[str, Any]) -> Optional[str]:
     """The cluster node an event names (``node_state``, ``node_excluded``, ``node_returned``,
     ``node_restored``, ``group_placed``, a node fault's ``fault_injected``), None for others."""
     return record.get("node")
-
-
-def read_events(path: str) -> list[dict[str, Any]]:
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]

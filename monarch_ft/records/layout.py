@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.journal import read_state
-from monarch_ft.records.reports import ReportTail
+from monarch_ft.records.reports import read_records
 
 
 def atomic_write(path: str, text: str) -> None:
@@ -79,12 +79,9 @@ def read_int(path: str, default: int = 0) -> int:
 
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
-    """Every complete JSON line of ``path`` (a torn last line of a writer that died is skipped)."""
-    tail = ReportTail(path)
-    try:
-        return tail.read()
-    finally:
-        tail.close()
+    """Every complete JSON line of ``path`` (a torn last line of a writer that died is skipped;
+    [] when it does not exist): :func:`~monarch_ft.records.reports.read_records`, whole."""
+    return list(read_records(str(path)))
 
 
 class RunLayout:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import traceback
-from typing import Any, BinaryIO, Optional
+from typing import Any, BinaryIO, Iterable, Iterator, Optional
 
 from monarch_ft.paths import REPO_ROOT
 
@@ -56,18 +56,65 @@ class ReportTail:
         data = self._partial + chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()
-        out = []
-        for line in lines:
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+        return list(parse_lines(lines))
 
     def close(self) -> None:
         if self._f is not None:
             self._f.close()
             self._f = None
+
+
+def parse_lines(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
+    """The records of whole JSON lines; a line that is not one is skipped: the torn last line
+    of a writer that died mid-write (or one still being written, read from its start).
+
+    Args:
+        lines: the lines, without or with their newline.
+    """
+    for line in lines:
+        try:
+            yield json.loads(line)
+        except ValueError:
+            continue
+
+
+def read_records(path: str, start: int = 0, end: Optional[int] = None, having: Optional[bytes] = None) -> Iterator[dict[str, Any]]:
+    """The records of a JSON-lines file (a rank's report, ``events.jsonl``, ``metrics.jsonl``),
+    read as they are used: every line that starts at ``start`` or after (from mid-line: from
+    the next line) and before ``end``. Nothing when the file does not exist. The one reader
+    of the project's JSONL files besides :class:`ReportTail`, which reads on as they grow.
+
+    Args:
+        path: the file.
+        start: a byte offset (0: the first line).
+        end: a byte offset; None: to the end.
+        having: only lines holding these bytes are parsed (a cheap filter of a long file).
+    """
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        if start:
+            f.seek(start - 1)
+            if f.read(1) != b"\n":
+                f.readline()  # the rest of the line ``start`` falls in
+        while end is None or f.tell() < end:
+            line = f.readline()
+            if not line:
+                return
+            if having is None or having in line:
+                yield from parse_lines((line,))
+
+
+def tail_records(path: str, max_bytes: int) -> list[dict[str, Any]]:
+    """The records whose lines start in the last ``max_bytes`` of ``path`` ([] when missing):
+    what a status read of a long report needs, without reading it all."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return []
+    return list(read_records(path, max(0, size - max_bytes)))
 
 
 def compute_seconds(rec: dict[str, Any]) -> float:

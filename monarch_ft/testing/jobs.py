@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from monarch_ft.paths import REPO_ROOT
+from monarch_ft.records.layout import read_jsonl as layout_read_jsonl
 
 REPO = Path(REPO_ROOT)
 PRETRAIN = REPO / "recipes" / "pretrain.py"
@@ -90,15 +91,8 @@ def console(run_dir: Path) -> str:
 
 
 def read_jsonl(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            pass
-    return out
+    """The records of a JSONL file of a run ([] while it does not exist): records.layout's reader."""
+    return layout_read_jsonl(str(path))
 
 
 def read_tensorboard_run(folder) -> tuple[dict[str, list[tuple[int, float]]], list[tuple[int, str]]]:

@@ -1,0 +1,44 @@
+"""The one reader of the project's JSON-lines files (records.reports): whole, from an offset, a tail."""
+
+from __future__ import annotations
+
+import json
+
+from monarch_ft.records.layout import read_jsonl
+from monarch_ft.records.reports import ReportTail, read_records, tail_records
+
+
+def _write(path, records, torn: str = "") -> list[int]:
+    """Write the records a line each, then ``torn`` (half a line); the offset of each line."""
+    offsets, text = [], ""
+    for rec in records:
+        offsets.append(len(text))
+        text += json.dumps(rec) + "\n"
+    path.write_text(text + torn)
+    return offsets
+
+
+def test_a_torn_last_line_and_a_missing_file_are_no_records(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    assert read_jsonl(str(path)) == [] and tail_records(str(path), 100) == [] and list(read_records(str(path))) == []
+    _write(path, [{"step": 0}, {"step": 1}], torn='{"step": 2, "lo')
+    assert read_jsonl(str(path)) == [{"step": 0}, {"step": 1}]
+    # The incremental reader agrees, and returns the torn line once it is whole.
+    tail = ReportTail(str(path))
+    assert tail.read() == [{"step": 0}, {"step": 1}]
+    with open(path, "a") as f:
+        f.write('ss": 1.5}\n')
+    assert tail.read() == [{"step": 2, "loss": 1.5}]
+    tail.close()
+
+
+def test_from_an_offset_a_line_started_before_it_is_skipped(tmp_path):
+    path = tmp_path / "report.jsonl"
+    offsets = _write(path, [{"step": s, "committed": s % 2 == 0} for s in range(5)])
+    assert [r["step"] for r in read_records(str(path), offsets[2])] == [2, 3, 4]  # at a line's start: from it
+    assert [r["step"] for r in read_records(str(path), offsets[2] + 1)] == [3, 4]  # mid-line: from the next
+    assert [r["step"] for r in read_records(str(path), 0, offsets[3])] == [0, 1, 2]  # lines starting before end
+    assert [r["step"] for r in read_records(str(path), having=b'"committed": true')] == [0, 2, 4]
+    size = path.stat().st_size
+    assert [r["step"] for r in tail_records(str(path), size - offsets[3])] == [3, 4]
+    assert [r["step"] for r in tail_records(str(path), size - offsets[3] + 1)] == [3, 4]  # a partial line dropped
