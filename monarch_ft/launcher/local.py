@@ -186,11 +186,13 @@ class LocalLauncher(Launcher):
     def handles(self) -> dict:
         """The simulated hosts' run id (a new controller adopts them: they outlive the
         controller whose ranks run in them) and where promoted standbys run."""
-        # A copy: the takeover state's mirror keeps what it last wrote by identity (a record is
-        # replaced, never changed in place), so handing it the live dict hid every later placement.
+        # A new dict, as JSON reads it back (str keys): the takeover state's mirror keeps what it
+        # last wrote by identity (the live dict hid every later placement), and its journal
+        # names a changed key as it is (an int key came back as another key than the base's).
+        placement = {str(g): s for g, s in self._placement.items()}
         if self.hosts is None:
-            return {"placement": dict(self._placement)} if self._placement else {}
-        return {"hosts": self.hosts.id, "placement": dict(self._placement)}
+            return {"placement": placement} if placement else {}
+        return {"hosts": self.hosts.id, "placement": placement}
 
     def restore_handles(self, handles: dict) -> None:
         self._placement = {int(g): s for g, s in (handles.get("placement") or {}).items()}

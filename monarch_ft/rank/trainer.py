@@ -50,6 +50,7 @@ from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.rank.components.model import build_model, param_name
 from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
+from monarch_ft.rank.components.torchft_compat import quorum_pending
 from monarch_ft.rank.link_probe import start_probe_server
 from monarch_ft.records.decisions import StateDecision, StateSource
 from monarch_ft.records.events import EventKind
@@ -684,10 +685,13 @@ class Trainer:
                 losses.append(self._forward_backward(self.batches.batch(step, spec.group, spec.rank)))
             # ft.global_batch: the slots this group trains now that the step's participants are
             # known (constant: an absent group's too; none while this group heals in the step).
-            # (It waits for the step's quorum, and in a heal step runs one collective: a wait
-            # of the sync phase, which may last a join timeout. Marked compute, a promoted
-            # standby waiting out its first quorum was judged asleep in compute: hung.)
-            self.liveness.enter(Phase.SYNC)
+            # (It waits for the step's quorum: a wait of the sync phase, which may last a join
+            # timeout. Marked compute, a promoted standby waiting out its first quorum was judged
+            # asleep in compute: hung. Only a wait that blocks is marked: one that returns at
+            # once must not restart the compute phase, whose start the hang rules compare
+            # across the group's ranks to blame the one that stopped first.)
+            if quorum_pending(manager):
+                self.liveness.enter(Phase.SYNC)
             slots = self.step_slots.slots(manager, training)
             self.liveness.enter(Phase.COMPUTE)
             for slot in slots[1:]:

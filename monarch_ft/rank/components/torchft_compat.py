@@ -53,6 +53,8 @@ PRIVATE_SURFACE = (
         "_quorum",
         params=("self", "group_rank", "step", "checkpoint_metadata", "shrink_only", "init_sync", "commit_failures", "timeout"),
     ),
+    # quorum_pending
+    Private("torchft.manager.Manager", "_quorum_future", attr_type="NoneType"),  # until the first start_quorum: then a Future
     # manager_state_dict
     Private("torchft.manager.Manager", "_manager_state_dict", params=("self",)),
     # local_step, localsgd_sync_in_quorum, diloco_sync_in_quorum
@@ -86,6 +88,20 @@ def process_group_open(pg: Any) -> bool:
 
 
 # ---------------------------------------------------------------- the Manager's quorums
+def quorum_pending(manager: Any) -> bool:
+    """Whether the quorum the Manager started for this step is still running: a wait for it
+    would block (torchft's ``Manager`` keeps it as ``_quorum_future``; it has no public way to
+    ask without waiting). The trainer marks such a wait as the sync phase, and only such a
+    wait: a wait that returns at once must not split a rank's compute phase in two (the hang
+    rules blame the rank longest in its phase).
+
+    Args:
+        manager: the rank's Manager, its quorum started.
+    """
+    future = getattr(manager, "_quorum_future", None)
+    return future is not None and not future.done()
+
+
 class _OffsetQuorum:
     """A torchft QuorumResult whose ``quorum_id`` is moved by an offset (every other field as is)."""
 
