@@ -71,7 +71,18 @@ def _stopped(pid: int) -> bool:
         return False
 
 
-def _dump_one(pid: int, path: str, tool: Optional[str], timeout_s: float, log: Optional[str] = None) -> None:
+def _write(path: str, text: str) -> bool:
+    """Write a stacks file; False when it cannot be (the run directory's disk full, read-only):
+    the dump is evidence, never a reason for a traceback in a thread of the controller."""
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return True
+    except OSError:
+        return False
+
+
+def _dump_one(pid: int, path: str, tool: Optional[str], timeout_s: float, log: Optional[str] = None, written: Optional[set] = None) -> None:
     text = ""
     stopped = _stopped(pid)
     if tool:
@@ -82,16 +93,16 @@ def _dump_one(pid: int, path: str, tool: Optional[str], timeout_s: float, log: O
             res = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s)
             text = res.stdout + (res.stderr if res.returncode else "")
             if res.returncode == 0:
-                with open(path, "w") as f:
-                    f.write(text)
+                if _write(path, text) and written is not None:
+                    written.add(path)
                 return
         except subprocess.TimeoutExpired:
             text = f"py-spy dump timed out after {timeout_s}s\n"
     else:
         text = "py-spy not found\n"
     text += "the process is stopped: its faulthandler cannot answer\n" if stopped else _faulthandler_dump(pid, log)
-    with open(path, "w") as f:
-        f.write(text)
+    if _write(path, text) and written is not None:
+        written.add(path)
 
 
 def capture_stacks(pids: dict[str, int], folder: str, timeout_s: float = 10.0, logs: Optional[dict[str, str]] = None) -> dict[str, str]:
@@ -105,17 +116,23 @@ def capture_stacks(pids: dict[str, int], folder: str, timeout_s: float = 10.0, l
             cannot read it (the fallback copies that part into the stacks file).
 
     Returns:
-        label -> the file written.
+        label -> the file written (none that could not be: a full or read-only disk).
     """
     if not pids:
         return {}
-    os.makedirs(folder, exist_ok=True)
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError:
+        return {}
     tool = py_spy()
     logs = logs or {}
     paths = {label: os.path.join(folder, f"{label}.txt") for label in pids}
-    threads = [threading.Thread(target=_dump_one, args=(pid, paths[label], tool, timeout_s, logs.get(label)), daemon=True) for label, pid in pids.items()]
+    written: set[str] = set()
+    threads = [
+        threading.Thread(target=_dump_one, args=(pid, paths[label], tool, timeout_s, logs.get(label), written), daemon=True) for label, pid in pids.items()
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout_s + 2)
-    return paths
+    return {label: path for label, path in paths.items() if path in written}

@@ -48,3 +48,23 @@ def test_job_stacks_finds_live_ranks_and_names_their_frames(tmp_path):
         child.kill()
         child.wait()
         log.close()
+
+
+def test_a_stacks_file_that_cannot_be_written_is_left_out_not_raised(tmp_path, capfd):
+    """A full or read-only run directory: the dump is evidence, not a traceback in a thread of
+    the controller (a stall's capture on a full disk printed one: test_controller_own_files)."""
+    from monarch_ft.common.stacks import capture_stacks
+
+    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        folder = tmp_path / "stacks"
+        (folder / "g0r1.txt").mkdir(parents=True)  # its file cannot be opened for writing
+        got = capture_stacks({"g0r0": child.pid, "g0r1": child.pid}, str(folder), timeout_s=5.0)
+        assert list(got) == ["g0r0"] and "waiting_for_a_peer" in open(got["g0r0"]).read()
+        (tmp_path / "a_file").write_text("")
+        assert capture_stacks({"g0r0": child.pid}, str(tmp_path / "a_file" / "stacks"), timeout_s=5.0) == {}
+    finally:
+        child.kill()
+        child.wait()
+    assert "Traceback" not in capfd.readouterr().err
