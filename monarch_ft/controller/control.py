@@ -40,6 +40,9 @@ class JobControl:
         self._sup = sup
         # CPU limits this handle set (slow_cpu), lifted by their timers or at close().
         self._throttles: list = []
+        # Hosts whose slowness ended, told by the faults' timer threads; the tick takes them.
+        self._returned: list[str] = []
+        self._returned_lock = threading.Lock()
 
     # ------------------------------------------------------------ reading
     @property
@@ -221,10 +224,18 @@ class JobControl:
         return {**throttle.describe(), "host": host, "duration_s": duration_s, "ranks": [rs.rank for rs in ranks]}
 
     def return_host(self, host: str) -> None:
-        """``host`` may be placed on again (its slowness ended): ``host_returned`` if it was left out."""
-        reason = self._sup.state.excluded_hosts.pop(host, None)
-        if reason is not None:
-            self.emit(EventKind.HOST_RETURNED, host=host, excluded_because=reason)
+        """``host`` may be placed on again (its slowness ended). Called from a fault's timer
+        thread, so it only tells: the next tick observes it (:meth:`take_returned_hosts`) and
+        decides ``host_returned`` if it was left out. Changing the job's state here raced the
+        tick's own save (the takeover state's check found a host gone mid-save)."""
+        with self._returned_lock:
+            self._returned.append(host)
+
+    def take_returned_hosts(self) -> list[str]:
+        """The hosts told returned since the last call (the observe stage's)."""
+        with self._returned_lock:
+            taken, self._returned = self._returned, []
+        return taken
 
     def close(self) -> None:
         """Lift every CPU limit still in force (the job is ending: no cgroup is left behind)."""

@@ -259,7 +259,9 @@ class Supervisor:
         self.scrub = CheckpointScrub(cfg.checkpoint.scrub_every_s, lambda: [layout.checkpoint(g.index) for g in state.groups], self.integrity.vouch)
         # Times each rank's link when a probe round is due (controller.link_probe).
         self.prober = LinkProber()
-        self.observer = Observer(state, layout, launcher, self.warm_forks, self.lighthouse, self.prober, self.scrub, self.takeover)
+        self.observer = Observer(
+            state, layout, launcher, self.warm_forks, self.lighthouse, self.prober, self.scrub, self.takeover, returned_hosts=self.control.take_returned_hosts
+        )
         self.rules = Rules(
             cfg=cfg,
             planner=self.planner,

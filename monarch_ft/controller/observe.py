@@ -21,14 +21,14 @@ The order, and why:
 6. **nodes**: new placements, the scheduler's view of its nodes, the allocations it holds
    pending (launchers with nodes);
 7. what the controller's own helper threads finished: a link probe round, a checkpoint scrub
-   pass; and the signals it was sent (stop, detach).
+   pass, the hosts a fault's timer returned; and the signals it was sent (stop, detach).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from monarch_ft.common.process import process_sample
 from monarch_ft.controller.fork_pool import ServerState
@@ -135,6 +135,8 @@ class Observations:
     probe: Optional[ProbeRound] = None
     probe_busy: bool = False
     scrub: list[dict] = field(default_factory=list)
+    # Hosts whose slowness ended (a fault's timer told the job control), to be placed on again.
+    returned_hosts: list[str] = field(default_factory=list)
     # Each running group's host (launchers with hosts of their own: a straggler's is left out).
     group_hosts: dict[int, str] = field(default_factory=dict)
 
@@ -167,6 +169,7 @@ class Observer:
         prober: "LinkProber",
         scrub: "CheckpointScrub",
         takeover: "Takeover",
+        returned_hosts: Optional[Callable[[], list[str]]] = None,
     ) -> None:
         self.state = state
         self.layout = layout
@@ -176,6 +179,7 @@ class Observer:
         self.prober = prober
         self.scrub = scrub
         self.takeover = takeover
+        self.returned_hosts = returned_hosts or list
         self._turn = 0
 
     def observe(self, now: float) -> Observations:
@@ -246,6 +250,7 @@ class Observer:
         obs.probe = self.prober.take()
         obs.probe_busy = self.prober.busy
         obs.scrub = self.scrub.results()
+        obs.returned_hosts = self.returned_hosts()
         obs.stop_signal = state.watch.stop_reason
         obs.detach_requested = self.takeover.detach_requested
         return obs

@@ -320,3 +320,29 @@ def test_past_the_sampling_budget_one_hung_group_is_failed_alone(tmp_path):
     for turn in range(1, 200):
         failed += [a for a in _sampled_tick(job, turn, silent={7}) if isinstance(a, A.FailGroup)]
     assert [(a.group, a.why["reason"]) for a in failed] == [(7, "hung")], failed
+
+
+# ---------------------------------------------------------------- a helper thread's change, taken by the tick
+def test_a_host_returned_by_a_faults_timer_is_taken_at_the_next_tick_and_said_once(tmp_path):
+    """A fault's timer (a slowdown or a slow link ended) used to pop the host from
+    ``state.excluded_hosts`` in its own thread, racing the tick's save (CI: the takeover state's
+    check found the host gone between the save and its check). The timer only tells; the tick
+    observes it and decides ``host_returned``, once, and only for a host that was left out."""
+    job = Replay(tmp_path, ft__straggler="evict")
+    job.state.excluded_hosts["10.0.0.4"] = "group 1 was a link straggler there (600.0x its peers)"
+    actions = job.tick(job.observe(returned_hosts=["10.0.0.4", "10.0.0.9"]))
+    (back,) = emitted(actions, EventKind.HOST_RETURNED)
+    assert back.fields == {"host": "10.0.0.4", "excluded_because": "group 1 was a link straggler there (600.0x its peers)"}
+    assert job.state.excluded_hosts == {}
+    assert emitted(job.tick(job.observe(returned_hosts=["10.0.0.4"])), EventKind.HOST_RETURNED) == []
+
+
+def test_the_job_control_only_tells_a_returned_host(tmp_path):
+    from monarch_ft.controller.control import JobControl
+
+    sup = SimpleNamespace(state=JobState.new(1, str(tmp_path), {}, str(tmp_path / "gate")))
+    sup.state.excluded_hosts["h"] = "slow"
+    control = JobControl(sup)
+    control.return_host("h")
+    assert sup.state.excluded_hosts == {"h": "slow"}  # the state is the tick's to change
+    assert control.take_returned_hosts() == ["h"] and control.take_returned_hosts() == []

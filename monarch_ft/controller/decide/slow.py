@@ -32,6 +32,10 @@ from monarch_ft.records.events import EventKind, ExclusionReason, GroupStatus
 def check_stragglers(t: Tick) -> None:
     """Name, clear, keep or evict stragglers (see the module docstring)."""
     ft, state = t.cfg.ft, t.state
+    for host in t.obs.returned_hosts:
+        reason = state.excluded_hosts.pop(host, None)
+        if reason is not None:
+            t.out.emit(EventKind.HOST_RETURNED, host=host, excluded_because=reason)
     if ft.straggler == "off":
         return
     watch = state.stragglers
