@@ -687,13 +687,21 @@ class Trainer:
             # known (constant: an absent group's too; none while this group heals in the step).
             # (It waits for the step's quorum: a wait of the sync phase, which may last a join
             # timeout. Marked compute, a promoted standby waiting out its first quorum was judged
-            # asleep in compute: hung. Only a wait that blocks is marked: one that returns at
-            # once must not restart the compute phase, whose start the hang rules compare
-            # across the group's ranks to blame the one that stopped first.)
-            if quorum_pending(manager):
+            # asleep in compute: hung. But the hang rules compare the start of the group's ranks'
+            # compute spells to blame the one that stopped first (hangs.asleep_in_compute): a
+            # wait shorter than the asleep rule's floor, which could never be judged asleep
+            # itself, is folded back into the spell it interrupted; only a longer one starts a
+            # new compute spell after it. Splitting every step's spell, a rank that stopped
+            # before its allreduce lost the blame to a peer waiting in it: the drill's
+            # collective hang, 1 run in 3 beside two CPU hogs.)
+            compute_since, waits = self.liveness.since, quorum_pending(manager)
+            if waits:
                 self.liveness.enter(Phase.SYNC)
             slots = self.step_slots.slots(manager, training)
-            self.liveness.enter(Phase.COMPUTE)
+            if waits and time.time() - self.liveness.since < self.cfg.ft.asleep_s:
+                self.liveness.enter(Phase.COMPUTE, since=compute_since)
+            else:
+                self.liveness.enter(Phase.COMPUTE)
             for slot in slots[1:]:
                 losses.append(self._forward_backward(self.batches.batch(step, slot, spec.rank)))
             loss = torch.stack([x.detach() for x in losses]).mean() if losses else None

@@ -13,7 +13,7 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Protocol, Sequence
+from typing import Any, Optional, Protocol, Sequence
 
 from monarch_ft.records.events import EventKind, event_name
 
@@ -140,13 +140,14 @@ class Liveness:
         self._thread = threading.Thread(target=self._run, name="mft-liveness", daemon=True)
         self._thread.start()
 
-    def enter(self, phase: str, fresh: bool = False) -> None:
+    def enter(self, phase: str, fresh: bool = False, since: Optional[float] = None) -> None:
         """Mark the start of ``phase`` (a monarch_ft.records.phases.Phase value). Cheap: no I/O.
 
         ``fresh``: a new spell of the same phase (localsgd/diloco stay in compute for a
-        whole window of inner steps; each step gets the phase's budget anew)."""
-        if fresh or phase != self.phase:
-            self.phase, self.since = phase, time.time()
+        whole window of inner steps; each step gets the phase's budget anew). ``since``: the
+        spell goes on from then (a brief wait inside it marked as another phase is folded back)."""
+        if fresh or phase != self.phase or since is not None:
+            self.phase, self.since = phase, time.time() if since is None else since
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
