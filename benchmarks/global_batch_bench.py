@@ -32,7 +32,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from monarch_ft.records.global_batch import GlobalBatch, consumed  # noqa: E402
-from monarch_ft.records.layout import read_jsonl  # noqa: E402
+from monarch_ft.records.layout import read_jsonl  # noqa: E402  (a line still being written is skipped)
 
 POLICIES = (GlobalBatch.CONSTANT, GlobalBatch.SHRINK)
 COMMON = [
@@ -46,10 +46,6 @@ COMMON = [
     "ft.standby_groups=0",
     "checkpoint.enable=false",
 ]
-
-
-def _read(path: str) -> list[dict]:
-    return read_jsonl(path)  # a line still being written is skipped
 
 
 def run_job(run_dir: str, policy: GlobalBatch, seed: int, steps: int, kill_at: int | None, backoff: float) -> None:
@@ -69,9 +65,9 @@ def run_job(run_dir: str, policy: GlobalBatch, seed: int, steps: int, kill_at: i
         proc = subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         if kill_at is not None:
             metrics, events = os.path.join(run_dir, "metrics.jsonl"), os.path.join(run_dir, "events.jsonl")
-            while proc.poll() is None and sum(1 for m in _read(metrics) if m["group"] == 0 and m["committed"]) < kill_at:
+            while proc.poll() is None and sum(1 for m in read_jsonl(metrics) if m["group"] == 0 and m["committed"]) < kill_at:
                 time.sleep(0.02)
-            ranks = [e for e in _read(events) if e["event"] == "rank_launched" and e["group"] == 1]
+            ranks = [e for e in read_jsonl(events) if e["event"] == "rank_launched" and e["group"] == 1]
             if ranks and proc.poll() is None:
                 os.kill(ranks[-1]["pid"], signal.SIGKILL)
         code = proc.wait(timeout=900)
@@ -93,8 +89,8 @@ def step_losses(metrics: list[dict]) -> dict[int, float]:
 
 def analyse(out: str, seed: int, policy: GlobalBatch) -> dict:
     """The fault run of ``policy`` and ``seed`` against its fault-free run."""
-    clean = _read(os.path.join(out, f"s{seed}-{policy.value}-clean", "metrics.jsonl"))
-    fault = _read(os.path.join(out, f"s{seed}-{policy.value}-fault", "metrics.jsonl"))
+    clean = read_jsonl(os.path.join(out, f"s{seed}-{policy.value}-clean", "metrics.jsonl"))
+    fault = read_jsonl(os.path.join(out, f"s{seed}-{policy.value}-fault", "metrics.jsonl"))
     ref, got = step_losses(clean), step_losses(fault)
     alone = sorted({m["step"] for m in fault if m["committed"] and m["group"] == 0 and m["participating_groups"] == [0]})
     killed = alone[0] if alone else None
@@ -124,7 +120,7 @@ def analyse(out: str, seed: int, policy: GlobalBatch) -> dict:
 
 
 def _final_hash(run_dir: str) -> str | None:
-    finished = [e for e in _read(os.path.join(run_dir, "events.jsonl")) if e["event"] == "rank_finished" and e["group"] == 0]
+    finished = [e for e in read_jsonl(os.path.join(run_dir, "events.jsonl")) if e["event"] == "rank_finished" and e["group"] == 0]
     return finished[-1]["state_hash"] if finished else None
 
 
@@ -142,8 +138,8 @@ def plot(out: str, seed: int, rows: list[dict]) -> str:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7), sharex=True, gridspec_kw={"height_ratios": [3, 2]})
     colors = {"constant": "tab:blue", "shrink": "tab:red"}
     for policy in POLICIES:
-        clean = step_losses(_read(os.path.join(out, f"s{seed}-{policy.value}-clean", "metrics.jsonl")))
-        fault = step_losses(_read(os.path.join(out, f"s{seed}-{policy.value}-fault", "metrics.jsonl")))
+        clean = step_losses(read_jsonl(os.path.join(out, f"s{seed}-{policy.value}-clean", "metrics.jsonl")))
+        fault = step_losses(read_jsonl(os.path.join(out, f"s{seed}-{policy.value}-fault", "metrics.jsonl")))
         top.plot(*smooth(clean), color=colors[policy.value], alpha=0.45, lw=1, ls="--", label=f"{policy.value}, fault-free")
         top.plot(*smooth(fault), color=colors[policy.value], lw=1.2, label=f"{policy.value}, group 1 killed")
         steps = [s for s in sorted(fault) if s in clean]
