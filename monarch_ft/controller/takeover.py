@@ -50,7 +50,7 @@ from monarch_ft.controller.state import STATE_VERSION, GroupState, JobState
 from monarch_ft.launcher.base import Launcher, RankProcess
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus, StrEnum
-from monarch_ft.records.journal import StateJournal, diff
+from monarch_ft.records.journal import StateJournal, StateReader, diff
 from monarch_ft.records.layout import RunLayout, atomic_write
 from monarch_ft.records.lease import heartbeat_time
 from monarch_ft.records.reports import ReportTail, read_records, tail_records
@@ -62,6 +62,8 @@ DETACHED_EXIT = 0
 # Set (to anything but "" or "0"): every save checks the incrementally kept state against the
 # whole snapshot and raises on a difference (the test suites set it: tests/conftest.py).
 VERIFY_STATE_ENV = "MONARCH_FT_VERIFY_TAKEOVER_STATE"
+# The verify mode also reads the takeover state whole (as a new controller does) every so many checks.
+FULL_READ_EVERY = 32
 # An adopted rank (not this controller's child) has no exit status to read: one that
 # is gone without having reported rank_finished is taken for a crash with this code.
 LOST_EXIT = 255
@@ -178,6 +180,10 @@ class Takeover:
         self.mirror = RecordMirror(JobState)
         self.journal = StateJournal(self.layout.controller_state, self.layout.controller_journal)
         self.verify = os.environ.get(VERIFY_STATE_ENV, "") not in ("", "0")
+        # The verify mode's reader of what was saved: incremental (a whole read per save made
+        # the check quadratic in a job's ticks); every FULL_READ_EVERY-th check reads it whole too.
+        self._reader = StateReader(self.layout.controller_state, self.layout.controller_journal)
+        self._checks = 0
         self._beat_stop = threading.Event()
         self._beat_thread: Optional[threading.Thread] = None
 
@@ -333,7 +339,12 @@ class Takeover:
             finished: as just saved.
             only: after a partial save, these groups are checked (the rest is written later).
         """
-        on_disk = self.layout.read_controller_state() or {}
+        on_disk = self._reader.read() or {}
+        self._checks += 1
+        if finished or self._checks % FULL_READ_EVERY == 0:
+            whole_read = self.layout.read_controller_state() or {}
+            if whole_read != on_disk:
+                raise AssertionError(f"the takeover state read incrementally differs from a whole read at {diff(whole_read, on_disk)[0][0]}")
         whole = json.loads(json.dumps(self.snapshot(state, finished), default=str))
         if only is not None:
             on_disk = {"groups": [on_disk.get("groups", [])[i] for i in sorted(only)]}

@@ -19,7 +19,7 @@ from monarch_ft.controller.snapshot import from_record, to_record
 from monarch_ft.controller.state import GroupState, JobState, LaunchRecord, RankState
 from monarch_ft.controller.takeover import Takeover
 from monarch_ft.records.errors import ConfigError
-from monarch_ft.records.journal import JournalDamaged, StateJournal, apply, diff, read_state
+from monarch_ft.records.journal import JournalDamaged, StateJournal, StateReader, apply, diff, read_state
 from monarch_ft.records.layout import RunLayout
 from monarch_ft.testing.fakes import FakeClock, FakeLauncher, Script, fake_job_config
 
@@ -156,6 +156,50 @@ def test_a_torn_last_journal_line_is_ignored_and_a_damaged_middle_line_is_an_err
     with open(base, "w") as f:
         json.dump({"a": 5}, f)
     assert read_state(base, journal) == {"a": 5}
+
+
+def test_the_incremental_reader_reads_what_a_whole_read_does_through_appends_torn_lines_and_bases(tmp_path):
+    base, journal = str(tmp_path / "controller.json"), str(tmp_path / "controller.journal")
+    reader = StateReader(base, journal)
+    assert reader.read() is None  # no base yet
+    writer = StateJournal(base, journal, compact_min_bytes=600)
+
+    def same() -> dict:
+        got = reader.read()
+        assert got == read_state(base, journal)
+        return got
+
+    writer.write_base({"a": 0, "groups": [{"step": 0}]})
+    assert same() == {"a": 0, "groups": [{"step": 0}]}
+    bases = 0
+    for i in range(1, 120):
+        if writer.needs_compaction():
+            writer.write_base(dict(same(), a=i))
+            bases += 1
+        else:
+            writer.append([[["groups", 0, "step"], i], [["pad"], "x" * (i % 7) * 10]])
+        if i % 3 == 0:
+            same()
+    assert bases >= 2 and same()["groups"][0]["step"] > 100
+    # A torn last line (the stream cut short) stays unread until it is whole; a damaged one
+    # with good lines after it is judged as a whole read judges it.
+    before = dict(same())
+    writer.append([[["a"], "torn"]])
+    stream = open(journal, "rb").read()
+    torn = stream[: len(stream) - 8]
+    with open(journal, "wb") as f:
+        f.write(torn)
+    assert reader.read() == read_state(base, journal) == before
+    with open(journal, "ab") as f:
+        f.write(stream[len(torn) :])
+    assert same()["a"] == "torn"
+    with open(journal, "wb") as f:
+        f.write(stream[:40] + b"\xff" * 40 + stream[40:])
+    with pytest.raises(JournalDamaged):
+        reader.read()
+    # A new writer starts with a base: read from it, as a new controller would.
+    StateJournal(base, journal).write_base({"a": "new"})
+    assert same() == {"a": "new"}
 
 
 def test_a_failed_write_raises_and_the_next_save_writes_everything(tmp_path):
