@@ -53,6 +53,8 @@ def test_the_projection_orders_the_arms_and_charges_the_spares():
             )
         # Failures grow with the scale: every arm loses more of its time.
         assert by[(shape, 1024, "full_restart")].ettr > by[(shape, 100000, "full_restart")].ettr
+        noft = [by[(shape, gpus, "no_ft")].ettr for gpus in em.SCALES]
+        assert noft == sorted(noft, reverse=True) and noft[0] > noft[-1]
     # 8B in groups of 8 GPUs: 12 GB of state per GPU, healed at 25 GB/s.
     assert by[("8b", 1024, "live_standby")].notes["heal_s"] == pytest.approx(8.0e9 * 12 / 8 / 25e9, rel=1e-2)
 
