@@ -461,18 +461,37 @@ def job_pace(watch: StragglerWatch, active: Iterable[int], steps: int = TRIGGER_
     return _median_of(coll), _median_of(comp)
 
 
-def cpu_suspects(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits) -> set[int]:
+def cpu_suspects(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits, collective_rise_s: float = 0.0) -> set[int]:
     """Groups whose median compute over their newest ``window`` steps exceeds ``factor`` x their
     peers' (and ``min_excess_s`` more): slow at compute, if not yet on every step of a window.
     Their ranks may answer a probe late (a CPU quota, a stopped process), so they are not judged
     on their link. A whole window's median, not a few steps': on a loaded 2-core machine a
     group's compute of 10-100 ms is 2x its peers' for three steps at a time (a run so left the
-    slow-link group unjudged, twice)."""
+    slow-link group unjudged, twice).
+
+    Unless the job's collective rose far more than that group's compute: a group slow at compute
+    makes its peers wait about its excess at each allreduce, so a collective rise over
+    :data:`TRIGGER_DOMINANCE` times its excess is not its compute's doing, and its link is judged
+    (the rule that starts a round, :func:`probe_due`, reads the two rises alike). A slow link
+    raises its own group's compute a little too (a 20 Mbit/s link: 16 -> 40 ms, for every step
+    it lasted, while the collective rose 1.2 s): the stress run that found it had the slow-link
+    group spared by every round, never named.
+
+    Args:
+        watch: the step times seen.
+        active: the groups running now.
+        limits: ``factor``, ``window`` and ``min_excess_s``.
+        collective_rise_s: seconds per step the job's collective is over its floor now
+            (:func:`collective_loss`; 0: not known, every compute suspect is spared).
+    """
     own = {g: m for g, t in watch.groups.items() if g in set(active) for m in [_newest_median(t.own, limits.window)] if m is not None}
     out = set()
     for g, m in own.items():
         peers = [v for h, v in own.items() if h != g]
-        if peers and m > limits.factor * _median_of(peers) and m - _median_of(peers) > limits.min_excess_s:
+        if not peers:
+            continue
+        excess = m - _median_of(peers)
+        if m > limits.factor * _median_of(peers) and excess > limits.min_excess_s and collective_rise_s < TRIGGER_DOMINANCE * excess:
             out.add(g)
     return out
 

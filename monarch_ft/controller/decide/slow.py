@@ -93,8 +93,9 @@ def probe_links(t: Tick, running: list[int], limits: StragglerLimits) -> None:
     state, watch = t.state, t.state.stragglers
     done = t.obs.probe
     if done is not None:
-        skip = cpu_suspects(watch, running, limits) | {g for g, kind in watch.flagged.items() if kind == SlowKind.CPU}
-        found = find_link_stragglers(done.probes, limits, skip, step=done.step, loss_s=collective_loss(watch, running))
+        rise = collective_loss(watch, running)
+        skip = cpu_suspects(watch, running, limits, collective_rise_s=rise) | {g for g, kind in watch.flagged.items() if kind == SlowKind.CPU}
+        found = find_link_stragglers(done.probes, limits, skip, step=done.step, loss_s=rise)
         named = {g for g, kind in watch.flagged.items() if kind == SlowKind.LINK}
         verdicts, watch.link_suspects = confirm_link_stragglers(found, watch.link_suspects, named)
         probed = {p.group for p in done.probes}
