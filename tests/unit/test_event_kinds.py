@@ -11,6 +11,7 @@ tests' processes inherit).
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import sys
 from pathlib import Path
@@ -34,11 +35,21 @@ NOT_EMITTERS = ("layout.report",)
 RELAYS = {("monarch_ft/controller/decide/reports.py", "_event"), ("monarch_ft/controller/act.py", "_Emit")}
 
 
-def _emitter_calls():
-    """(path, enclosing function, call) for every emitter call in the project's code."""
-    for root in SOURCES:
-        for path in sorted((REPO / root).rglob("*.py")):
-            rel = path.relative_to(REPO).as_posix()
+def _emitter_calls() -> tuple:
+    """(path, enclosing function, call) for every emitter call in the project's code (parsed
+    once per tree for both tests: a second of the fast tier each)."""
+    return _find_emitter_calls(REPO, SOURCES)
+
+
+@functools.cache
+def _find_emitter_calls(repo: Path, sources: tuple) -> tuple:
+    return tuple(_walk_emitter_calls(repo, sources))
+
+
+def _walk_emitter_calls(repo: Path, sources: tuple):
+    for root in sources:
+        for path in sorted((repo / root).rglob("*.py")):
+            rel = path.relative_to(repo).as_posix()
             tree = ast.parse(path.read_text(), rel)
             for func in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))] + [tree]:
                 for node in ast.walk(func):
