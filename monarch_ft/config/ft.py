@@ -3,6 +3,7 @@ model, the restart budget, warm standbys and forks, and how groups synchronise."
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -15,6 +16,28 @@ TRANSPORTS = ("sharded", "http")
 RECOVERY_MODES = ("live", "full_restart")
 SYNC_MODES = ("hsdp", "localsgd", "diloco")
 STRAGGLER_POLICIES = ("off", "report", "evict")
+
+
+# Every replica (each group's Manager, standbys too) heartbeats the Lighthouse, which spends
+# about 60 us of CPU on each (benchmarks/lighthouse_scale.py: 58-88 us from 16 to 1,024
+# replicas, docs/results/lighthouse-scale/): at 50 ms, 512 replicas took 59% of a core and 1,024
+# could not all be heard (568 of 1,024 missing from a quorum on 2 cores). Half a millisecond
+# of interval per replica holds the load at about 2,000 heartbeats a second (12% of a core).
+HEARTBEAT_MIN_INTERVAL_MS = 50
+HEARTBEAT_MS_PER_REPLICA = 0.5
+
+
+def heartbeat_for(replicas: int) -> tuple[int, int]:
+    """The default heartbeat interval and timeout (ms) for a job of ``replicas`` replicas
+    (groups and standbys): 50 and 200 up to 100 replicas, then ``HEARTBEAT_MS_PER_REPLICA`` per
+    replica, the timeout 4 x the interval. A dead group then leaves a quorum later at scale
+    (about 2.5 s at 1,024): the price of a Lighthouse that hears every live one.
+
+    Args:
+        replicas: the replicas that heartbeat the one Lighthouse.
+    """
+    interval = max(HEARTBEAT_MIN_INTERVAL_MS, math.ceil(replicas * HEARTBEAT_MS_PER_REPLICA))
+    return interval, 4 * interval
 
 
 @dataclass
@@ -46,17 +69,21 @@ class FTConfig:
     """Groups a quorum needs before it may commit a step (the Lighthouse's ``--min_replicas`` and
     the Manager's ``min_replica_size``). 1: a single surviving group keeps training."""
 
-    heartbeat_timeout_ms: int = 200
+    heartbeat_timeout_ms: int = 0
     """Milliseconds without a heartbeat after which the Lighthouse takes a group for dead: about
     how long the survivors of a fault stall before a quorum without it (torchft 0.2.0's Lighthouse
     has no call that drops a replica sooner: docs/design/eviction.md). TorchFT's default is 5000;
     200 with ``heartbeat_interval_ms``=50 cut the survivors' stall from 1.1 s to about 0.3 s with
-    no live group evicted under three CPU hogs on 2 cores (docs/results/eviction.md)."""
+    no live group evicted under three CPU hogs on 2 cores (docs/results/eviction.md).
+    0: by the job's size (:func:`heartbeat_for`: 200 up to 100 groups, 4 x the interval above;
+    at least 4 x a ``heartbeat_interval_ms`` given)."""
 
-    heartbeat_interval_ms: int = 50
+    heartbeat_interval_ms: int = 0
     """Milliseconds between two heartbeats of a group's Manager to the Lighthouse (TorchFT's
     ``Manager(heartbeat_interval=...)``; its default is 100). ``heartbeat_timeout_ms`` must span at
-    least 4 of them, so that a few late heartbeats on a loaded host do not evict a live group."""
+    least 4 of them, so that a few late heartbeats on a loaded host do not evict a live group.
+    0: by the job's size (:func:`heartbeat_for`: 50 up to 100 groups, then half a millisecond
+    per group, so that the Lighthouse's heartbeat load stays the same)."""
 
     join_timeout_ms: int = 1000
     """Milliseconds the Lighthouse waits for heartbeating stragglers to join before issuing a quorum."""
@@ -301,6 +328,22 @@ class FTConfig:
     the group, and the standby's healing) is taken to cost the job, in the eviction rule (see
     ``straggler``). 10 s: a standby promotion's MTTR on a loaded 2-core machine is 3-8 s."""
 
+    def __post_init__(self) -> None:
+        # 0: by the job's size; resolved here, so every reader (the Lighthouse's flags, the
+        # Managers, the freeze watch, a saved config) sees the values the job runs with.
+        if not self.heartbeat_interval_ms:
+            self.heartbeat_interval_ms = heartbeat_for(self._heartbeat_replicas())[0]
+        if not self.heartbeat_timeout_ms:
+            self.heartbeat_timeout_ms = self._rule_timeout_ms()
+
+    def _heartbeat_replicas(self) -> int:
+        """Replicas heartbeating the Lighthouse: the groups and the standbys (a Manager each)."""
+        return self.replica_groups + (self.standby_groups or 0)
+
+    def _rule_timeout_ms(self) -> int:
+        """The heartbeat timeout when none is given: the rule's, and 4 x the interval at least."""
+        return max(heartbeat_for(self._heartbeat_replicas())[1], 4 * self.heartbeat_interval_ms)
+
     def check(self) -> None:
         """What the types cannot say about this section (each failure one line naming the fix)."""
         require(self.replica_groups >= 1, f"ft.replica_groups={self.replica_groups}: need at least 1 replica group")
@@ -350,10 +393,17 @@ class FTConfig:
                 "with no standby): drop it, or use ft.recovery=live",
             )
         if self.lighthouse_addr:
+            # The heartbeat timeout is set by the rule when not given (__post_init__): that value
+            # is no user's setting.
+            by_rule = self.heartbeat_timeout_ms == self._rule_timeout_ms()
             refuse_unused(
                 self,
                 "ft",
-                ("lighthouse_host", "lighthouse_port", "heartbeat_timeout_ms", "join_timeout_ms", "quorum_tick_ms"),
+                [
+                    k
+                    for k in ("lighthouse_host", "lighthouse_port", "heartbeat_timeout_ms", "join_timeout_ms", "quorum_tick_ms")
+                    if not (by_rule and k == "heartbeat_timeout_ms")
+                ],
                 f"with ft.lighthouse_addr={self.lighthouse_addr} (they configure the Lighthouse the controller starts; that one has its own)",
                 "drop it, or unset ft.lighthouse_addr",
             )

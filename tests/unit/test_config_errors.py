@@ -50,8 +50,8 @@ def _assert_one_error_line(code: int, out: str, expected: str) -> None:
         ("data.path=/nonexistent/tokens.npy", "data.path=/nonexistent/tokens.npy: no such file"),
         ("ft.standby_groups=-1", "ft.standby_groups=-1: must be >= 0"),
         ("ft.restart_window_s=0", "ft.restart_window_s=0.0: must be > 0"),
-        ("ft.heartbeat_interval_ms=100", "ft.heartbeat_timeout_ms=200: must be at least 4 x ft.heartbeat_interval_ms=100"),
-        ("ft.heartbeat_interval_ms=0", "ft.heartbeat_interval_ms=0: must be > 0"),
+        ("ft.heartbeat_interval_ms=100 ft.heartbeat_timeout_ms=200", "ft.heartbeat_timeout_ms=200: must be at least 4 x ft.heartbeat_interval_ms=100"),
+        ("ft.heartbeat_interval_ms=-5", "ft.heartbeat_interval_ms=-5: must be > 0"),
         ("ft.global_batch=grow", "ft.global_batch='grow': choose one of auto, constant, shrink"),
         ("ft.mode=diloco ft.sync_every=10 ft.global_batch=constant", "ft.global_batch=constant needs ft.mode=hsdp: with ft.mode=diloco"),
         ("training.mixed_precision=fp16", "training.mixed_precision='fp16': choose one of fp32, bf16"),
@@ -201,3 +201,17 @@ def test_a_config_dir_of_the_users_own_is_on_the_search_path(tmp_path, capsys):
     _assert_one_error_line(code, err, "model.nope=1: no such key (Key 'nope' not in 'ModelConfig')")
     code, err = _check("pretrain", "--config-dir", str(tmp_path / "absent"), "model=mine", capsys=capsys)
     _assert_one_error_line(code, err, f"--config-dir {tmp_path / 'absent'}: no such directory")
+
+
+def test_heartbeats_scale_with_the_job_unless_given():
+    """0 (the default): 50/200 ms up to 100 replicas, then half a millisecond per replica
+    (standbys heartbeat too); a given interval gets a timeout of at least 4 of it."""
+    from monarch_ft.config.ft import FTConfig, heartbeat_for
+
+    assert heartbeat_for(2) == heartbeat_for(100) == (50, 200)
+    assert heartbeat_for(1024) == (512, 2048)
+    assert (FTConfig().heartbeat_interval_ms, FTConfig().heartbeat_timeout_ms) == (50, 200)
+    big = FTConfig(replica_groups=1000, standby_groups=24)
+    assert (big.heartbeat_interval_ms, big.heartbeat_timeout_ms) == (512, 2048)
+    assert FTConfig(heartbeat_interval_ms=100).heartbeat_timeout_ms == 400
+    assert FTConfig(replica_groups=1024, heartbeat_timeout_ms=5000).heartbeat_interval_ms == 512
