@@ -54,7 +54,7 @@ less the job's own gaps between steps), and **goodput**, the same share of every
   (loopback, CPU) is shown but not used at scale;
 - detection, promotion, rejoin and the survivors' stall are the drills' measured seconds, taken as
   independent of scale (the control plane's own growth: docs/results/scale/ and
-  docs/results/lighthouse-scale/);
+  docs/design/scale.md);
 - failures are independent, one at a time (the MTTF is hours to minutes, a live recovery seconds; a
   second failure during a recovery, or before the standby pool is refilled, is not modelled);
 - the job is step-bound: nothing but failures and checkpoints is lost; every group is equal; no
