@@ -54,17 +54,35 @@ less the job's own gaps between steps), and **goodput**, the same share of every
   (loopback, CPU) is shown but not used at scale;
 - detection, promotion, rejoin and the survivors' stall are the drills' measured seconds, taken as
   independent of scale (the control plane's own growth: docs/results/scale/ and
-  docs/results/lighthouse-scale/);
+  docs/design/scale.md);
 - failures are independent, one at a time (the MTTF is hours to minutes, a live recovery seconds; a
   second failure during a recovery, or before the standby pool is refilled, is not modelled);
 - the job is step-bound: nothing but failures and checkpoints is lost; every group is equal; no
   failure is silent (a silent corruption found late costs a rollback no arm avoids);
 - the live arms also checkpoint, for the failures no peer survives, every ``--live-ckpt-interval-s``.
 
-``--check RUN`` compares the model with a ``recipes/goodput_bench.py`` run (its ``goodput.json``, and each
-cell's ``drill.json`` where the run directory holds them): for each measured cell, the goodput ratio the
-model predicts from the recorded drill phases (and from the cell's own measured phases) beside the one
-measured, with the same groups, cell length and faults injected.
+``--check RUN`` compares the model with a ``recipes/goodput_bench.py`` run (its ``goodput.json``: ``summary``
+per arm and rate, ``cells`` with each fault's kind): for each arm at each fault rate > 0 it ran, at the
+bench's groups and **realised** fault rate, the goodput over the arm's own fault-free cells the model
+predicts, ``1 - rate x (group-seconds lost per fault) / groups``, and ETTR (the arm's measured fault-free
+ETTR times that ratio: the model prices faults, not a short cell's start-up), beside the bench's mean and
+95% interval. Each fault is priced by its kind: an aborted collective recovers in place (every group
+stalls 0.134 s, no relaunch); a kind the recorded sweep has for the arm by its phases there (in place if it
+relaunched nothing); any other by the arm's recorded phases. Bench arms map to model arms: ``live_standby``
+and ``diloco_standby`` (the model has no DiLoCo arm: priced as a live standby, said on the page) to
+``live_standby``, ``live`` to ``live_fork``, ``full_restart`` to itself; any other arm gets a line saying it
+is not modelled. Where the run directory still holds every cell's drill.json, the cells' own phases price
+them too. The goodput.json of the bench before its rework (cells with ``ratio``) is refused in one line.
+
+**Stated error** (``--check``'s band, ``[lo, hi]`` beside each prediction): the spread of the recorded
+phases, propagated. A drill's phases are priced at their min and max over its relaunched faults; a sweep's
+(mttr_bench summary.json, which records p50 and p95 per kind) at its p95 and at the p50 mirrored below it
+(``2 p50 - p95``, at least 0), the survivors' stall at its max and its mean mirrored likewise; each fault
+priced at the low ends and at the high ends gives the band's two ends. The aborted collective's stall is
+one recorded fault: no spread. Not in the band: the bench's own noise (its interval, set beside it), and
+what the model leaves out (overlapping faults, a fault never recovered). A prediction **agrees** when it
+lies in the measured 95% interval widened by the band (equivalently: band and interval overlap); below 3
+repetitions the bench gives no interval, and the measured point stands for it.
 
 Ends with one line: ``ettr_<shape>_<gpus>_<arm>=…`` for the largest scale of the first shape.
 """
@@ -366,9 +384,109 @@ def table(shapes: list[Shape], scales: list[int], arms: list[str], phases: dict[
 
 # ---------------------------------------------------------------- against the goodput bench
 # An aborted collective recovers in place (no relaunch, in every arm): every group stalls about this
-# long (docs/results/drill-every-fault-kind/drill.json: 0.134 s).
+# long (docs/results/drill-every-fault-kind/drill.json: 0.134 s, one fault: no spread recorded).
 ABORTED_COLLECTIVE_STALL_S = 0.134
-BENCH_ARM = {"live_standby": "live_standby", "live": "live_fork", "full_restart": "full_restart"}
+# The kinds that abort a collective (chaos/kinds/collective.py: mode ``abort`` is the default).
+ABORTED_COLLECTIVE = ("collective", "collective:abort")
+# Each goodput_bench arm (chaos/goodput.py: ARMS) -> the model arm that prices it, and what that costs in truth.
+BENCH_ARM: dict[str, tuple[str, str]] = {
+    "live_standby": ("live_standby", ""),
+    "live": ("live_fork", ""),
+    "full_restart": ("full_restart", ""),
+    "diloco_standby": (
+        "live_standby",
+        "the model has no DiLoCo arm: priced as live_standby (survivors stalled, the failed group out for its MTTR), not as DiLoCo's lost unsynced window",
+    ),
+}
+# The bench's plain no-FT training: fault-free only, no row to check.
+BENCH_NOFT = "noft"
+
+
+class BenchFormatError(ValueError):
+    """A goodput.json ``--check`` cannot read: the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Band:
+    """A prediction with the model's stated error: ``value`` from the inputs' middles, ``lo``/``hi``
+    from their low and high ends (see the module doc)."""
+
+    value: float
+    lo: float
+    hi: float
+
+    def text(self, digits: int = 3) -> str:
+        return f"{self.value:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+
+
+def phase_band(path: str, arm: str, kind: Optional[str] = None) -> Optional[tuple[Phases, Phases, Phases]]:
+    """(low, middle, high) phases of ``arm`` from a drill.json or an mttr_bench summary.json.
+
+    A drill: the middle is :func:`read_phases`' mean, low and high each phase's min and max over the
+    recovered faults. A summary: the middle is the p50 (the survivors' stall: its mean), high the p95
+    (the stall: its max), low the p50 mirrored below (``2 p50 - p95``, at least 0: the sweep records no
+    low percentile); over the kinds that relaunched, averaged, or of one ``kind`` alone. None: no
+    ``kind`` for the arm in a summary (or a ``kind`` asked of a drill).
+
+    Args:
+        path: the file.
+        arm: a model arm (:data:`ARMS`).
+        kind: one fault kind (summaries only; a drill's band is over its faults whatever their kind).
+    """
+    with open(path) as f:
+        data = json.load(f)
+    source = os.path.relpath(path, REPO) if os.path.isabs(path) else path
+    if "faults" in data:
+        if kind is not None:
+            return None
+        mid = read_phases(path, arm)
+        faults = [f for f in data["faults"] if f.get("recovered") and (f.get("phases") or {}).get("replacement_up") is not None]
+        each = [own_phases(f) for f in faults]
+        keys = ("detect_s", "up_s", "heal_s", "heal_bytes", "rejoin_s", "stall_s", "mttr_s")
+        lo = Phases(*(min(getattr(p, k) for p in each) for k in keys), source)
+        hi = Phases(*(max(getattr(p, k) for p in each) for k in keys), source)
+        return lo, mid, hi
+    stats = data.get("stats") or {}
+    name = SUMMARY_ARM.get(arm, arm)
+    if kind is not None:
+        kinds = [kind] if name in (stats.get(kind) or {}) else []
+    else:
+        kinds = [k for k in stats if name in stats[k] and stats[k][name]["phases"]["replacement_up"]["p50"] is not None]
+    if not kinds:
+        return None
+
+    def one(k: str, end: str) -> Phases:
+        e = stats[k][name]
+        p = e["phases"]
+
+        def at(phase: str) -> Optional[float]:
+            q = p[phase]
+            if q["p50"] is None:
+                return None
+            return {"mid": q["p50"], "hi": q["p95"], "lo": max(0.0, 2 * q["p50"] - q["p95"])}[end]
+
+        st = e["survivor_max_stall_s"]
+        stall = {"mid": st["mean"], "hi": st["max"], "lo": max(0.0, 2 * st["mean"] - st["max"])}[end]
+        m = e["mttr"]
+        mttr = {"mid": m["p50"], "hi": m["p95"], "lo": max(0.0, 2 * m["p50"] - m["p95"])}[end]
+        det, up = at("detected") or 0.0, at("replacement_up")
+        rec, back = at("weights_recovered"), at("back_in_quorum")
+        rejoin = max(0.0, back - rec) if back is not None and rec is not None else 0.0
+        return Phases(det, max(0.0, up - det) if up is not None else 0.0, 0.0, 0.0, rejoin, stall, mttr, source)
+
+    def avg(end: str) -> Phases:
+        each = [one(k, end) for k in kinds]
+        keys = ("detect_s", "up_s", "heal_s", "heal_bytes", "rejoin_s", "stall_s", "mttr_s")
+        return Phases(*(sum(getattr(p, k) for p in each) / len(each) for k in keys), source)
+
+    return avg("lo"), avg("mid"), avg("hi")
+
+
+def relaunches(path: str, arm: str, kind: str) -> bool:
+    """The summary's ``kind`` relaunched a replacement in ``arm`` (False: it recovered in place)."""
+    with open(path) as f:
+        entry = ((json.load(f).get("stats") or {}).get(kind) or {}).get(SUMMARY_ARM.get(arm, arm)) or {}
+    return ((entry.get("phases") or {}).get("replacement_up") or {}).get("p50") is not None
 
 
 def fault_kind(fault: dict) -> str:
@@ -376,43 +494,23 @@ def fault_kind(fault: dict) -> str:
     return f"{fault['kind']}:{fault['mode']}" if fault.get("mode") else fault["kind"]
 
 
-def fault_loss(arm: str, groups: int, kind: str, ph: Phases, step_s: float, ckpt_interval_steps: int) -> float:
-    """Group-seconds one fault of ``kind`` costs a goodput_bench cell of ``groups`` groups.
+def fault_loss(arm: str, groups: int, in_place: bool, ph: Phases, step_s: float, ckpt_interval_steps: int) -> float:
+    """Group-seconds one fault costs a goodput_bench cell of ``groups`` groups.
 
     Args:
-        arm: the bench's arm (``live_standby``, ``live``, ``full_restart``).
+        arm: the model arm pricing it (:data:`BENCH_ARM`'s).
         groups: the job's groups.
-        kind: the fault's kind (an aborted ``collective`` recovers in place in every arm).
+        in_place: the fault recovers in place (an aborted collective; a kind the sweep saw relaunch
+            nothing): every group stalls ``ph.stall_s``, nothing relaunches, in every arm.
         ph: the phases that price it.
-        step_s: the job's fault-free step time.
+        step_s: the arm's fault-free step time.
         ckpt_interval_steps: ``checkpoint.interval`` (a full restart redoes half of it on average).
     """
-    if kind == "collective":
+    if in_place:
         return groups * ph.stall_s
     if arm == "full_restart":
         return groups * (ph.mttr_s + ckpt_interval_steps * step_s / 2.0)
     return (groups - 1) * ph.stall_s + ph.mttr_s + step_s
-
-
-def kind_phases(path: str, arm: str, kind: str) -> Optional[Phases]:
-    """``arm``'s phases for one fault kind from an mttr_bench summary (None: not in it)."""
-    with open(path) as f:
-        stats = json.load(f).get("stats") or {}
-    name = SUMMARY_ARM.get(arm, arm)
-    entry = (stats.get(kind) or {}).get(name)
-    if not entry or entry["phases"]["replacement_up"]["p50"] is None:
-        return None
-    p = entry["phases"]
-    return Phases(
-        p["detected"]["p50"],
-        p["replacement_up"]["p50"] - p["detected"]["p50"],
-        0.0,
-        0.0,
-        p["back_in_quorum"]["p50"] - p["weights_recovered"]["p50"],
-        entry["survivor_max_stall_s"]["mean"],
-        entry["mttr"]["p50"],
-        path,
-    )
 
 
 def own_phases(fault: dict) -> Phases:
@@ -432,67 +530,223 @@ def own_phases(fault: dict) -> Phases:
     )
 
 
+def read_bench(run: str) -> tuple[str, dict]:
+    """The path and contents of a goodput_bench run's goodput.json (BenchFormatError: one line, the fix)."""
+    path = run if run.endswith(".json") else os.path.join(run, "goodput.json")
+    fix = "give a monarch-ft goodput-bench run directory or its goodput.json"
+    try:
+        with open(path) as f:
+            bench = json.load(f)
+    except OSError as e:
+        raise BenchFormatError(f"cannot read {path}: {e.strerror or e}: {fix}") from None
+    except ValueError as e:
+        raise BenchFormatError(f"{path} is not JSON ({e}): {fix}") from None
+    if not isinstance(bench, dict):
+        raise BenchFormatError(f"{path}: not a goodput_bench goodput.json (no 'summary' and 'cells'): {fix}")
+    cells = bench.get("cells")
+    if "summary" not in bench and isinstance(cells, list) and cells and isinstance(cells[0], dict) and "ratio" in cells[0]:
+        raise BenchFormatError(
+            f"{path} is the goodput bench's format from before its rework (cells with 'ratio', no 'summary'): rerun monarch-ft goodput-bench and check that run"
+        )
+    missing = [k for k in ("groups", "summary", "cells") if k not in bench]
+    if missing or not isinstance(bench["summary"], list) or not isinstance(cells, list):
+        raise BenchFormatError(f"{path}: not a goodput_bench goodput.json (missing {', '.join(missing) or 'lists'}): {fix}")
+    return path, bench
+
+
 def check(run: str, phases: dict[str, Phases], ckpt_interval_steps: int, summary: Optional[str] = None) -> list[dict[str, Any]]:
-    """Each measured cell of a goodput_bench run beside the model's prediction: the cell's fault-free
-    rate less the group-seconds its injected faults cost, priced (a) by the recorded phases (per
-    fault kind where ``summary`` has the kind, else the arm's), (b) by the cell's own measured
-    phases, each fault by its own (where the run directory holds the cell's drill.json).
+    """Each (arm, fault rate) a goodput_bench run measured beside the model's prediction at the same
+    groups and realised fault rate: the goodput over the arm's own fault-free cells, and ETTR (the
+    arm's measured fault-free ETTR times that ratio: the model prices the faults, not a short cell's
+    start-up), each with the model's band (:class:`Band`) and whether it agrees with the measured
+    mean's 95% interval widened by that band (they overlap).
+
+    Faults are priced by kind (the cells' ``faults`` list each one): an aborted collective recovers in
+    place (every group stalls :data:`ABORTED_COLLECTIVE_STALL_S`); a kind ``summary`` has for the arm
+    by its phases there (in place if it relaunched nothing); any other by the arm's recorded phases.
+    Where the run directory still holds every cell's drill.json, the cells' own phases price them too.
 
     Args:
         run: the run directory (or its ``goodput.json``).
-        phases: the recorded phases per arm.
+        phases: the recorded phases per model arm (the fallback for a kind the summary lacks).
         ckpt_interval_steps: the cells' ``checkpoint.interval``.
         summary: an mttr_bench summary.json with phases per kind (default: the recorded sweep).
+
+    Raises:
+        BenchFormatError: the file cannot be read or is not the bench's goodput.json.
     """
     summary = summary or os.path.join(REPO, RECORDED["live_fork"])
-    path = run if run.endswith(".json") else os.path.join(run, "goodput.json")
-    with open(path) as f:
-        bench = json.load(f)
+    path, bench = read_bench(run)
+    try:
+        return _check_rows(path, bench, phases, ckpt_interval_steps, summary)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as e:
+        why = f"{type(e).__name__}: {e}"
+        raise BenchFormatError(f"{path}: not the goodput bench's goodput.json as this model reads it ({why}): rerun monarch-ft goodput-bench") from None
+
+
+def _estimate(e: Optional[dict]) -> dict[str, Any]:
+    e = e or {}
+    return {"value": e.get("value"), "lo": e.get("lo"), "hi": e.get("hi"), "n": e.get("n", 0)}
+
+
+def agrees(pred: Band, measured: dict[str, Any]) -> Optional[bool]:
+    """The prediction lies in the measured 95% interval widened by the model's band (the two overlap);
+    below 3 repetitions the bench gives no interval, and the measured point stands for it. None:
+    nothing measured."""
+    if measured["value"] is None:
+        return None
+    lo = measured["lo"] if measured["lo"] is not None else measured["value"]
+    hi = measured["hi"] if measured["hi"] is not None else measured["value"]
+    return pred.lo <= hi and pred.hi >= lo
+
+
+def _check_rows(path: str, bench: dict, phases: dict[str, Phases], ckpt_interval_steps: int, summary: str) -> list[dict[str, Any]]:
     folder = os.path.dirname(path)
-    groups, seconds = bench["groups"], bench["cell_s"]
-    fault_free = bench.get("fault_free_rate") or 0.0
-    # The reference's committed group-steps per second over all groups: its step time.
-    step_s = groups / fault_free if fault_free else 0.0
-    out = []
-    for cell in bench["cells"]:
-        if not cell.get("injected") or cell.get("ratio") is None:
-            continue
-        arm = BENCH_ARM[cell["arm"]]
-        own = _cell_drill(folder, cell)
-        faults = []
-        if own is not None:
-            with open(own) as f:
-                faults = [x for x in json.load(f)["faults"] if x.get("injected")]
-        kinds = [fault_kind(x) for x in faults] or [None] * cell["injected"]
-        recorded = 0.0
-        for kind in kinds:
-            if kind == "collective":
-                ph = Phases(0.0, 0.0, 0.0, 0.0, 0.0, ABORTED_COLLECTIVE_STALL_S, ABORTED_COLLECTIVE_STALL_S, "drill-every-fault-kind")
+    groups = int(bench["groups"])
+    cells = bench["cells"]
+    fault_free = {s["arm"]: s for s in bench["summary"] if s["rate_per_min"] == 0}
+    bands: dict[tuple[str, Optional[str]], Optional[tuple[Phases, Phases, Phases]]] = {}
+
+    def band_of(model_arm: str, kind: Optional[str]) -> Optional[tuple[Phases, Phases, Phases]]:
+        if (model_arm, kind) not in bands:
+            if kind is None:
+                # The arm's recorded phases (their file's spread; a point where none is known).
+                recorded = phases[model_arm]
+                src = recorded.source and (recorded.source if os.path.isabs(recorded.source) else os.path.join(REPO, recorded.source))
+                found = phase_band(src, model_arm) if src and os.path.exists(src) else None
+                bands[(model_arm, kind)] = found or (recorded, recorded, recorded)
             else:
-                ph = (kind_phases(summary, arm, kind) if kind else None) or phases[arm]
-            recorded += fault_loss(cell["arm"], groups, kind or "", ph, step_s, ckpt_interval_steps)
-        row = {
-            "arm": cell["arm"],
-            "rate_per_min": cell["rate_per_min"],
+                bands[(model_arm, kind)] = phase_band(summary, model_arm, kind)
+        return bands[(model_arm, kind)]
+
+    out = []
+    for s in bench["summary"]:
+        arm, rate = s["arm"], float(s["rate_per_min"])
+        if arm == BENCH_NOFT or rate <= 0:
+            continue
+        mine = [c for c in cells if c["arm"] == arm and float(c["rate_per_min"]) == rate]
+        faults = [f for c in mine for f in c.get("faults") or [] if f.get("injected")]
+        row: dict[str, Any] = {
+            "arm": arm,
+            "rate_per_min": rate,
+            "realised_rate_per_min": s.get("realised_rate"),
             "groups": groups,
-            "faults": cell["injected"],
-            "kinds": [k for k in kinds if k],
-            "measured": cell["ratio"],
-            "predicted": max(0.0, 1.0 - recorded / (groups * seconds)),
+            "cells": len(mine),
+            "faults": len(faults),
+            "not_recovered": sum(1 for f in faults if not f.get("recovered")),
+            "kinds": [f["kind"] for f in faults],
+            "measured_goodput": _estimate(s.get("goodput")),
+            "measured_ettr": _estimate(s.get("ettr")),
         }
-        if faults:
-            measured_loss = sum(fault_loss(cell["arm"], groups, fault_kind(x), own_phases(x), step_s, ckpt_interval_steps) for x in faults)
-            row["predicted_own_phases"] = max(0.0, 1.0 - measured_loss / (groups * seconds))
+        if arm not in BENCH_ARM:
+            row["model_arm"] = None
+            row["note"] = f"the model has no arm for {arm!r} (it models {', '.join(BENCH_ARM)})"
+            out.append(row)
+            continue
+        model_arm, note = BENCH_ARM[arm]
+        row["model_arm"], row["note"] = model_arm, note
+        paces = sorted(c["median_step_s"] for c in cells if c["arm"] == arm and float(c["rate_per_min"]) == 0 and c.get("median_step_s") is not None)
+        step_s = paces[len(paces) // 2] if paces else 0.0
+        # Group-seconds lost per fault, low / middle / high, each fault by its kind.
+        losses = []
+        for f in faults:
+            kind = f["kind"]
+            if kind in ABORTED_COLLECTIVE:
+                ph = Phases(0.0, 0.0, 0.0, 0.0, 0.0, ABORTED_COLLECTIVE_STALL_S, ABORTED_COLLECTIVE_STALL_S, "drill-every-fault-kind")
+                trio, in_place = (ph, ph, ph), True
+            else:
+                trio = band_of(model_arm, kind)
+                in_place = trio is not None and not relaunches(summary, model_arm, kind)
+                trio = trio or band_of(model_arm, None)
+            losses.append([fault_loss(model_arm, groups, in_place, p, step_s, ckpt_interval_steps) for p in trio])
+        realised = s.get("realised_rate") or 0.0
+
+        def ratio(i: int) -> float:
+            if not losses:
+                return 1.0
+            per_fault = sum(x[i] for x in losses) / len(losses)
+            return max(0.0, 1.0 - realised / 60.0 * per_fault / groups)
+
+        pred = Band(ratio(1), ratio(2), ratio(0))
+        row["step_s"] = step_s
+        row["lost_per_fault_group_s"] = [sum(x[i] for x in losses) / len(losses) if losses else 0.0 for i in range(3)]
+        row["predicted_goodput"] = asdict(pred)
+        row["goodput_agrees"] = agrees(pred, row["measured_goodput"])
+        ff = (fault_free.get(arm) or {}).get("ettr") or {}
+        if ff.get("value") is not None:
+            e = Band(ff["value"] * pred.value, ff["value"] * pred.lo, ff["value"] * pred.hi)
+            row["fault_free_ettr"] = ff["value"]
+            row["predicted_ettr"] = asdict(e)
+            row["ettr_agrees"] = agrees(e, row["measured_ettr"])
+        own = [_cell_drill(folder, c) for c in mine]
+        if mine and all(own):
+            seconds = 0.0
+            lost = 0.0
+            for c, d in zip(mine, own):
+                with open(d) as fh:
+                    drilled = [x for x in json.load(fh)["faults"] if x.get("injected") and (x.get("at_s") or 0) < 1e8]
+                for x in drilled:
+                    in_place = (x.get("phases") or {}).get("replacement_up") is None
+                    lost += fault_loss(model_arm, groups, in_place, own_phases(x), step_s, ckpt_interval_steps)
+                seconds += c.get("training_s") or 0.0
+            row["predicted_goodput_own_phases"] = max(0.0, 1.0 - lost / (groups * seconds)) if seconds else None
         out.append(row)
     return out
 
 
 def _cell_drill(folder: str, cell: dict) -> Optional[str]:
-    """The cell's own drill.json (goodput_bench names a cell's run directory NN-ARM-RATEpm)."""
+    """The cell's own drill.json (goodput_bench names a cell's run directory NN-ARM-RATEpm-rREP)."""
     import glob
 
-    found = sorted(glob.glob(os.path.join(folder, f"[0-9][0-9]-{cell['arm']}-{cell['rate_per_min']:g}pm", "drill.json")))
+    pattern = f"[0-9][0-9]-{cell['arm']}-{float(cell['rate_per_min']):g}pm-r{cell.get('repetition', 0)}"
+    found = sorted(glob.glob(os.path.join(folder, pattern, "drill.json")))
     return found[0] if found else None
+
+
+def check_table(rows: list[dict[str, Any]]) -> str:
+    """The check's rows as a Markdown table, an unmodelled arm as its own line after it."""
+
+    def measured(m: dict[str, Any]) -> str:
+        if m["value"] is None:
+            return "n/a"
+        ci = f"[{m['lo']:.3f}, {m['hi']:.3f}]" if m["lo"] is not None else "(no interval)"
+        return f"{m['value']:.3f} {ci} n={m['n']}"
+
+    def verdict(ok: Optional[bool], m: dict[str, Any]) -> str:
+        if ok is None:
+            return "n/a"
+        word = "inside" if ok else "**outside**"
+        return word + (" (the point: n < 3)" if m["lo"] is None else "")
+
+    lines = [
+        "| arm | priced as | faults/min: scheduled, realised | groups | faults injected (kinds) "
+        "| goodput / own fault-free: measured [95% CI] | predicted [model band] | agrees "
+        "| ETTR: measured [95% CI] | predicted [model band] | agrees |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    notes = []
+    for r in rows:
+        realised = "n/a" if r["realised_rate_per_min"] is None else f"{r['realised_rate_per_min']:.2f}"
+        kinds = ", ".join(r["kinds"])
+        failed = f"; {r['not_recovered']} not recovered" if r["not_recovered"] else ""
+        head = f"| {r['arm']} | {r['model_arm'] or '-'} | {r['rate_per_min']:g}, {realised} | {r['groups']} | {r['faults']} ({kinds}{failed}) "
+        if r["model_arm"] is None:
+            lines.append(head + f"| {measured(r['measured_goodput'])} | not modelled | - | {measured(r['measured_ettr'])} | not modelled | - |")
+            notes.append(f"{r['arm']}: {r['note']}")
+            continue
+        g = Band(**r["predicted_goodput"])
+        e = r.get("predicted_ettr")
+        ettr = f"{Band(**e).text()} | {verdict(r.get('ettr_agrees'), r['measured_ettr'])}" if e else "n/a (no fault-free ETTR) | n/a"
+        lines.append(
+            head + f"| {measured(r['measured_goodput'])} | {g.text()} | {verdict(r['goodput_agrees'], r['measured_goodput'])} "
+            f"| {measured(r['measured_ettr'])} | {ettr} |"
+        )
+        if r["note"]:
+            notes.append(f"{r['arm']}: {r['note']}")
+    text = "\n".join(lines)
+    for n in dict.fromkeys(notes):
+        text += f"\n{n}"
+    return text
 
 
 # ---------------------------------------------------------------- output
@@ -610,17 +864,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.check:
         try:
             rows = check(args.check, phases, args.check_ckpt_interval)
+        except BenchFormatError as e:
+            fail(f"--check: {e}")
         except (OSError, ValueError, KeyError) as e:
-            fail(f"--check {args.check}: {e}")
-        print("| arm | faults/min | groups | faults (kinds) | measured goodput ratio | predicted (recorded phases) | predicted (the cell's phases) |")
-        print("|---|---|---|---|---|---|---|")
-        for r in rows:
-            own = r.get("predicted_own_phases")
-            kinds = f" ({', '.join(r['kinds'])})" if r["kinds"] else ""
-            print(
-                f"| {r['arm']} | {r['rate_per_min']:g} | {r['groups']} | {r['faults']}{kinds} | {r['measured']:.3f} | {r['predicted']:.3f} "
-                f"| {'' if own is None else f'{own:.3f}'} |"
-            )
+            fail(f"--check {args.check}: cannot read the recorded phases: {e}")
+        print(
+            "model band: each fault priced with its phases' low and high ends (a drill's min and max over its faults; "
+            "a sweep's p95 and p50 mirrored below it); agrees: the band overlaps the measured 95% interval"
+        )
+        print(check_table(rows))
         if args.out:
             os.makedirs(args.out, exist_ok=True)
             with open(os.path.join(args.out, "check.json"), "w") as f:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import sys
@@ -59,15 +60,125 @@ def test_the_projection_orders_the_arms_and_charges_the_spares():
     assert by[("8b", 1024, "live_standby")].notes["heal_s"] == pytest.approx(8.0e9 * 12 / 8 / 25e9, rel=1e-2)
 
 
-def test_the_check_prices_each_injected_fault_by_its_kind():
-    phases = {"live_standby": em.read_phases(DRILL, "live_standby")}
-    (row,) = em.check(os.path.join(FIXTURE, "run"), phases, ckpt_interval_steps=10, summary=DRILL)
-    # 4 groups, 60 s cells, a 0.1 s step (4 groups / 40 group-steps/s).
-    # The cell's own phases: (3 x 1.0 + 1.5 + 0.1) + (3 x 1.2 + 1.5 + 0.1) + 4 x 0.1 (the aborted collective).
-    assert row["predicted_own_phases"] == pytest.approx(1 - (4.6 + 5.2 + 0.4) / 240)
-    # The recorded phases (the fixture drill's mean for both relaunches, the recorded in-place stall for the collective).
-    assert row["predicted"] == pytest.approx(1 - (2 * (3 * 1.1 + 1.5 + 0.1) + 4 * em.ABORTED_COLLECTIVE_STALL_S) / 240)
-    assert row["measured"] == 0.95 and row["kinds"] == ["process_kill", "node", "collective"]
+def _bench_run(folder: str) -> str:
+    """A goodput_bench run's goodput.json written by the bench's own writer (its plot left out): 2 groups,
+    3 repetitions, a 0.1 s fault-free step; ``live_standby`` lost what the model prices, ``diloco_standby``
+    far more, ``elastic`` is an arm the model has none for."""
+    from chaos.goodput import NOFT, CellFigures, FaultOutcome, summarize
+
+    from monarch_ft.recipes import goodput_bench
+
+    faults = [
+        FaultOutcome("process_kill", 5.0, True, True, 1.5),
+        FaultOutcome("node", 20.0, True, True, 1.5),
+        FaultOutcome("collective", 40.0, True, True, 0.1),
+    ]
+    rates = {  # useful group-steps/s per repetition: fault-free, then at 2 faults/min
+        "live_standby": ((16.0, 16.5, 15.5), (15.2, 15.8, 14.7)),
+        "diloco_standby": ((16.0, 16.5, 15.5), (12.0, 12.5, 11.8)),
+        "elastic": ((16.0, 16.5, 15.5), (15.0, 15.0, 15.0)),
+    }
+    cells = []
+    for rep in range(3):
+        cells.append(CellFigures(NOFT, 0.0, rep, rep, 0.0, 60.0, 60.0, 1080, 1080, 0, 18.0, 9.0, 2304.0, 2, 0.1))
+        for rate_per_min in (0.0, 2.0):
+            for arm, (ff, hit) in rates.items():
+                rate = (ff if rate_per_min == 0 else hit)[rep]
+                cells.append(
+                    CellFigures(
+                        arm,
+                        rate_per_min,
+                        rep,
+                        rep,
+                        0.0,
+                        60.0,
+                        60.0,
+                        int(rate * 60),
+                        int(rate * 60),
+                        0,
+                        rate,
+                        rate / 3,
+                        rate * 128,
+                        3,
+                        0.1,
+                        list(faults) if rate_per_min else [],
+                    )
+                )
+    meta = {
+        "cell_s": 60.0,
+        "repetitions": 3,
+        "seed": 0,
+        "rates": [0.0, 2.0],
+        "arms": list(rates),
+        "groups": 2,
+        "ranks_per_group": 1,
+        "tokens_per_group_step": 128,
+        "kinds": ["process_kill", "node", "collective"],
+        "overrides": [],
+        "started": 0.0,
+    }
+    original = goodput_bench._plot
+    goodput_bench._plot = lambda *a, **k: None
+    try:
+        goodput_bench.write_outputs(folder, cells, summarize(cells, 2), meta)
+    finally:
+        goodput_bench._plot = original
+    return os.path.join(folder, "goodput.json")
+
+
+def test_the_check_prices_each_fault_by_kind_at_the_realised_rate(tmp_path):
+    run = _bench_run(str(tmp_path))
+    phases = {arm: em.read_phases(DRILL, arm) for arm in ("live_standby", "live_fork", "full_restart")}
+    rows = {r["arm"]: r for r in em.check(str(tmp_path), phases, ckpt_interval_steps=10, summary=DRILL)}
+    assert set(rows) == {"live_standby", "diloco_standby", "elastic"}  # every arm at 2/min, no-FT and rate 0 not rows
+    live = rows["live_standby"]
+    assert live["realised_rate_per_min"] == pytest.approx(3.0) and live["kinds"] == ["process_kill", "node", "collective"] * 3
+    # A relaunch: 1 survivor x its stall + the MTTR + a step (the fixture drill: stall 1.0-1.2, mean 1.1; MTTR 1.5);
+    # the aborted collective recovers in place: 2 groups x the recorded stall, in the middle and at both ends.
+    per_fault = [(2 * (stall + 1.5 + 0.1) + 2 * em.ABORTED_COLLECTIVE_STALL_S) / 3 for stall in (1.0, 1.1, 1.2)]
+    assert live["lost_per_fault_group_s"] == pytest.approx(per_fault)
+    pred = live["predicted_goodput"]
+    assert (pred["hi"], pred["value"], pred["lo"]) == pytest.approx([1 - 3.0 / 60 * x / 2 for x in per_fault])
+    measured = live["measured_goodput"]
+    assert measured["n"] == 3 and measured["lo"] <= measured["value"] <= measured["hi"]
+    assert live["goodput_agrees"] is True and live["ettr_agrees"] is True
+    # ETTR: the arm's measured fault-free ETTR (16 group-steps/s x 0.1 s / 2 groups) times the ratio.
+    assert live["predicted_ettr"]["value"] == pytest.approx(0.8 * pred["value"])
+    diloco = rows["diloco_standby"]
+    assert diloco["model_arm"] == "live_standby" and "no DiLoCo arm" in diloco["note"]
+    assert diloco["goodput_agrees"] is False and diloco["ettr_agrees"] is False
+    assert rows["elastic"]["model_arm"] is None
+    with open(run) as f:
+        assert "summary" in json.load(f)
+
+
+def test_the_check_prints_a_row_per_arm_and_rate(tmp_path, capsys, monkeypatch):
+    _bench_run(str(tmp_path))
+    monkeypatch.setattr(em, "RECORDED", {"live_standby": DRILL, "live_fork": DRILL, "full_restart": DRILL})
+    monkeypatch.setattr(em, "check", lambda run, ph, n, summary=None, _check=em.check: _check(run, ph, n, summary=DRILL))
+    em.main(["--check", str(tmp_path)])
+    out = capsys.readouterr().out.splitlines()
+    rows = {line.split(" | ")[0][2:]: line for line in out if line.startswith("| ") and not line.startswith("| arm ")}
+    assert set(rows) == {"live_standby", "diloco_standby", "elastic"}
+    assert "| inside |" in rows["live_standby"] and rows["live_standby"].count("inside") == 2
+    assert rows["diloco_standby"].count("**outside**") == 2 and "not modelled" in rows["elastic"]
+    assert any(line.startswith("elastic: the model has no arm") for line in out)
+
+
+BAD = [("{not json", "is not JSON"), ('{"cells": [{"arm": "live", "ratio": 0.9}]}', "before its rework"), ("[]", "not a goodput_bench")]
+
+
+@pytest.mark.parametrize("text, says", BAD)
+def test_a_bad_goodput_json_is_one_line_and_exit_2(tmp_path, capsys, text, says):
+    path = tmp_path / "goodput.json"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as e:
+        em.main(["--check", str(path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and len(err.strip().splitlines()) == 1 and str(path) in err and says in err
+    with pytest.raises(SystemExit) as e:
+        em.main(["--check", str(tmp_path / "missing")])
+    assert e.value.code == 2 and "cannot read" in capsys.readouterr().err
 
 
 def test_with_no_arguments_it_prints_a_row_per_shape_scale_and_arm(capsys):
