@@ -93,7 +93,6 @@ import argparse
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -788,10 +787,9 @@ def plot(rows: list[Row], path: str) -> None:
 
 
 def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
+    from monarch_ft.records.provenance import git_commit as commit_of
+
+    return commit_of(REPO)
 
 
 def fail(msg: str) -> None:

@@ -47,15 +47,10 @@ from typing import Any, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from monarch_ft.records.provenance import git_commit  # noqa: E402
 
-def percentile(values: list[float], q: float) -> Optional[float]:
-    if not values:
-        return None
-    v = sorted(values)
-    pos = (len(v) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(v) - 1)
-    return v[lo] + (v[hi] - v[lo]) * (pos - lo)
+
+from monarch_ft.records.stats import percentile  # noqa: E402
 
 
 # ---------------------------------------------------------------- a client process
@@ -456,13 +451,6 @@ def plot(cells: list[dict], path: str) -> None:
     fig.savefig(path, dpi=100)
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--replicas", default="16,128,512,1024", help="comma-separated replica counts (default 16,128,512,1024)")
@@ -490,7 +478,7 @@ def main() -> None:
         sys.exit(2)
     out = args.out or os.path.join(REPO, "outputs", "lighthouse_scale", time.strftime("%Y-%m-%d_%H-%M-%S"))
     os.makedirs(out, exist_ok=True)
-    meta = {"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv[1:], "cpus": os.cpu_count()}
+    meta = {"commit": git_commit(REPO), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv[1:], "cpus": os.cpu_count()}
     cells = []
     for n in counts:
         cells.append(run_n(n, args, out))

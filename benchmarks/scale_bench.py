@@ -54,6 +54,8 @@ from typing import Any, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from monarch_ft.records.provenance import git_commit  # noqa: E402
+
 from monarch_ft.records.stats import percentile  # noqa: E402
 
 KINDS = ("process_kill", "node")
@@ -424,13 +426,6 @@ def controller_only(counts: list[int], steps: int) -> None:
     )
 
 
-def git_commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--groups", default="2,4,8,16", help="comma-separated group counts, one cell each (default 2,4,8,16)")
@@ -475,7 +470,13 @@ def main() -> None:
         return
     out = args.out or os.path.join(REPO, "outputs", "scale", time.strftime("%Y-%m-%d_%H-%M-%S"))
     os.makedirs(out, exist_ok=True)
-    meta = {"commit": git_commit(), "warm_fork": args.warm_fork, "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv[1:], "cpus": os.cpu_count()}
+    meta = {
+        "commit": git_commit(REPO),
+        "warm_fork": args.warm_fork,
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "argv": sys.argv[1:],
+        "cpus": os.cpu_count(),
+    }
     print(f"[scale_bench] cells: {counts} groups x 1 rank, {args.faults} faults each; results in {out}", flush=True)
     cells: list[dict] = []
     started = time.time()
