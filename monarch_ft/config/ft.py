@@ -332,17 +332,17 @@ class FTConfig:
         # 0: by the job's size; resolved here, so every reader (the Lighthouse's flags, the
         # Managers, the freeze watch, a saved config) sees the values the job runs with.
         if not self.heartbeat_interval_ms:
-            self.heartbeat_interval_ms = heartbeat_for(self._heartbeat_replicas())[0]
+            self.heartbeat_interval_ms = self.resolved_defaults()["heartbeat_interval_ms"]
         if not self.heartbeat_timeout_ms:
-            self.heartbeat_timeout_ms = self._rule_timeout_ms()
+            self.heartbeat_timeout_ms = self.resolved_defaults()["heartbeat_timeout_ms"]
 
-    def _heartbeat_replicas(self) -> int:
-        """Replicas heartbeating the Lighthouse: the groups and the standbys (a Manager each)."""
-        return self.replica_groups + (self.standby_groups or 0)
-
-    def _rule_timeout_ms(self) -> int:
-        """The heartbeat timeout when none is given: the rule's, and 4 x the interval at least."""
-        return max(heartbeat_for(self._heartbeat_replicas())[1], 4 * self.heartbeat_interval_ms)
+    def resolved_defaults(self) -> dict[str, Any]:
+        """The defaults that depend on the rest of the section: the heartbeats, by the job's size
+        (:func:`heartbeat_for` over the groups and the standbys, a Manager each; the timeout at
+        least 4 x the interval in use). A value equal to one is no user's setting
+        (:func:`monarch_ft.config.unused.changed`)."""
+        interval, timeout = heartbeat_for(self.replica_groups + (self.standby_groups or 0))
+        return {"heartbeat_interval_ms": interval, "heartbeat_timeout_ms": max(timeout, 4 * (self.heartbeat_interval_ms or interval))}
 
     def check(self) -> None:
         """What the types cannot say about this section (each failure one line naming the fix)."""
@@ -393,17 +393,10 @@ class FTConfig:
                 "with no standby): drop it, or use ft.recovery=live",
             )
         if self.lighthouse_addr:
-            # The heartbeat timeout is set by the rule when not given (__post_init__): that value
-            # is no user's setting.
-            by_rule = self.heartbeat_timeout_ms == self._rule_timeout_ms()
             refuse_unused(
                 self,
                 "ft",
-                [
-                    k
-                    for k in ("lighthouse_host", "lighthouse_port", "heartbeat_timeout_ms", "join_timeout_ms", "quorum_tick_ms")
-                    if not (by_rule and k == "heartbeat_timeout_ms")
-                ],
+                ("lighthouse_host", "lighthouse_port", "heartbeat_timeout_ms", "join_timeout_ms", "quorum_tick_ms"),
                 f"with ft.lighthouse_addr={self.lighthouse_addr} (they configure the Lighthouse the controller starts; that one has its own)",
                 "drop it, or unset ft.lighthouse_addr",
             )

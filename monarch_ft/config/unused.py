@@ -25,8 +25,12 @@ def field_default(cls: type, name: str) -> Any:
 
 
 def changed(section: Any, name: str) -> bool:
-    """Whether ``section.name`` differs from its field's default (the user set it)."""
-    return getattr(section, name) != field_default(type(section), name)
+    """Whether ``section.name`` differs from its default (the user set it): its field's, or the
+    one the section worked out from its other keys when left at 0 (``resolved_defaults()``,
+    where the section has it: ft's heartbeats, by the job's size)."""
+    resolved = section.resolved_defaults() if hasattr(section, "resolved_defaults") else {}
+    default = resolved[name] if name in resolved else field_default(type(section), name)
+    return getattr(section, name) != default
 
 
 def shown(value: Any) -> str:

@@ -215,3 +215,8 @@ def test_heartbeats_scale_with_the_job_unless_given():
     assert (big.heartbeat_interval_ms, big.heartbeat_timeout_ms) == (512, 2048)
     assert FTConfig(heartbeat_interval_ms=100).heartbeat_timeout_ms == 400
     assert FTConfig(replica_groups=1024, heartbeat_timeout_ms=5000).heartbeat_interval_ms == 512
+    # A value the rule worked out is no user's setting (so ft.lighthouse_addr does not refuse it).
+    from monarch_ft.config.unused import changed
+
+    assert not changed(big, "heartbeat_timeout_ms") and not changed(big, "heartbeat_interval_ms")
+    assert changed(FTConfig(heartbeat_timeout_ms=5000), "heartbeat_timeout_ms")
