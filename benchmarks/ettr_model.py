@@ -418,6 +418,16 @@ class Band:
         return f"{self.value:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
 
 
+# Phases' figures (every field but its source): what a band takes the min, max or mean of.
+PHASE_FIGURES = ("detect_s", "up_s", "heal_s", "heal_bytes", "rejoin_s", "stall_s", "mttr_s")
+
+
+def _spread(mid: float, hi: float, end: str) -> float:
+    """A recorded figure at one end of its band: ``mid``, ``hi``, or ``mid`` mirrored below (``lo``:
+    ``2 mid - hi``, at least 0; the sweep records no low percentile)."""
+    return {"mid": mid, "hi": hi, "lo": max(0.0, 2 * mid - hi)}[end]
+
+
 def phase_band(path: str, arm: str, kind: Optional[str] = None) -> Optional[tuple[Phases, Phases, Phases]]:
     """(low, middle, high) phases of ``arm`` from a drill.json or an mttr_bench summary.json.
 
@@ -441,9 +451,8 @@ def phase_band(path: str, arm: str, kind: Optional[str] = None) -> Optional[tupl
         mid = read_phases(path, arm)
         faults = [f for f in data["faults"] if f.get("recovered") and (f.get("phases") or {}).get("replacement_up") is not None]
         each = [own_phases(f) for f in faults]
-        keys = ("detect_s", "up_s", "heal_s", "heal_bytes", "rejoin_s", "stall_s", "mttr_s")
-        lo = Phases(*(min(getattr(p, k) for p in each) for k in keys), source)
-        hi = Phases(*(max(getattr(p, k) for p in each) for k in keys), source)
+        lo = Phases(*(min(getattr(p, k) for p in each) for k in PHASE_FIGURES), source)
+        hi = Phases(*(max(getattr(p, k) for p in each) for k in PHASE_FIGURES), source)
         return lo, mid, hi
     stats = data.get("stats") or {}
     name = SUMMARY_ARM.get(arm, arm)
@@ -462,12 +471,10 @@ def phase_band(path: str, arm: str, kind: Optional[str] = None) -> Optional[tupl
             q = p[phase]
             if q["p50"] is None:
                 return None
-            return {"mid": q["p50"], "hi": q["p95"], "lo": max(0.0, 2 * q["p50"] - q["p95"])}[end]
+            return _spread(q["p50"], q["p95"], end)
 
-        st = e["survivor_max_stall_s"]
-        stall = {"mid": st["mean"], "hi": st["max"], "lo": max(0.0, 2 * st["mean"] - st["max"])}[end]
-        m = e["mttr"]
-        mttr = {"mid": m["p50"], "hi": m["p95"], "lo": max(0.0, 2 * m["p50"] - m["p95"])}[end]
+        st, m = e["survivor_max_stall_s"], e["mttr"]
+        stall, mttr = _spread(st["mean"], st["max"], end), _spread(m["p50"], m["p95"], end)
         det, up = at("detected") or 0.0, at("replacement_up")
         rec, back = at("weights_recovered"), at("back_in_quorum")
         rejoin = max(0.0, back - rec) if back is not None and rec is not None else 0.0
@@ -475,8 +482,7 @@ def phase_band(path: str, arm: str, kind: Optional[str] = None) -> Optional[tupl
 
     def avg(end: str) -> Phases:
         each = [one(k, end) for k in kinds]
-        keys = ("detect_s", "up_s", "heal_s", "heal_bytes", "rejoin_s", "stall_s", "mttr_s")
-        return Phases(*(sum(getattr(p, k) for p in each) / len(each) for k in keys), source)
+        return Phases(*(sum(getattr(p, k) for p in each) / len(each) for k in PHASE_FIGURES), source)
 
     return avg("lo"), avg("mid"), avg("hi")
 

@@ -55,7 +55,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from monarch_ft.records.provenance import git_commit  # noqa: E402
-
 from monarch_ft.records.stats import percentile  # noqa: E402
 
 KINDS = ("process_kill", "node")

@@ -38,15 +38,12 @@ RELAYS = {("monarch_ft/controller/decide/reports.py", "_event"), ("monarch_ft/co
 def _emitter_calls() -> tuple:
     """(path, enclosing function, call) for every emitter call in the project's code (parsed
     once per tree for both tests: a second of the fast tier each)."""
-    return _find_emitter_calls(REPO, SOURCES)
+    return _calls_in(REPO, SOURCES)
 
 
 @functools.cache
-def _find_emitter_calls(repo: Path, sources: tuple) -> tuple:
-    return tuple(_walk_emitter_calls(repo, sources))
-
-
-def _walk_emitter_calls(repo: Path, sources: tuple):
+def _calls_in(repo: Path, sources: tuple) -> tuple:
+    out = []
     for root in sources:
         for path in sorted((repo / root).rglob("*.py")):
             rel = path.relative_to(repo).as_posix()
@@ -58,7 +55,8 @@ def _walk_emitter_calls(repo: Path, sources: tuple):
                     callee = node.func.attr if isinstance(node.func, ast.Attribute) else node.func.id if isinstance(node.func, ast.Name) else None
                     if callee not in EMITTERS or ast.unparse(node.func).endswith(NOT_EMITTERS):
                         continue
-                    yield rel, func, node
+                    out.append((rel, func, node))
+    return tuple(out)
 
 
 def _kinds_named(arg: ast.expr) -> list[str] | None:
