@@ -182,6 +182,11 @@ _WRAPPER = (
     "exit $code"
 )
 
+# A watcher's wait on a rank's ``run`` future, per look: how late it notices close().
+WATCH_SLICE_S = 1.0
+# Beyond a mesh's own end and stop timeouts, how long close() waits for the launcher's threads to end.
+CLOSE_JOIN_SLACK_S = 5.0
+
 _POINT = re.compile(r"\{'[^']+': (\d+)/(\d+)\}")
 _KILLED = re.compile(r"Killed\(sig=(\d+)")
 _EXITED = re.compile(r"exited with non-zero code (-?\d+)")
@@ -281,14 +286,27 @@ class MonarchRank(RankProcess):
         return self.proc_pid if self.local else None
 
     def _watch(self) -> None:
-        try:
-            value = self.future.get()
-            self.result = ("ok", value)
-        except Exception as e:
-            from monarch.actor import ActorError
+        """Wait for the ``run`` future in slices until it settles or the launcher closes.
 
-            kind = "actor_error" if isinstance(e, ActorError) else "supervision"
-            self.result = (kind, f"{type(e).__name__}: {e}")
+        Why slices: a thread blocked in Monarch's native ``get()`` with no timeout outlives the
+        job (a standby's future never settles), and the interpreter's exit kills it inside native
+        code, which aborts the controller after a clean job (``FATAL: exception not rethrown``,
+        SIGABRT). A timed ``get()`` leaves the future readable (monarch's ``Future.get``), so the
+        watcher looks again until ``close()`` sets ``closing`` and joins it."""
+        from monarch.actor import ActorError
+
+        closing = self.group.launcher.closing
+        while not closing.is_set():
+            try:
+                value = self.future.get(timeout=WATCH_SLICE_S)
+            except TimeoutError:
+                continue
+            except Exception as e:
+                kind = "actor_error" if isinstance(e, ActorError) else "supervision"
+                self.result = (kind, f"{type(e).__name__}: {e}")
+                return
+            self.result = ("ok", value)
+            return
 
     def _exit_file(self) -> Optional[int]:
         try:
@@ -346,7 +364,7 @@ class MonarchRank(RankProcess):
                 pass
             return
         fut = self.group.actors.slice(procs=self.index).signal.call_one(int(sig))
-        threading.Thread(target=lambda: _quiet_get(fut, 10.0), daemon=True).start()
+        self.group.launcher.start_thread(lambda: _quiet_get(fut, 10.0), f"signal-{self.group.name}r{self.index}")
 
     def kill(self) -> None:
         self.group.kill()
@@ -393,7 +411,7 @@ class _Group:
     def rank_done(self, rank: MonarchRank) -> None:
         # Every rank returned from train(): stop the mesh (the procs still hold torchft threads).
         if not self.killed and self.ranks and all(r.code == 0 for r in self.ranks):
-            threading.Thread(target=self._stop_when_exited, name=f"stop-{self.name}", daemon=True).start()
+            self.launcher.start_thread(self._stop_when_exited, f"stop-{self.name}")
 
     def _stop_when_exited(self) -> None:
         # The procs end themselves (exit_after_return_s); a ProcMesh.stop() racing with that
@@ -485,6 +503,9 @@ class MonarchLauncher(Launcher):
         self._retired_jobs: list[Any] = []  # allocations of groups a promoted standby replaced
         self._status_dir = os.path.join(self.run_dir, "monarch")
         os.makedirs(self._status_dir, exist_ok=True)
+        # Set by close(): the watchers stop looking, and close() joins every thread started here.
+        self.closing = threading.Event()
+        self._threads: list[threading.Thread] = []
         os.environ.setdefault("HYPERACTOR_MESH_SUPERVISION_POLL_FREQUENCY", options.supervision_poll)
         _install_hook()
 
@@ -586,7 +607,7 @@ class MonarchLauncher(Launcher):
             for i, rank in enumerate(group.ranks):
                 entry, spec = entries[i]
                 rank.future = group.actors.slice(procs=i).run.call_one(spec, entry, self.exit_after_return_s)
-                threading.Thread(target=rank._watch, name=f"watch-g{g}r{i}", daemon=True).start()
+                self.start_thread(rank._watch, f"watch-g{g}r{i}")
         except BaseException:
             group.kill()
             raise
@@ -611,6 +632,29 @@ class MonarchLauncher(Launcher):
                 if slot in held:
                     held[group] = held.pop(slot)
 
+    def start_thread(self, target, name: str) -> None:
+        """Run ``target`` in a daemon thread that close() joins.
+
+        Args:
+            target: what the thread runs; it must end once ``closing`` is set (or on its own
+                within the mesh stop timeout).
+            name: the thread's name, seen in a stack dump."""
+        t = threading.Thread(target=target, name=name, daemon=True)
+        self._threads = [x for x in self._threads if x.is_alive()]
+        self._threads.append(t)
+        t.start()
+
+    def _join_threads(self) -> None:
+        # No thread of ours may be inside Monarch's native code when the interpreter exits:
+        # finalization kills it there and the process aborts after a clean job.
+        self.closing.set()
+        deadline = time.time() + self.exit_after_return_s + self.stop_timeout_s + CLOSE_JOIN_SLACK_S
+        for t in list(self._threads):
+            t.join(timeout=max(0.0, deadline - time.time()))
+        left = [t.name for t in self._threads if t.is_alive()]
+        if left:
+            log.warning("launcher=monarch: threads still waiting on Monarch at close: %s", ", ".join(left))
+
     def close(self) -> None:
         for group in self.all_groups:
             if group.stopped:
@@ -627,6 +671,7 @@ class MonarchLauncher(Launcher):
                 log.warning("releasing the Slurm allocation: %s", e)
         self._slurm_jobs.clear()
         self._retired_jobs.clear()
+        self._join_threads()
 
 
 LAUNCHER = MonarchLauncher
