@@ -331,10 +331,24 @@ class FTConfig:
     def __post_init__(self) -> None:
         # 0: by the job's size; resolved here, so every reader (the Lighthouse's flags, the
         # Managers, the freeze watch, a saved config) sees the values the job runs with.
-        if not self.heartbeat_interval_ms:
-            self.heartbeat_interval_ms = self.resolved_defaults()["heartbeat_interval_ms"]
-        if not self.heartbeat_timeout_ms:
-            self.heartbeat_timeout_ms = self.resolved_defaults()["heartbeat_timeout_ms"]
+        self._worked_out: dict[str, int] = {}
+        self.resolve_heartbeats()
+
+    def resolve_heartbeats(self) -> None:
+        """Set the heartbeats left at 0, or still at the value worked out for an earlier size, by
+        the job's size now. Why again at :meth:`check`: a section built and then resized (a
+        program setting ``replica_groups`` after construction, as the fakes and the benchmarks do)
+        would keep the heartbeats of the size it was built with, and a value for the old size is
+        no longer the default of the new one, so ``ft.lighthouse_addr`` would refuse it as a
+        user's setting."""
+        for key in ("heartbeat_interval_ms", "heartbeat_timeout_ms"):
+            value = getattr(self, key)
+            if not value or value == self._worked_out.get(key):
+                setattr(self, key, 0)
+        for key in ("heartbeat_interval_ms", "heartbeat_timeout_ms"):  # the timeout after the interval it spans
+            if not getattr(self, key):
+                self._worked_out[key] = self.resolved_defaults()[key]
+                setattr(self, key, self._worked_out[key])
 
     def resolved_defaults(self) -> dict[str, Any]:
         """The defaults that depend on the rest of the section: the heartbeats, by the job's size
@@ -346,6 +360,7 @@ class FTConfig:
 
     def check(self) -> None:
         """What the types cannot say about this section (each failure one line naming the fix)."""
+        self.resolve_heartbeats()
         require(self.replica_groups >= 1, f"ft.replica_groups={self.replica_groups}: need at least 1 replica group")
         require(self.ranks_per_group >= 1, f"ft.ranks_per_group={self.ranks_per_group}: need at least 1 rank per group")
         require(

@@ -220,3 +220,13 @@ def test_heartbeats_scale_with_the_job_unless_given():
 
     assert not changed(big, "heartbeat_timeout_ms") and not changed(big, "heartbeat_interval_ms")
     assert changed(FTConfig(heartbeat_timeout_ms=5000), "heartbeat_timeout_ms")
+    # Resized after construction (as a program does): the worked-out values follow the new size
+    # at check(), a given one stays.
+    grown = FTConfig(lighthouse_addr="127.0.0.1:1")
+    grown.replica_groups = grown.min_replica_size = 1024
+    grown.check()
+    assert (grown.heartbeat_interval_ms, grown.heartbeat_timeout_ms) == (512, 2048)
+    given = FTConfig(heartbeat_interval_ms=60)
+    given.replica_groups = 1024
+    given.check()
+    assert (given.heartbeat_interval_ms, given.heartbeat_timeout_ms) == (60, 2048)
