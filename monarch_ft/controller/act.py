@@ -169,7 +169,8 @@ class Executor:
 
     def _WriteMetrics(self, a: A.WriteMetrics) -> None:
         try:
-            self.metrics.write("".join(json.dumps(rec) + "\n" for rec in a.records))
+            lines = a.lines or (None,) * len(a.records)
+            self.metrics.write("".join((json.dumps(rec) if line is None else line.decode()) + "\n" for rec, line in zip(a.records, lines)))
         except OSError as e:
             e.filename = e.filename or self.layout.metrics
             raise

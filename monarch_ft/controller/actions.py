@@ -36,6 +36,8 @@ class WriteMetrics:
     """Append rank step records to ``metrics.jsonl``, as the ranks wrote them."""
 
     records: tuple[dict[str, Any], ...]
+    lines: tuple[Optional[bytes], ...] = ()
+    """Each record's line as written (None or absent: encoded from the record)."""
 
 
 @dataclass(frozen=True)

@@ -221,9 +221,9 @@ class Observer:
                     obs.standby_os[(sb.number, rs.rank)] = process_sample(rs.proc.pid)[0]
         # 3. reports, each read to its end.
         for g in active:
-            obs.reports[g.index] = [(rs.rank, parse_record(raw)) for rs in g.ranks for raw in rs.tail.read()]
+            obs.reports[g.index] = [(rs.rank, parse_record(raw, line)) for rs in g.ranks for raw, line in rs.tail.read_lines()]
         for sb in state.standby.standbys:
-            obs.standby_reports[sb.number] = [(rs.rank, parse_record(raw)) for rs in sb.ranks for raw in rs.tail.read()]
+            obs.standby_reports[sb.number] = [(rs.rank, parse_record(raw, line)) for rs in sb.ranks for raw, line in rs.tail.read_lines()]
         # 4. control files.
         layout = self.layout
         obs.control = ControlFiles(

@@ -43,6 +43,11 @@ class ReportTail:
             self._f.seek(position)
 
     def read(self) -> list[dict[str, Any]]:
+        return [record for record, _ in self.read_lines()]
+
+    def read_lines(self) -> list[tuple[dict[str, Any], bytes]]:
+        """The new whole lines' records, each with its line as written (no newline): what the
+        controller relays to ``metrics.jsonl`` without encoding it again."""
         if self._f is None:
             try:
                 self._f = open(self.path, "rb")
@@ -56,7 +61,7 @@ class ReportTail:
         data = self._partial + chunk
         lines = data.split(b"\n")
         self._partial = lines.pop()
-        return list(parse_lines(lines))
+        return list(parse_lines_kept(lines))
 
     def close(self) -> None:
         if self._f is not None:
@@ -74,6 +79,19 @@ def parse_lines(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
     for line in lines:
         try:
             yield json.loads(line)
+        except ValueError:
+            continue
+
+
+def parse_lines_kept(lines: Iterable[bytes]) -> Iterator[tuple[dict[str, Any], bytes]]:
+    """:func:`parse_lines`, each record with its line.
+
+    Args:
+        lines: the lines, without their newline.
+    """
+    for line in lines:
+        try:
+            yield json.loads(line), line
         except ValueError:
             continue
 

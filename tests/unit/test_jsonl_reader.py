@@ -42,3 +42,17 @@ def test_from_an_offset_a_line_started_before_it_is_skipped(tmp_path):
     size = path.stat().st_size
     assert [r["step"] for r in tail_records(str(path), size - offsets[3])] == [3, 4]
     assert [r["step"] for r in tail_records(str(path), size - offsets[3] + 1)] == [3, 4]  # a partial line dropped
+
+
+def test_a_tail_gives_each_record_with_its_line_as_written(tmp_path):
+    """The controller relays a step's line to metrics.jsonl as the rank wrote it (no second
+    encoding): the line is the one in the file, and decodes to the record."""
+    path = tmp_path / "r0.jsonl"
+    recs = [{"type": "step", "step": 0, "loss": 0.1 + 0.2, "name": "caf\u00e9"}, {"type": "step", "step": 1, "participating_groups": [0, 1]}]
+    _write(path, recs, torn='{"type": "st')
+    tail = ReportTail(str(path))
+    got = tail.read_lines()
+    assert [r for r, _ in got] == recs
+    assert [line for _, line in got] == [json.dumps(r).encode() for r in recs]
+    assert b"\n".join(line for _, line in got) + b"\n" + b'{"type": "st' == path.read_bytes()
+    tail.close()
