@@ -37,6 +37,7 @@ from chaos.outcome import recovery_path
 from monarch_ft.records.events import PHASES  # one definition, shared with chaos.report
 from monarch_ft.records.events import EventKind, NodeHealth, event_node
 from monarch_ft.records.goodput import lineage, rollbacks_of, windows
+from monarch_ft.records.members import members_of
 from monarch_ft.records.recovered import Failure, recovery
 
 
@@ -92,7 +93,7 @@ def analyze_fault(
         times["detected"] = found and found["time"]
     elif network:
         failed = _first(ev, lambda e: e["event"] == "group_failed" and e["group"] == g)
-        dropped = _first(commits, lambda m: m["group"] != g and g not in (m.get("participating_groups") or []))
+        dropped = _first(commits, lambda m: m["group"] != g and g not in members_of(m))
         seen = [x["time"] for x in (failed, dropped) if x]
         times["detected"] = min(seen) if seen else None
     elif kind.recovery.marker is not None:
@@ -105,7 +106,7 @@ def analyze_fault(
     if detected is not None:
         m = None
         if (restart or network or silent) and not full_restart:
-            m = _first(commits, lambda m: m["group"] != g and g not in (m.get("participating_groups") or []) and m["time"] >= detected)
+            m = _first(commits, lambda m: m["group"] != g and g not in members_of(m) and m["time"] >= detected)
         if m is None and (silent or not (restart or network) or full_restart):
             # A silent fault no group was failed for (a checkpoint set aside), or a rollback of every group.
             m = _first(commits, lambda m: m["time"] >= detected)
@@ -175,7 +176,7 @@ def analyze_fault(
     if evicted is not None:
         back = _first(
             commits,
-            lambda m: m["group"] == g and m.get("attempt", 0) > fault["attempt"] and set(members) <= set(m.get("participating_groups") or ()),
+            lambda m: m["group"] == g and m.get("attempt", 0) > fault["attempt"] and set(members) <= set(members_of(m)),
         )
         after_from = back["time"] if back else after_from
     rates = throughput(all_metrics, t0, after_from, since=since, until=until, rollbacks=rollbacks_of(events))

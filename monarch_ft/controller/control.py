@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 from monarch_ft.launcher.base import Capability
 from monarch_ft.records.events import EventKind, GroupStatus
 from monarch_ft.records.faults import request_bitflip, request_collective_fault
+from monarch_ft.records.members import members_of
 
 if TYPE_CHECKING:
     from monarch_ft.controller.loop import Supervisor
@@ -72,7 +73,7 @@ class JobControl:
         members: set[int] = set()
         if self.last_commit:
             newest = max(self.last_commit.values(), key=lambda r: r["time"])
-            members = set(newest.get("participating_groups") or [])
+            members = set(members_of(newest))
         return [
             g.index
             for g in self._sup.state.groups

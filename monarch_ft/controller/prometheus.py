@@ -25,6 +25,7 @@ from monarch_ft.controller.state import JobState
 from monarch_ft.controller.throughput import StepRate
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus, JobStatus
+from monarch_ft.records.members import members_of
 
 PREFIX = "monarch_ft_"
 # Histogram buckets, in seconds: a recovery (a standby's second to a full restart's minute),
@@ -156,7 +157,7 @@ class PrometheusExporter:
         """The survivors' stall of each group the new quorum left out: from that group's last commit
         to this first commit without it. Both times are the ranks' own records' (the relay has just
         read this commit: it is the seeing group's newest)."""
-        members = tuple(e.get("participating_groups") or ())
+        members = members_of(e)
         previous, self._members = self._members, members
         if replay or previous is None:
             return

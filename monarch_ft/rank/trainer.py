@@ -53,6 +53,7 @@ from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, use
 from monarch_ft.rank.components.torchft_compat import quorum_pending
 from monarch_ft.rank.link_probe import start_probe_server
 from monarch_ft.records.decisions import StateDecision, StateSource
+from monarch_ft.records.members import members_field
 from monarch_ft.records.events import EventKind
 from monarch_ft.records.exits import RankExit
 from monarch_ft.records.global_batch import resolve as resolve_global_batch
@@ -770,7 +771,7 @@ class Trainer:
             step_time_s=elapsed,
             quorum_size=manager.num_participants(),
             quorum_id=self.ft.quorum_id,
-            participating_groups=members,
+            participating_groups=members_field(members),
             lr=float(self.optimizer.param_groups[0]["lr"]),
             # The batch trained (None: none, e.g. a group that healed into a sync), whether a
             # cross-group sync ran on this step, and whether its state came from a peer.

@@ -42,6 +42,7 @@ def train(spec: dict) -> None:
     from monarch_ft.common.data import TokenBatches
     from monarch_ft.config.model import ModelConfig
     from monarch_ft.rank.components.model import build_model
+    from monarch_ft.records.members import members_field
 
     torch.set_num_threads(int(spec.get("threads", 1)))
     rank = int(os.environ["RANK"])
@@ -88,7 +89,7 @@ def train(spec: dict) -> None:
                     "attempt": 0,
                     "step": step,
                     "committed": True,
-                    "participating_groups": members,
+                    "participating_groups": members_field(members),
                     "batch": step,
                     "sync": True,
                     "healed": False,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 from monarch_ft.records.events import StrEnum
+from monarch_ft.records.members import members_of
 
 
 class GlobalBatch(StrEnum):
@@ -120,7 +121,7 @@ def consumed(records: Iterable[Mapping], num_slots: int, policy: GlobalBatch) ->
             continue
         step = int(r["step"])
         own.setdefault(step, {})[int(r["group"])] = r["slots"]
-        counted = tuple(sorted(r.get("participating_groups") or ()))
+        counted = tuple(sorted(members_of(r)))
         if members.setdefault(step, counted) != counted:
             raise ValueError(f"step {step}: records name different participants, {members[step]} and {counted}")
     out: dict[int, list[int]] = {}

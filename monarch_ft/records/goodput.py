@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from monarch_ft.records.events import EventKind
+from monarch_ft.records.members import members_of
 from monarch_ft.records.stats import percentile
 
 
@@ -90,8 +91,7 @@ def windows(metrics: Iterable[dict]) -> list[Window]:
             run.append(m)
         if not m.get("sync", True):
             continue
-        members = m.get("participating_groups")
-        kept = bool(m.get("committed")) and not m.get("healed") and (members is None or m["group"] in members)
+        kept = bool(m.get("committed")) and not m.get("healed") and (m.get("participating_groups") is None or m["group"] in members_of(m))
         out.append(Window(m["group"], key[1], tuple(run), m, kept))
         pending[key] = []
     out += [Window(g, a, tuple(run), None, False) for (g, a), run in pending.items() if run]

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable, Optional
 
 from monarch_ft.records.events import EventKind, StrEnum
+from monarch_ft.records.members import members_of
 
 
 class Clock(StrEnum):
@@ -110,7 +111,7 @@ class Failure:
         """
         if commit is None:
             return cls(at, group, attempt, -1, frozenset(groups) | {group})
-        return cls(at, group, attempt, int(commit["step"]), frozenset(commit.get("participating_groups") or ()) | {group})
+        return cls(at, group, attempt, int(commit["step"]), frozenset(members_of(commit)) | {group})
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,7 @@ def is_back(failure: Failure, rule: RecoveryRule, commit: dict, since: float) ->
         and _time(commit) >= since
         and commit["step"] >= failure.step
         and (not rule.new_attempt or commit.get("attempt", 0) > failure.attempt)
-        and failure.members <= set(commit.get("participating_groups") or ())
+        and failure.members <= set(members_of(commit))
     )
 
 

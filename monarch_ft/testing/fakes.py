@@ -34,6 +34,7 @@ from monarch_ft.records.exits import LOST_EXIT, RankExit
 from monarch_ft.records.launch import worker_spec
 from monarch_ft.records.layout import RunLayout, read_json
 from monarch_ft.records.manifest import build_manifest, file_checksum, step_dir, write_manifest
+from monarch_ft.records.members import members_field
 
 
 class FakeClock:
@@ -251,7 +252,7 @@ class FakeRank(RankProcess):
             step=step,
             committed=True,
             quorum_id=quorum_id,
-            participating_groups=groups,
+            participating_groups=members_field(groups),
             quorum_size=len(groups),
             loss=round(10.0 / (1 + step), 4),
             step_time_s=self.world.step_s,

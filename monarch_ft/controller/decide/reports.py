@@ -11,13 +11,13 @@ acted on later in the same pass (:mod:`.recovery`).
 
 from __future__ import annotations
 
-from typing import Any
 
 from monarch_ft.controller.actions import WriteMetrics
 from monarch_ft.controller.decide.base import Tick
 from monarch_ft.controller.ledger import redone_commit
 from monarch_ft.controller.state import GroupState, RankState
 from monarch_ft.records.events import EventKind, GroupStatus
+from monarch_ft.records.members import members_field
 from monarch_ft.records.report_records import Heartbeat, Liveness, RankEvent, ReportRecord, StepRecord
 
 # Commits kept for the redone-step check and the consistency check: this many steps back.
@@ -35,7 +35,7 @@ def absorb_reports(t: Tick) -> None:
 def absorb_group(t: Tick, g: GroupState, records: list[tuple[int, ReportRecord]]) -> None:
     """``g``'s new records (rank, record), in order."""
     by_rank = {rs.rank: rs for rs in g.ranks}
-    metrics: list[dict[str, Any]] = []
+    metrics: list[StepRecord] = []
     for rank, rec in records:
         rs = by_rank.get(rank)
         if rs is None:
@@ -52,18 +52,22 @@ def absorb_group(t: Tick, g: GroupState, records: list[tuple[int, ReportRecord]]
         elif isinstance(rec, RankEvent):
             if metrics:
                 # Steps before an event stay before it in the files (metrics, then the event).
-                t.out.do(WriteMetrics(tuple(metrics)))
+                t.out.do(_write(metrics))
                 metrics = []
             _event(t, g, rs, rec)
     if metrics:
-        t.out.do(WriteMetrics(tuple(metrics)))
+        t.out.do(_write(metrics))
     if g.ranks and all(r.train_done for r in g.ranks) and not g.train_done:
         g.train_done = True
         if g.status == GroupStatus.STARTING:
             g.move(GroupStatus.RUNNING)
 
 
-def _step(t: Tick, g: GroupState, rs: RankState, rec: StepRecord, metrics: list[dict[str, Any]]) -> None:
+def _write(steps: list[StepRecord]) -> WriteMetrics:
+    return WriteMetrics(tuple(s.raw for s in steps), tuple(s.line for s in steps))
+
+
+def _step(t: Tick, g: GroupState, rs: RankState, rec: StepRecord, metrics: list[StepRecord]) -> None:
     state = t.state
     raw = rec.raw
     rs.last_progress, rs.last_step = t.now, rec.step
@@ -73,7 +77,7 @@ def _step(t: Tick, g: GroupState, rs: RankState, rec: StepRecord, metrics: list[
     state.stragglers.observe(raw, t.cfg.ft.straggler_window)
     if state.first_step_time is None:
         state.first_step_time = t.now
-    metrics.append(raw)
+    metrics.append(rec)
     if rec.committed:
         g.last_step = max(g.last_step, rec.step + 1)
         _record_commit(t, g, rec)
@@ -153,14 +157,16 @@ def _record_commit(t: Tick, g: GroupState, rec: StepRecord) -> None:
 
 
 def _track_membership(t: Tick, rec: StepRecord) -> None:
+    if rec.rank != 0 or not rec.committed:
+        return
     members = rec.participating_groups
-    if rec.rank != 0 or not rec.committed or members == t.state.membership:
+    if members is t.state.membership or members == t.state.membership:
         return
     t.state.membership = members
     raw = rec.raw
     t.out.emit(
         EventKind.QUORUM_CHANGE,
-        participating_groups=list(members),
+        participating_groups=members_field(members),
         quorum_size=raw.get("quorum_size"),
         quorum_id=raw.get("quorum_id"),
         step=rec.step,

@@ -28,6 +28,7 @@ from typing import Any, Optional
 
 from monarch_ft.records.events import EventKind, StrEnum
 from monarch_ft.records.layout import RunLayout, read_jsonl
+from monarch_ft.records.members import members_of
 
 
 class Marker(StrEnum):
@@ -107,7 +108,7 @@ class MarkerTracker:
                 out.append((Marker.RESTART, step, f"attempt {self.attempt}: {self.restart_text}"))
             self.last_step = step
         if kind == "step":
-            members = tuple(record.get("participating_groups") or ())
+            members = members_of(record)
             if record.get("sync", True) and members:
                 if self.members is not None and members != self.members:
                     left, joined = sorted(set(self.members) - set(members)), sorted(set(members) - set(self.members))
@@ -153,7 +154,7 @@ class TensorBoardSink:
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
                     self.writer.add_scalar(tag, value, step, walltime=wall)
             if record.get("participating_groups"):
-                self.writer.add_scalar("ft/participating_groups", len(record["participating_groups"]), step, walltime=wall)
+                self.writer.add_scalar("ft/participating_groups", len(members_of(record)), step, walltime=wall)
         marks = self.markers.see(record)
         for marker, step, text in marks:
             self.writer.add_scalar(f"faults/{marker}", 1.0, step, walltime=wall)
