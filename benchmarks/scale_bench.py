@@ -32,8 +32,8 @@ progress line per cell; the closing line gives the largest cell over the smalles
 loop on the fake launcher of the fast tests (``monarch_ft.testing.fakes``: every group of one rank
 steps each 0.1 s of fake time and writes real report records, no process started) for ``--steps``
 steps per group count. The fake world acts between two ticks and fake time also moves by each tick's
-own wall time (a slow tick delays the next, as on a real machine), so the figures are the
-controller's: its CPU per tick (p50, p99, max: every tick, the first launch's included), the time
+own CPU time (a slow tick delays the next, as on a core of its own; see ``BenchClock``), so the
+figures are the controller's whatever else the machine runs: its CPU per tick (p50, p99, max: every tick, the first launch's included), the time
 from group 0's rank exiting at the middle step to the decision pass that failed its group (fake time:
 the wait for the next tick and the processing before the action), and the bytes of its takeover
 state at the end. The closing line is the largest count's
@@ -319,10 +319,12 @@ def write_outputs(out: str, cells: list[dict], meta: dict) -> None:
 
 
 class BenchClock:
-    """The fake clock of ``--controller-only``: it moves when the loop sleeps, and by the wall
+    """The fake clock of ``--controller-only``: it moves when the loop sleeps, and by the CPU
     time the controller's own tick took (a tick that takes 30 ms delays the next by as much, as on
-    a real machine); the fake world acts between two ticks (:meth:`sleep`), so a tick's CPU is the
-    controller's alone."""
+    a core of its own); the fake world acts between two ticks (:meth:`sleep`), so a tick's CPU is
+    the controller's alone. CPU, not wall time: on a shared machine a tick's wall time is mostly
+    its wait for a core, and a late tick finds more records, which made the figures the
+    machine's load (a run beside a benchmark read a 1,024-group tick 6x slower)."""
 
     def __init__(self, start: float = 1_800_000_000.0) -> None:
         self.now = start
@@ -374,16 +376,16 @@ def controller_cell(n: int, steps: int, exit_step: int) -> dict[str, Any]:
         act = sup._act
 
         def timed_act(now: float, actions: list):
-            acted.append((now + time.perf_counter() - started[0], bool([a for a in actions if isinstance(a, A.FailGroup) and a.group == 0])))
+            acted.append((now + time.process_time() - started[0], bool([a for a in actions if isinstance(a, A.FailGroup) and a.group == 0])))
             return act(now, actions)
 
         started = [0.0]
 
         def timed(now: float):
-            c0, started[0] = time.process_time(), time.perf_counter()
+            started[0] = time.process_time()
             out = tick(now)
-            cpu.append(time.process_time() - c0)
-            clock.advance(time.perf_counter() - started[0])
+            cpu.append(time.process_time() - started[0])
+            clock.advance(cpu[-1])
             return out
 
         sup.tick, sup._act = timed, timed_act  # type: ignore[method-assign]
