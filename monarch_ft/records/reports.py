@@ -76,18 +76,15 @@ def parse_lines(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:
     Args:
         lines: the lines, without or with their newline.
     """
-    for line in lines:
-        try:
-            yield json.loads(line)
-        except ValueError:
-            continue
+    for record, _ in parse_lines_kept(lines):
+        yield record
 
 
 def parse_lines_kept(lines: Iterable[bytes]) -> Iterator[tuple[dict[str, Any], bytes]]:
-    """:func:`parse_lines`, each record with its line.
+    """:func:`parse_lines`, each record with its line (the one place a torn line is skipped).
 
     Args:
-        lines: the lines, without their newline.
+        lines: the lines, without or with their newline (kept as given).
     """
     for line in lines:
         try:
