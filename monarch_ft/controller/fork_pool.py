@@ -248,9 +248,12 @@ class ForkServer:
         with self._cond:
             return self._exits.get(rid)
 
-    def fork(self, launch: RankLaunch, die_with_parent: bool, report_path: str = "", timeout: float = FORK_REPLY_TIMEOUT_S) -> "ForkedProcess":
+    def fork(
+        self, launch: RankLaunch, die_with_parent: bool, report_path: str = "", timeout: float = FORK_REPLY_TIMEOUT_S, netns: Optional[str] = None
+    ) -> "ForkedProcess":
         """Start ``launch`` as a child of the server (``report_path``: its report file, read
-        for its verdict should the server die before it).
+        for its verdict should the server die before it; ``netns``: the simulated host the
+        child enters first, where this server runs on another one: :attr:`ForkHost.netns`).
 
         Raises:
             ForkError: the server refused, is gone, or did not answer within ``timeout``.
@@ -263,6 +266,8 @@ class ForkServer:
         request = dict(
             id=rid, argv=launch.argv, env=launch.env, cwd=launch.cwd, log_path=launch.log_path, die_with_parent=die_with_parent, niceness=launch.niceness
         )
+        if netns is not None:
+            request["netns"] = netns
         try:
             with self._send_lock:
                 self._sock.sendall(encode(ForkOp.FORK, **request))
@@ -427,14 +432,41 @@ class WarmForks:
         server = self.servers.get(host.key) if host is not None else None
         return server.state if server is not None and server.alive() else None
 
-    def launch_group(self, launches: list[RankLaunch]) -> list[RankProcess]:
-        """Fork every rank of one group from its host's server (all or none).
+    def _any_host_server(self, host: Optional[ForkHost]) -> Optional[ForkServer]:
+        """A ready server of another host that can fork for ``host`` (a simulated host on this
+        machine: :attr:`ForkHost.netns`), the first by host key; None if none can."""
+        if host is None or host.netns is None:
+            return None
+        ready = [s for k, s in sorted(self.servers.items()) if k != host.key and s.state is ServerState.READY and s.alive()]
+        return ready[0] if ready else None
+
+    def can_fork(self, group: int, any_host: bool = False) -> bool:
+        """A fork for ``group``'s host can be asked now: its own server is ready, or (``any_host``)
+        a ready server of another simulated host on this machine would fork it."""
+        host = self._host(group)
+        if host is None:
+            return False
+        own = self.servers.get(host.key)
+        if own is not None and own.state is ServerState.READY and own.alive():
+            return True
+        return any_host and self._any_host_server(host) is not None
+
+    def launch_group(self, launches: list[RankLaunch], any_host: bool = False) -> list[RankProcess]:
+        """Fork every rank of one group from its host's server (all or none); with ``any_host``,
+        where that one is not ready, from a ready server of another simulated host, the ranks
+        entering their own host's namespaces after the fork (a standby: its host is new and has
+        no server, and a cold build beside the training ranks takes them half a minute of CPU).
 
         Raises:
             ForkError: a rank could not be forked; those already forked are killed and reaped.
         """
         host = self._host(launches[0].group)
         server = self.servers.get(host.key) if host is not None else None
+        netns = None
+        if any_host and (server is None or server.state is not ServerState.READY or not server.alive()):
+            other = self._any_host_server(host)
+            if other is not None:
+                server, netns = other, host.netns
         if server is None:
             raise ForkError("no fork server on the group's host")
         started: list[ForkedProcess] = []
@@ -446,7 +478,7 @@ class WarmForks:
                     env.setdefault(k, v)
                 with open(worker_spec(r.argv) or os.devnull) as f:
                     report = (json.loads(f.read() or "{}")).get("report_path", "")
-                forked = server.fork(dataclasses.replace(r, env=env), r.die_with_controller, report)
+                forked = server.fork(dataclasses.replace(r, env=env), r.die_with_controller, report, netns=netns)
                 forked.launch = r
                 started.append(forked)
         except ForkError:

@@ -68,6 +68,11 @@ class ForkHost:
     # Env the launcher adds for a rank on that host (setdefault), and the name it records.
     rank_env: dict[str, str] = field(default_factory=dict)
     host: str = "localhost"
+    # A simulated host's network namespace (launcher=local_hosts): every host is on this one
+    # machine, so a server of another host can fork a process for this one, which enters the
+    # namespace after the fork (monarch_ft.launcher.hosts.enter_host). None: only this host's
+    # own server forks for it.
+    netns: Optional[str] = None
 
 
 class Capability(str, Enum):

@@ -181,7 +181,7 @@ class LocalLauncher(Launcher):
         if self.hosts is None:
             return ForkHost("localhost", [], die_with_parent)
         h = self.hosts.host(self._slot(group))
-        return ForkHost(h.netns, ["ip", "netns", "exec", h.netns], on_host(h.netns, True), {"MONARCH_FT_TRANSPORT_HOST": h.address}, h.netns)
+        return ForkHost(h.netns, ["ip", "netns", "exec", h.netns], on_host(h.netns, True), {"MONARCH_FT_TRANSPORT_HOST": h.address}, h.netns, h.netns)
 
     def handles(self) -> dict:
         """The simulated hosts' run id (a new controller adopts them: they outlive the

@@ -254,6 +254,13 @@ def _become_rank(msg: dict, spec: str, server: int, inherited: tuple[int, ...], 
         os.dup2(log, 2)
         os.close(log)
         os.close(null)
+        if msg.get("netns"):
+            # Forked by the server of another simulated host (a standby on a host of its own):
+            # into its own host as `ip netns exec` puts a cold one there (network, hosts file,
+            # host name). Single-threaded here, as unshare needs; before any socket is opened.
+            from monarch_ft.launcher.hosts import enter_host
+
+            enter_host(msg["netns"], msg["netns"])()
         worker = importlib.import_module(WORKER_MODULE)
         sys.argv = [worker.__file__, spec]
         code = worker.main([spec])

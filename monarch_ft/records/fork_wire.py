@@ -6,7 +6,9 @@ naming the message (:class:`ForkOp`):
 - server -> controller: ``ready`` (pid, import seconds, threads, the niceness it imported at), ``forked`` (id, pid),
   ``refused`` (id, error), ``exited`` (id, pid, code: negative for a signal, as subprocess);
 - controller -> server: ``fork`` (id, argv, env, cwd, log_path, die_with_parent, niceness: the
-  launch's CPU niceness, a warm standby's below the training ranks).
+  launch's CPU niceness, a warm standby's below the training ranks; optional ``netns``: the
+  simulated host whose namespaces the child enters before it becomes the rank, where it is
+  forked by the server of another host on the same machine).
 
 A fork request carries a plain rank launch (:func:`monarch_ft.records.launch.worker_spec`):
 what the server's child becomes.

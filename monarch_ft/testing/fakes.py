@@ -310,7 +310,7 @@ class FakeForkServer:
     def alive(self) -> bool:
         return not self.gone
 
-    def fork(self, launch: RankLaunch, die_with_parent: bool, report_path: str = "") -> FakeRank:
+    def fork(self, launch: RankLaunch, die_with_parent: bool, report_path: str = "", netns: Optional[str] = None) -> FakeRank:
         if self.state is not ServerState.READY:
             raise ForkError(f"the fork server is {self.state}")
         if self.world.fork_error:

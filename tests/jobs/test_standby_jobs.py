@@ -7,6 +7,8 @@ standby, which lives on a host of its own, back in quorum with bit-identical wei
 second fault right after, while the next standby is still being built, takes the warm fork
 path (no standby ready: its ranks forked from the fork server on its host, which imported
 everything at launch; monarch_ft.controller.fork_pool), back in quorum with the same weights.
+Every standby is forked too, by a server of another host (its own host is new and has none),
+and enters its own host before it becomes a rank.
 """
 
 from __future__ import annotations
@@ -65,6 +67,17 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
         wait_for(lambda: _events(run_dir, "standby_lost", standby=0), 30, "standby 0 lost")
         wait_for(lambda: _events(run_dir, "standby_ready", standby=1), 240, "standby 1 ready")
         (launched1,) = _events(run_dir, "standby_launched", standby=1)
+        # Forked, not built cold beside the training ranks: its host (slot 3) has no fork server,
+        # so a ready server of another host forked it, and it entered its own host (network
+        # namespace and host name) before it became a rank.
+        servers = {e["pid"]: e["host"] for e in _events(run_dir, "fork_server_ready")}
+        own_host = _events(run_dir, "rank_launched", group=0, rank=0, attempt=0)[0]["host"].rsplit("-h", 1)[0] + "-h3"
+        assert launched1["forked"] is True and own_host not in servers.values(), (launched1, servers)
+        for pid in launched1["pids"]:
+            assert psutil.Process(pid).ppid() in servers, (pid, servers)
+            netns = subprocess.run(["ip", "netns", "identify", str(pid)], capture_output=True, text=True).stdout.strip()
+            hostname = subprocess.run(["nsenter", "-t", str(pid), "-u", "hostname"], capture_output=True, text=True).stdout.strip()
+            assert netns == own_host and hostname == own_host, (pid, netns, hostname)
         # Every process says what it is, with its run: ps shows the group and rank, not a spec path.
         a_server = wait_for(lambda: _events(run_dir, "fork_server_ready"), 60, "a fork server ready")[0]
         lighthouse = RunLayout(str(run_dir)).read_controller_state()["lighthouse"]
@@ -84,11 +97,18 @@ def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_f
         wait_for(lambda: _events(run_dir, "group_stepping", group=1, attempt=1), 60, "group 1 stepping again")
         # The promoted standby's processes say what they became.
         assert [_ps(pid) for pid in launched1["pids"]] == [f"mft:g1r{r}.a1 monarch_ft[{run_dir}] g1r{r} a1" for r in (0, 1)]
-        # 3. A second fault at once, while standby 2 is being built: no standby ready, so the
-        #    ranks are forked from the fork server on group 0's host (the warm fork path).
+        # 3. A second fault while standby 2 is being built: no standby ready, so the ranks are
+        #    forked from the fork server on group 0's host (the warm fork path). A forked standby
+        #    builds in about 2 s, so it is held (SIGSTOP) until the fault is recovered: "still
+        #    being built" by construction, not by a race with its build.
+        (launched2,) = wait_for(lambda: _events(run_dir, "standby_launched", standby=2), 60, "standby 2 launched")
+        for pid in launched2["pids"]:
+            os.kill(pid, signal.SIGSTOP)
         assert not _events(run_dir, "standby_ready", standby=2)
         os.kill(_pid(run_dir, 0, 0, 0), signal.SIGKILL)
         wait_for(lambda: _events(run_dir, "group_stepping", group=0, attempt=1), 240, "group 0 back (warm fork)")
+        for pid in launched2["pids"]:
+            os.kill(pid, signal.SIGCONT)
         host0 = _events(run_dir, "rank_launched", group=0, rank=0, attempt=0)[0]["host"]
         (server,) = _events(run_dir, "fork_server_ready", host=host0)
         for r in (0, 1):

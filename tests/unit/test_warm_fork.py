@@ -6,11 +6,12 @@ killed group with no standby back through warm_fork) in tests/jobs/test_standby_
 from __future__ import annotations
 
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from monarch_ft.controller.fork_pool import FIRST_LAUNCH_WAIT_S, ServerState, first_launch_path, relaunch_path
-from monarch_ft.launcher.base import Launcher
+from monarch_ft.controller.fork_pool import FIRST_LAUNCH_WAIT_S, ForkError, ServerState, WarmForks, first_launch_path, relaunch_path
+from monarch_ft.launcher.base import ForkHost, Launcher, RankLaunch
 from monarch_ft.launcher.local import LocalLauncher
 from monarch_ft.common.cpu_priority import may_raise_priority
 from monarch_ft.rank.zygote import fork_unsafe, import_niceness
@@ -114,3 +115,74 @@ def test_a_server_imports_niced_only_where_it_may_take_priority_0_back(tmp_path)
     status.write_text("Name:\tpython\nCapEff:\t0000000000000000\n")
     assert not may_raise_priority(str(status))
     assert not may_raise_priority(str(tmp_path / "missing"))
+
+
+class _Hosts(Launcher):
+    """Simulated hosts h0, h1, ... on one machine (ForkHost.netns set), or one real host."""
+
+    name = "hosts"
+
+    def __init__(self, simulated: bool = True) -> None:
+        super().__init__()
+        self.simulated = simulated
+
+    def launch_group(self, ranks):
+        raise NotImplementedError
+
+    def fork_host(self, group):
+        key = f"h{group}"
+        return ForkHost(key, [], None, {"HOST_ENV": key}, key, key if self.simulated else None)
+
+
+class _Server:
+    """A fork server that records its forks (state as the test sets it)."""
+
+    def __init__(self, host, env, log_path, cwd, preload, niceness=0) -> None:
+        self.host, self.state, self.forks = host, ServerState.READY, []
+
+    def alive(self) -> bool:
+        return self.state is not ServerState.GONE
+
+    def fork(self, launch, die_with_parent, report_path="", netns=None):
+        self.forks.append((launch, netns))
+        return SimpleNamespace(launch=launch)
+
+
+def _pool(tmp_path, simulated=True) -> WarmForks:
+    return WarmForks(True, _Hosts(simulated), lambda key, n: str(tmp_path / f"{key}.{n}.log"), dict, str(tmp_path), server=_Server)
+
+
+def _launch(group: int) -> RankLaunch:
+    return RankLaunch(group=group, rank=0, attempt=0, argv=WORKER, env={}, log_path="/dev/null", cwd="/")
+
+
+def test_a_standby_on_a_new_simulated_host_is_forked_by_another_hosts_server_and_enters_its_own(tmp_path):
+    pool = _pool(tmp_path)
+    pool.start_server(0, 0)
+    pool.start_server(1, 0)
+    # Host 2 (a standby's) has no server: only a fork that may use another host's can be asked.
+    assert not pool.can_fork(2) and pool.can_fork(2, any_host=True)
+    with pytest.raises(ForkError):
+        pool.launch_group([_launch(2)])
+    (proc,) = pool.launch_group([_launch(2)], any_host=True)
+    # The first ready server by host key forks it; the child enters host 2 (netns), with host 2's env and name.
+    ((launch, netns),) = pool.servers["h0"].forks
+    assert netns == "h2" and launch.env["HOST_ENV"] == "h2" and proc.launch.host == "h2"
+    # A host's own ready server forks for it, with nothing to enter.
+    pool.launch_group([_launch(1)], any_host=True)
+    assert pool.servers["h1"].forks[0][1] is None
+    # Its own server still importing: another ready one forks instead; none ready: none can.
+    pool.servers["h1"].state = ServerState.STARTING
+    pool.launch_group([_launch(1)], any_host=True)
+    assert pool.servers["h0"].forks[-1][1] == "h1"
+    pool.servers["h0"].state = ServerState.GONE
+    assert not pool.can_fork(1, any_host=True) and not pool.can_fork(2, any_host=True)
+
+
+def test_a_real_hosts_server_forks_only_for_its_own_host(tmp_path):
+    pool = _pool(tmp_path, simulated=False)
+    pool.start_server(0, 0)
+    # No namespace to enter: another machine's process cannot be forked here.
+    assert pool.can_fork(0) and not pool.can_fork(2, any_host=True)
+    with pytest.raises(ForkError):
+        pool.launch_group([_launch(2)], any_host=True)
