@@ -409,9 +409,24 @@ class _Group:
         return [p for r in self.ranks if r.local for p in (r.proc_pid, r.wrapper_pid) if p]
 
     def rank_done(self, rank: MonarchRank) -> None:
-        # Every rank returned from train(): stop the mesh (the procs still hold torchft threads).
-        if not self.killed and self.ranks and all(r.code == 0 for r in self.ranks):
+        """Once every rank's verdict is in, end what the mesh still runs.
+
+        Every rank returned from train(): stop the mesh (the procs still hold torchft threads).
+        Any other verdict: kill the group. A rank whose train() raised is an ``ActorError``, not
+        a process exit: its proc lives on, holding the rank's gloo sockets open (a peer group's
+        rank in a collective with it then waits out the whole ``ft.timeout_s`` instead of
+        failing at once on the closed connection) and its TorchFT Manager heartbeating the
+        Lighthouse. The controller stops only ranks still running (``Starter.stop``) and has
+        every verdict here, so nobody else would (seen: survivors stalled 10 s at the second
+        fault of the Monarch job test, 2026-12-06). Only once every verdict is in, so that a
+        kill never becomes a peer's verdict (``records.exits.blamed_exit`` ranks signals first).
+        """
+        if self.killed or not self.ranks or any(r.code is None for r in self.ranks):
+            return
+        if all(r.code == 0 for r in self.ranks):
             self.launcher.start_thread(self._stop_when_exited, f"stop-{self.name}")
+        else:
+            self.launcher.start_thread(self.kill, f"stop-{self.name}")
 
     def _stop_when_exited(self) -> None:
         # The procs end themselves (exit_after_return_s); a ProcMesh.stop() racing with that

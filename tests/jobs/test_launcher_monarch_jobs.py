@@ -24,7 +24,7 @@ TESTS = Path(__file__).resolve().parent
 
 
 def trivial_rank(spec_path: str) -> int:
-    """Entry of the trivial ranks (runs inside a Monarch proc): report, then sleep or return."""
+    """Entry of the trivial ranks (runs inside a Monarch proc): report, then sleep and return, or raise."""
     with open(spec_path) as f:
         spec = json.load(f)
     print(f"trivial rank {spec['rank']} pid {os.getpid()}", flush=True)
@@ -32,6 +32,8 @@ def trivial_rank(spec_path: str) -> int:
         json.dump({"pid": os.getpid(), "env": os.environ.get("MFT_TEST_VAR"), "cwd": os.getcwd(), "omp": os.environ.get("OMP_NUM_THREADS")}, f)
     os.replace(spec["mark"] + ".tmp", spec["mark"])
     time.sleep(spec["sleep"])
+    if spec.get("fail"):
+        raise RuntimeError(f"trivial rank {spec['rank']} fails as asked")
     return 0
 
 
@@ -52,11 +54,11 @@ def all_monarch_procs() -> set[int]:
     return {p.pid for p in processes_matching("monarch._src.actor.bootstrap_main")}
 
 
-def _ranks(run_dir: Path, attempt: int, sleeps: list[float]) -> list[RankLaunch]:
+def _ranks(run_dir: Path, attempt: int, sleeps: list[float], fail: tuple[int, ...] = ()) -> list[RankLaunch]:
     out = []
     for r, sleep in enumerate(sleeps):
         spec = run_dir / f"r{r}.a{attempt}.json"
-        spec.write_text(json.dumps({"rank": r, "sleep": sleep, "mark": str(run_dir / f"r{r}.a{attempt}.mark")}))
+        spec.write_text(json.dumps({"rank": r, "sleep": sleep, "mark": str(run_dir / f"r{r}.a{attempt}.mark"), "fail": r in fail}))
         env = dict(os.environ, MFT_TEST_VAR=f"v{r}", OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]))
         out.append(
             RankLaunch(
@@ -122,6 +124,14 @@ def test_sigkilled_actor_proc_is_reported_and_kill_leaves_nothing(tmp_path):
         assert {p.pid for p in again}.isdisjoint(pids)
         assert [p.wait(60) for p in again] == [0, 0]
         wait_for(lambda: not monarch_procs(), 30, "the finished group's procs to exit")
+
+        # A rank whose train() raises is an actor error, not a process exit: once every rank's
+        # verdict is in, the launcher ends the mesh itself (nobody else would: the controller
+        # stops only ranks still running), so no proc is left holding the failed rank's
+        # sockets open and its TorchFT Manager heartbeating. Nothing here calls kill().
+        failed = launcher.launch_group(_ranks(run_dir, 2, [0, 0], fail=(1,)))
+        assert [p.wait(60) for p in failed] == [0, 1]
+        wait_for(lambda: not monarch_procs(), 30, "the failed group's procs to be ended")
     finally:
         launcher.close()
     assert not monarch_procs()
@@ -208,5 +218,11 @@ def test_pretrain_on_monarch_sigkilled_rank_restarts_and_heals_then_a_standby_me
     assert summary["status"] == "completed"
     assert summary["standby"]["promoted"] == 1 and summary["standby"]["launched"] >= 2, summary["standby"]
     assert_weights_agree_after(run_dir, 1, 2)
+    # At each fault the failed group's procs were ended, the one whose train() raised included:
+    # group 0's collectives with them failed on the closed connection, never by waiting out
+    # ft.timeout_s on a proc left running (gloo's "Timed out waiting", seen before the fix).
+    for r in (0, 1):
+        log = (run_dir / "logs" / f"g0r{r}.a0.log").read_text()
+        assert "Timed out waiting" not in log, [line for line in log.splitlines() if "Timed out waiting" in line]
     # No Monarch proc of this job is left, the standbys' included (their command lines do not name the run dir).
     wait_for(lambda: not (all_monarch_procs() - before), 60, "every Monarch proc of the job to exit")
