@@ -302,8 +302,10 @@ class FTConfig:
     standby (on another host) in its place, excluding its host from later placements, only when a
     standby is ready and the time it costs per step (a CPU straggler's excess over the median, a
     link straggler's rise of the collective time) x the steps left exceeds one recovery
-    (``straggler_recovery_s``): a job about to end keeps its straggler. ``off``: not watched, no
-    probe server. Machine-wide load slows every group alike and names nobody."""
+    (``straggler_recovery_s``), and a CPU straggler has already cost one recovery since it was
+    named (a burst of load a window long is kept): a job about to end keeps its straggler.
+    ``off``: not watched, no probe server. Machine-wide load slows every group alike and names
+    nobody."""
 
     straggler_factor: float = 1.5
     """A group slower than this multiple of its peers' median (compute, or collective seconds per

@@ -278,6 +278,7 @@ class KeepReason(StrEnum):
     NO_STANDBY = "no_standby"
     BUDGET = "restart_budget"
     NOT_WORTH = "not_worth_it"
+    NOT_YET = "not_slow_long_enough"  # a CPU straggler that has not yet cost one recovery
 
 
 @dataclass(frozen=True)
@@ -389,6 +390,7 @@ class RecoveryPlanner:
         ready_standbys: Sequence[int],
         recovery_s: float,
         steps_left: int,
+        spent_s: Optional[float] = None,
     ) -> Evict | KeepStraggler:
         """What to do about a group found slower than its peers (controller.stragglers).
 
@@ -396,9 +398,13 @@ class RecoveryPlanner:
         the policy is ``evict``; a standby is ready (without one, a relaunch on the same host
         would cost a cold start and come back as slow: the standby runs on another host, which
         cures a slow CPU and a slow link alike); the group's restart budget allows one
-        more relaunch (an eviction must never give a group up); and the time it costs,
+        more relaunch (an eviction must never give a group up); the time it costs,
         ``loss_rate x steps_left``, exceeds one recovery, ``recovery_s``
-        (controller.stragglers.eviction_pays).
+        (controller.stragglers.eviction_pays); and a CPU straggler has already cost the job one
+        recovery since it was named (``spent_s``, controller.stragglers.cost_so_far): the rule
+        of renting skis until the rent paid equals the price, which never pays more than twice
+        the best choice made knowing how long the slowness lasts, where weighing only the steps
+        left takes a burst of load a window long for the rest of the job.
 
         Args:
             job: the job's state.
@@ -408,6 +414,8 @@ class RecoveryPlanner:
             ready_standbys: the ready standbys' numbers.
             recovery_s: one recovery's cost in seconds.
             steps_left: steps the job still has to train.
+            spent_s: what a CPU straggler has cost the job since it was named (None: a link
+                straggler, confirmed by two probe rounds instead).
         """
         g = job.groups[straggler.group]
         if policy != "evict":
@@ -420,6 +428,9 @@ class RecoveryPlanner:
         if not eviction_pays(straggler, recovery_s, steps_left):
             why = f"it costs {loss:.1f} s over the {steps_left} steps left, less than one recovery ({recovery_s:.1f} s)"
             return KeepStraggler(why, group=g.index, why=KeepReason.NOT_WORTH)
+        if spent_s is not None and spent_s < recovery_s:
+            why = f"it has cost {spent_s:.1f} s since it was named, less than one recovery ({recovery_s:.1f} s): kept until it has"
+            return KeepStraggler(why, group=g.index, why=KeepReason.NOT_YET)
         return Evict(
             f"it costs {loss:.1f} s over the {steps_left} steps left, more than one recovery ({recovery_s:.1f} s)",
             group=g.index,

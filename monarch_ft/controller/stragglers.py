@@ -31,7 +31,8 @@ is named. A group slow at compute over a window is not judged on its link (a thr
 probe late).
 
 Eviction (``ft.straggler=evict``) pays when the time the straggler costs the job over the
-recovery's own duration exceeds what the recovery costs; see :func:`eviction_pays`.
+recovery's own duration exceeds what the recovery costs; see :func:`eviction_pays`; a CPU
+straggler must also have cost that much already since it was named (:func:`cost_so_far`).
 """
 
 from __future__ import annotations
@@ -221,6 +222,9 @@ class StragglerWatch:
     # Why each flagged group is kept under ft.straggler=evict (said again only when it changes:
     # a standby that becomes ready, or steps running out, turn the decision).
     kept: dict[int, str] = field(default_factory=dict)
+    # The first step of the window that named each flagged CPU straggler (its cost so far, see
+    # cost_so_far): how long it has been slow, until it is cleared or replaced.
+    named_since: dict[int, int] = field(default_factory=dict)
     # The link probe: the job's lowest collective and compute seconds per step seen (medians
     # over groups of each one's newest TRIGGER_STEPS: the pace a rise is told from), when the
     # last round started, and the link stragglers the last round found (kept until the next).
@@ -267,6 +271,7 @@ class StragglerWatch:
         self.groups.pop(group, None)
         self.flagged.pop(group, None)
         self.kept.pop(group, None)
+        self.named_since.pop(group, None)
         self.link_found.pop(group, None)
         self.link_suspects.pop(group, None)
         for key in [k for k in self.last_record if k[0] == group]:
@@ -616,6 +621,29 @@ def loss_rate(straggler: Straggler) -> float:
     if straggler.loss_s is not None:
         return max(0.0, straggler.loss_s)
     return max(0.0, straggler.seconds - straggler.median_s)
+
+
+def cost_so_far(straggler: Straggler, named_since: Optional[int]) -> Optional[float]:
+    """Seconds a CPU straggler has cost the job since the window that first named it began:
+    its :func:`loss_rate` now x the steps from that window's first step to its newest judged
+    one. None for a link straggler (named only by two probe rounds in a row, its loss the
+    job's measured collective rise: :func:`confirm_link_stragglers`) or when no first naming is
+    known.
+
+    Why it matters (see :func:`eviction_pays`): a CPU straggler is named on one window of its
+    own steps, a fraction of a second at this scale, and a burst of load can be that long. Two
+    runs of the straggler drill beside two CPU hogs named a healthy group 1.8x and 2.5x slower
+    for 10 and 20 steps (the scheduler had left it sharing a core with a hog while its peers had
+    one each), a standby was ready, and ``loss_rate x steps_left`` (18,787 steps) evicted it
+    (2026-12-06, docs/results/stress.md "Stop 40").
+
+    Args:
+        straggler: the verdict now.
+        named_since: the first step of the window that first named it (StragglerWatch.named_since).
+    """
+    if straggler.kind != SlowKind.CPU or named_since is None:
+        return None
+    return loss_rate(straggler) * max(0, straggler.steps[1] - named_since + 1)
 
 
 def eviction_pays(straggler: Straggler, recovery_s: float, steps_left: int) -> bool:

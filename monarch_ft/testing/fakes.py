@@ -78,6 +78,8 @@ class Script:
             silent corruption, which nothing else shows.
         slow_at_step: from this step on its compute takes ``slow_factor`` x as long (a fail-slow
             rank: its records' ``compute_s``; the fake quorum's pace is unchanged).
+        slow_until_step: the first step at its own pace again (None: slow to the end): a burst
+            of load a few steps long.
     """
 
     build_s: float = 0.5
@@ -90,6 +92,11 @@ class Script:
     corrupt_from_step: Optional[int] = None
     slow_at_step: Optional[int] = None
     slow_factor: float = 3.0
+    slow_until_step: Optional[int] = None
+
+    def slow_at(self, step: int) -> bool:
+        """Whether the rank computes ``slow_factor`` x slower at ``step``."""
+        return self.slow_at_step is not None and step >= self.slow_at_step and (self.slow_until_step is None or step < self.slow_until_step)
 
 
 class _Phase:
@@ -257,7 +264,7 @@ class FakeRank(RankProcess):
             loss=round(10.0 / (1 + step), 4),
             step_time_s=self.world.step_s,
             # Half the step computing, the rest in the cross-group collective.
-            compute_s=self.world.step_s / 2 * (self.script.slow_factor if self.script.slow_at_step is not None and step >= self.script.slow_at_step else 1.0),
+            compute_s=self.world.step_s / 2 * (self.script.slow_factor if self.script.slow_at(step) else 1.0),
             xgroup_s=self.world.step_s / 2,
             state_hash=self.world.state_hash if self.world.hash_steps else None,
             fingerprint=self._fingerprint(step) if self.world.fingerprints else None,

@@ -5,6 +5,7 @@ a second. The assertions read the events and the job's state, as the job tests r
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 from typing import Optional
@@ -21,6 +22,7 @@ from monarch_ft.launcher.base import LauncherTraits
 from monarch_ft.launcher.slurm import node_health
 from monarch_ft.records.events import GiveUpReason, GroupStatus, JobStatus
 from monarch_ft.records.exits import LOST_EXIT, RankExit
+from monarch_ft.records.layout import read_jsonl
 from monarch_ft.testing.fakes import FakeClock, FakeLauncher, Script, fake_job_config
 
 ERROR_A = {"error": "ValueError: bad value", "error_type": "ValueError", "frame": "monarch_ft/rank/trainer.py:10 in build", "environmental": False}
@@ -470,7 +472,8 @@ def test_a_node_down_its_group_relaunched_elsewhere_the_node_excluded_then_back_
 
 # ---------------------------------------------------------------- fail-slow groups
 def test_a_slow_group_is_named_and_under_evict_replaced_by_the_standby_once(tmp_path, world):
-    # A fake step is 0.1 s: the straggler costs 0.05 s a step, 4 s over the steps left, more than 2 s.
+    # A fake step is 0.1 s: the straggler costs 0.1 s a step (0.3 s against its peers' 0.1),
+    # 7 s over the steps left, more than 2 s, once it has cost 2 s (20 of its steps).
     job = Job(tmp_path, world, training__steps=130, ft__replica_groups=3, ft__straggler="evict", ft__straggler_recovery_s=2.0)
     job.launcher.script(1, 0, Script(slow_at_step=40, slow_factor=3.0))  # only its first attempt is slow
     assert job.run() == 0
@@ -479,15 +482,41 @@ def test_a_slow_group_is_named_and_under_evict_replaced_by_the_standby_once(tmp_
     # Named within the window: 3x its peers is far slower (2 x ft.straggler_factor), named once 8
     # of its last ft.straggler_window steps were slow (steps 38-47, 40-47 slow).
     assert found["steps"] == [38, 47] and found["ratio"] == 3.0
+    # Kept while it has cost less than one recovery since it was named (the window's 10 steps
+    # at 0.1 s each: 1 s of 2), evicted once it has (steps 38-57).
+    (kept,) = job.events("straggler_kept")
+    assert (kept["group"], kept["why"]) == (1, "not_slow_long_enough") and kept["because"].startswith("it has cost 1.0 s since it was named"), kept
     (evicted,) = job.events("straggler_evicted")
-    assert evicted["group"] == 1 and evicted["loss_s"] > evicted["cost_s"] == 2.0
+    assert evicted["group"] == 1 and evicted["loss_s"] > evicted["cost_s"] == 2.0 and evicted["time"] > kept["time"]
+    last = max(m["step"] for m in read_jsonl(os.path.join(job.run_dir, "metrics.jsonl")) if m["group"] == 1 and m["attempt"] == 0)
+    assert last >= 57, last
     assert [(e["group"], e["reason"]) for e in job.events("group_failed")] == [(1, "straggler")]
     assert job.paths() == [(1, "standby")]
-    assert job.events("straggler_kept") == [] and job.state.status == JobStatus.COMPLETED
+    assert job.state.status == JobStatus.COMPLETED
     (line,) = job_status(job.run_dir).stragglers
     assert (
         line.startswith("group 1 (attempt 0) cpu straggler, 3.0x its peers: rank 0 0.150 s/step, median 0.050 s, steps 38-47") and ": evicted, it costs" in line
     )
+
+
+def test_a_burst_of_slowness_a_window_long_is_kept_under_evict_and_cleared(tmp_path, world):
+    # Group 1 computes 3x slower for 12 steps only (a burst of load: the scheduler leaving it a
+    # shared core for a while), with a standby ready and evicting it paying over the steps left:
+    # named (steps 38-47), kept while it has cost less than one recovery (named until step 53,
+    # 8 of its last 10 steps slow: 16 steps x 0.1 s < 2 s), cleared once a window of its steps
+    # is at its peers' pace again; never evicted. (Weighing the steps left alone evicted such a
+    # group in two straggler drills beside CPU hogs.)
+    job = Job(tmp_path, world, training__steps=130, ft__replica_groups=3, ft__straggler="evict", ft__straggler_recovery_s=2.0)
+    job.launcher.script(1, 0, Script(slow_at_step=40, slow_until_step=52, slow_factor=3.0))
+    assert job.run() == 0
+    (found,) = job.events("straggler_detected")
+    assert (found["group"], found["slow_kind"]) == (1, "cpu")
+    (kept,) = job.events("straggler_kept")
+    assert kept["why"] == "not_slow_long_enough" and kept["time"] >= found["time"], kept
+    (cleared,) = job.events("straggler_cleared")
+    assert cleared["group"] == 1 and cleared["time"] > kept["time"]
+    assert job.events("straggler_evicted") == job.events("group_failed") == [] and job.paths() == []
+    assert job.state.status == JobStatus.COMPLETED
 
 
 def test_status_tells_what_became_of_each_straggler():

@@ -24,6 +24,7 @@ from monarch_ft.controller.stragglers import (
     StragglerLimits,
     StragglerWatch,
     collective_loss,
+    cost_so_far,
     cpu_suspects,
     eviction_pays,
     find_link_stragglers,
@@ -177,6 +178,38 @@ def test_the_planner_evicts_only_under_evict_with_a_ready_standby_a_budget_and_a
     state.groups[1].restart_times = [40.0, 45.0, 49.0]
     spent = p.on_straggler(state, s, 50.0, "evict", [3], recovery_s=10.0, steps_left=200)
     assert isinstance(spent, KeepStraggler) and "ft.max_restarts=3" in spent.reason
+
+
+def test_a_cpu_straggler_is_evicted_only_once_it_has_cost_one_recovery():
+    """Replays of the straggler drill beside two CPU hogs (docs/results/stress.md, "Stop 40"):
+    a healthy group named for 10 and for 20 steps (1.8x, 2.5x: the scheduler left it sharing a
+    core with a hog) was evicted at once, a standby being ready and 18,787 steps left. Weighing
+    what it has cost since it was named keeps such a burst; the drill's real straggler (30% of a
+    CPU, 5.3x) is evicted once its cost reaches one recovery."""
+    p, state = planner(), job()
+    bursts = [
+        Straggler(2, 0, SlowKind.CPU, 0.0485, 0.0268, (1203, 1212)),  # run 2: 1.8x for 10 steps
+        Straggler(0, 0, SlowKind.CPU, 0.061, 0.0245, (57, 76)),  # run 3: 2.5x for 20 steps
+    ]
+    for s in bursts:
+        assert eviction_pays(s, recovery_s=10.0, steps_left=18787), "the old rule alone evicted it"
+        spent = cost_so_far(s, named_since=s.steps[0])
+        assert spent is not None and spent < 1.0, spent
+        kept = p.on_straggler(state, s, 50.0, "evict", [3], recovery_s=10.0, steps_left=18787, spent_s=spent)
+        assert isinstance(kept, KeepStraggler) and kept.why == "not_slow_long_enough", kept
+        assert kept.reason.startswith(f"it has cost {spent:.1f} s since it was named, less than one recovery (10.0 s)"), kept.reason
+    # The real one, named on steps 48-84: 5.8 s so far, kept; 64 steps after 48 it has cost 10 s.
+    named = Straggler(1, 0, SlowKind.CPU, 0.1936, 0.0364, (48, 84))
+    assert cost_so_far(named, 48) == pytest.approx(0.1572 * 37)
+    assert isinstance(p.on_straggler(state, named, 50.0, "evict", [3], 10.0, 18000, spent_s=cost_so_far(named, 48)), KeepStraggler)
+    later = Straggler(1, 0, SlowKind.CPU, 0.1936, 0.0364, (102, 111))
+    assert cost_so_far(later, 48) == pytest.approx(0.1572 * 64)
+    evict = p.on_straggler(state, later, 60.0, "evict", [3], 10.0, 17900, spent_s=cost_so_far(later, 48))
+    assert isinstance(evict, Evict) and evict.group == 1
+    # A link straggler has no such wait: two probe rounds in a row named it (None: not applied).
+    link = Straggler(2, 0, SlowKind.LINK, 0.29, 0.0002, (1082, 1082), loss_s=1.09)
+    assert cost_so_far(link, 1082) is None
+    assert cost_so_far(named, None) is None
 
 
 @pytest.mark.parametrize(

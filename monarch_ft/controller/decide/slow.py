@@ -21,6 +21,7 @@ from monarch_ft.controller.stragglers import (
     back_to_pace,
     collective_loss,
     confirm_link_stragglers,
+    cost_so_far,
     cpu_suspects,
     find_link_stragglers,
     find_stragglers,
@@ -55,6 +56,7 @@ def check_stragglers(t: Tick) -> None:
     for group in cleared:
         watch.flagged.pop(group)
         watch.kept.pop(group, None)
+        watch.named_since.pop(group, None)
         t.out.emit(EventKind.STRAGGLER_CLEARED, group=group)
     for s in found.values():
         if s.group not in watch.flagged:
@@ -62,9 +64,13 @@ def check_stragglers(t: Tick) -> None:
             t.out.emit(EventKind.STRAGGLER_DETECTED, attempt=state.groups[s.group].attempt, **s.fields())
         elif ft.straggler != "evict":
             continue
-        # Under evict, decided again every tick while it is slow (a standby may become ready).
+        if s.kind == SlowKind.CPU:
+            watch.named_since.setdefault(s.group, s.steps[0])
+        # Under evict, decided again every tick while it is slow (a standby may become ready,
+        # a CPU straggler's cost so far grows).
         steps_left = max(0, t.cfg.training.steps - state.job_step)
-        action = t.rules.planner.on_straggler(state, s, t.now, ft.straggler, state.standby.ready_numbers(), ft.straggler_recovery_s, steps_left)
+        spent = cost_so_far(s, watch.named_since.get(s.group))
+        action = t.rules.planner.on_straggler(state, s, t.now, ft.straggler, state.standby.ready_numbers(), ft.straggler_recovery_s, steps_left, spent_s=spent)
         if isinstance(action, KeepStraggler):
             if ft.straggler == "evict" and watch.kept.get(s.group) != action.why:
                 watch.kept[s.group] = action.why
