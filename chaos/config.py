@@ -122,6 +122,8 @@ def validate_chaos(cfg: DrillConfig, faults: list[FaultOptions]) -> None:
         if f.at_s is not None and f.at_s < 0:
             raise ConfigError(f"{where}.at_s={f.at_s}: must be >= 0")
         fault_kind(f.kind).check(f, cfg, traits, where)
+        if fault_kind(f.kind).needs_next(f) and i == len(faults) - 1:
+            raise ConfigError(f"{where}: timed from the drill's next fault (back_after_next_s) but the last one: add a fault after it, or use duration_s")
     restarting = [f for f in faults if fault_kind(f.kind).costs_restart]
     # A full restart consumes one restart of every group; live recovery one of the target's
     # (a fault without a target may hit any group). The budget is ft.max_restarts within

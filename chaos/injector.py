@@ -217,6 +217,8 @@ class ChaosInjector:
             "members": sorted(failure.members),
             "injected_at": injected_at,
         }
+        if kind.needs_next(fault):
+            active["details"] = details  # what after_next needs (the node), kept with the drill's state
         if not self.actives:
             self._records = []
         self.actives.append(active)
@@ -233,6 +235,10 @@ class ChaosInjector:
             step=failure.step,
             **{"mode": kind.mode(fault), **details},
         )
+        # A fault timed from this one's injection (node_down's back_after_next_s) starts its clock.
+        if self.next_index > 0 and len(self.injected) >= 2:
+            previous = self.faults[self.next_index - 1]
+            fault_kind(previous.kind).after_next(job, previous, self.injected[-2].get("details", {}))
         self.next_index += 1
         if kind.ends_this_process:
             self._save()

@@ -174,6 +174,25 @@ class FaultKind(ABC):
         """
         return {}
 
+    def needs_next(self, fault: FaultOptions) -> bool:
+        """Whether this fault is timed from the drill's next fault (see :meth:`after_next`), so
+        that a drill ending with it is refused.
+
+        Args:
+            fault: the fault's options.
+        """
+        return False
+
+    def after_next(self, job: "JobControl", fault: FaultOptions, details: dict[str, Any]) -> None:
+        """Called once the drill's next fault was injected, for a fault timed from it (node_down's
+        ``back_after_next_s``); nothing by default.
+
+        Args:
+            job: the running job.
+            fault: this fault's options.
+            details: what :meth:`inject` returned for it.
+        """
+
     @abstractmethod
     def inject(self, job: "JobControl", group: int, fault: FaultOptions) -> dict[str, Any]:
         """Do the fault. Detection and recovery are the supervisor's and TorchFT's: nothing

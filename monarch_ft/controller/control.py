@@ -157,6 +157,11 @@ class JobControl:
                 deleted.append({"path": path, "files": count})
         return {**done, "deleted": deleted}
 
+    def restore_node_after(self, node: str, seconds: float) -> bool:
+        """Bring back ``node`` (taken down by :meth:`kill_host`) ``seconds`` from now instead of
+        when it was due; False when it is not down (any more)."""
+        return self._sup.launcher.restore_node_after(node, seconds, on_restore=self._node_restored())
+
     def _node_restored(self) -> Callable[[dict], None]:
         """Called (timer thread) when a node a node fault took down is back."""
 

@@ -867,6 +867,20 @@ class SlurmLauncher(Launcher):
         timer.start()
         return {**details, "duration_s": seconds}
 
+    def restore_node_after(self, node: str, seconds: float, on_restore: Optional[Callable[[dict], None]] = None) -> bool:
+        """Bring a node this launcher took down back ``seconds`` from now, in place of when its
+        timer was due (then ``on_restore``); False when it is not down."""
+        with self._down_lock:
+            down = self._downs.get(node)
+            if down is None:
+                return False
+            old = down.get("timer")
+            if old is not None:
+                old.cancel()
+            timer = down["timer"] = restore_later(seconds, lambda: self.restore_node(node), on_restore)
+            timer.start()
+        return True
+
     def restore_node(self, node: str) -> Optional[dict]:
         """Bring a node this launcher took down back now (also what its timer does); None if none is down."""
         with self._down_lock:
