@@ -54,12 +54,17 @@ def test_a_slow_group_and_a_slow_link_are_named_and_evicted_to_standbys(run_dir)
     slow_injected, link_injected = of("fault_injected")
     assert slow_injected["mechanism"] == ("sigstop" if cgroup_problem() else "cgroup"), slow_injected
     detected = of("straggler_detected")
-    # The slow group: named first, on its CPU, within the window after the fault. (Another CPU
-    # straggler named is the compute detector's on a heavily loaded machine: a run at load average
-    # 30 named a group 2.8x slower for 10 steps of 15 ms, kept, cleared 1.4 s later; it is never
-    # evicted: only the two faulty groups fail, below.)
-    found = next(e for e in detected if e["time"] > slow_injected["time"])
-    assert (found["group"], found["attempt"], found["slow_kind"]) == (1, 0, "cpu") and found["ratio"] > 1.5, detected
+    # The slow group: named on its CPU, within four windows of its steps after the fault. Another
+    # CPU straggler may be named too, even first, on a heavily loaded machine (a run at load
+    # average 30 named a group 2.8x slower for 10 steps of 15 ms; beside two CPU hogs a healthy
+    # group was named 1.8-3.4x slower for 10-20 steps, often as the throttled group dropped out of
+    # the quorum): it is kept until it has cost one recovery, cleared once back to pace, never
+    # evicted (only the two faulty groups fail, below).
+    found = next(e for e in detected if e["time"] > slow_injected["time"] and e["group"] == 1 and e["attempt"] == 0)
+    assert found["slow_kind"] == "cpu" and found["ratio"] > 1.5, detected
+    for other in [e for e in detected if e["slow_kind"] == "cpu" and (e["group"], e["attempt"]) != (1, 0)]:
+        kept = [e for e in of("straggler_kept") if e["group"] == other["group"] and e["time"] >= other["time"]]
+        assert kept and kept[0]["why"] in ("not_slow_long_enough", "no_standby"), (other, kept)
     # Named on the slowed steps: most of the steps judged (first, last) came after the fault, so
     # its median ratio is theirs (a rule may judge a window or two with a few fast steps in it).
     first, last = found["steps"]
