@@ -476,6 +476,64 @@ class FakeLauncher(Launcher):
 
 
 # ---------------------------------------------------------------- a job on the fakes
+class FakeChaosJob:
+    """The chaos injector's view of a running job (``controller.control.JobControl``), for its
+    scheduling decisions: every group healthy, live and at step 50 unless a test says otherwise;
+    the faults it does are recorded in ``calls``, not done.
+
+    Args:
+        run_dir: the run directory (the injector looks for a stop request there).
+        groups: the job's replica groups.
+    """
+
+    def __init__(self, run_dir: str, groups: int = 2) -> None:
+        from types import SimpleNamespace
+
+        self.run_layout = RunLayout(run_dir)
+        self.cfg = SimpleNamespace(ft=SimpleNamespace(replica_groups=groups, ranks_per_group=1), training=SimpleNamespace(state_hash_every=0))
+        self.first_step_time = 100.0
+        self.last_commit = {g: {"step": 50, "participating_groups": list(range(groups)), "time": 101.0} for g in range(groups)}
+        self.healthy, self.live = list(range(groups)), list(range(groups))
+        self.emitted: list[dict] = []
+        self.calls: list[tuple] = []
+
+    @property
+    def killed(self) -> list[int]:
+        """The groups a rank of which was signalled, in order."""
+        return [c[1] for c in self.calls if c[0] == "signal_rank"]
+
+    def healthy_groups(self) -> list[int]:
+        return list(self.healthy)
+
+    def live_groups(self) -> list[int]:
+        return list(self.live)
+
+    def standby_pending(self) -> bool:
+        return False
+
+    def attempt(self, group: int) -> int:
+        return 0
+
+    def events_of(self, kind, **match) -> list[dict]:
+        return []
+
+    def emit(self, event, **fields) -> dict:
+        self.emitted.append({"event": str(event), **fields})
+        return self.emitted[-1]
+
+    def signal_rank(self, group: int, rank: int, sig) -> dict:
+        self.calls.append(("signal_rank", group, int(sig)))
+        return {"signal": int(sig)}
+
+    def kill_host(self, group: int, down_s: Optional[float] = None) -> dict:
+        self.calls.append(("kill_host", group, down_s))
+        return {"node": f"n{group}", "duration_s": down_s}
+
+    def restore_node_after(self, node: str, seconds: float) -> bool:
+        self.calls.append(("restore_node_after", node, seconds))
+        return True
+
+
 def fake_job_config(data_path: str, lighthouse_addr: str, **overrides):
     """A small job's config for the fakes: 2 groups of 1 rank, 30 steps, an external Lighthouse
     at ``lighthouse_addr`` (a listening socket of the test's), the token file ``data_path``;

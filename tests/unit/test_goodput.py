@@ -26,6 +26,7 @@ import pytest
 
 from monarch_ft.records.goodput import goodput, goodput_ratio, lineage, median_step_s, rollbacks_of, windows
 from monarch_ft.records.layout import read_jsonl
+from monarch_ft.testing.fakes import FakeChaosJob
 
 FIXTURES = Path(__file__).parent / "fixtures" / "goodput"
 KILLED_AT = 1796346303.4335356  # process_kill_2x1: the fault_injected event's time
@@ -242,53 +243,13 @@ def test_bench_faults_are_seeded_poisson_arrivals_over_the_whole_cell():
     assert faults_override([{"kind": "hang", "mode": "gil", "at_s": 1.5}]) == "chaos.faults=[{kind: hang, mode: gil, at_s: 1.5}]"
 
 
-class _Job:
-    """The chaos injector's view of a running job (JobControl), for its scheduling decisions."""
-
-    def __init__(self, run_dir: Path) -> None:
-        from types import SimpleNamespace
-
-        from monarch_ft.records.layout import RunLayout
-
-        self.run_layout = RunLayout(str(run_dir))
-        self.cfg = SimpleNamespace(ft=SimpleNamespace(replica_groups=2, ranks_per_group=1), training=SimpleNamespace(state_hash_every=0))
-        self.first_step_time = 100.0
-        self.last_commit = {0: {"step": 50, "participating_groups": [0, 1], "time": 101.0}, 1: {"step": 50, "participating_groups": [0, 1], "time": 101.0}}
-        self.healthy, self.live = [0, 1], [0, 1]
-        self.emitted: list[dict] = []
-        self.killed: list[int] = []
-
-    def healthy_groups(self):
-        return list(self.healthy)
-
-    def live_groups(self):
-        return list(self.live)
-
-    def standby_pending(self):
-        return False
-
-    def attempt(self, group):
-        return 0
-
-    def events_of(self, kind, **match):
-        return []
-
-    def emit(self, event, **fields):
-        self.emitted.append({"event": str(event), **fields})
-        return self.emitted[-1]
-
-    def signal_rank(self, group, rank, sig):
-        self.killed.append(group)
-        return {"signal": int(sig)}
-
-
 @pytest.mark.parametrize("overlap", [False, True])
 def test_a_fault_due_while_another_recovers_fires_on_schedule_with_overlap(tmp_path, overlap):
     from chaos.config import FaultConfig
     from chaos.injector import ChaosInjector
 
     faults = [FaultConfig(kind="process_kill", at_s=1.0, wait_standby=False), FaultConfig(kind="process_kill", at_s=1.5, wait_standby=False)]
-    job = _Job(tmp_path)
+    job = FakeChaosJob(str(tmp_path))
     injector = ChaosInjector(faults, seed=0, allow_last_healthy=True, recovery_timeout_s=60, overlap=overlap)
     injector.tick(job, 101.2)
     assert len(job.killed) == 1  # the first, on time

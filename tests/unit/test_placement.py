@@ -213,46 +213,12 @@ def test_a_pending_allocation_is_given_the_exclusions_as_they_are_now_once_per_c
 def test_a_node_down_timed_from_the_next_fault_comes_back_then(tmp_path):
     """node_down's back_after_next_s: the node is held down when it fails, and its return is set
     once the drill's next fault fires, whatever that fault waited for (a standby's build)."""
-    from types import SimpleNamespace
-
     from chaos.injector import ChaosInjector
     from chaos.kinds.node_down import HELD_S
-    from monarch_ft.records.layout import RunLayout
-
-    class Job:  # the injector's view of a running job (JobControl)
-        run_layout = RunLayout(str(tmp_path))
-        cfg = SimpleNamespace(ft=SimpleNamespace(replica_groups=3, ranks_per_group=1), training=SimpleNamespace(state_hash_every=0))
-        first_step_time = 100.0
-        last_commit = {g: {"step": 50, "participating_groups": [0, 1, 2], "time": 101.0} for g in range(3)}
-        calls: list = []
-
-        def healthy_groups(self):
-            return [0, 1, 2]
-
-        live_groups = healthy_groups
-
-        def standby_pending(self):
-            return False
-
-        def attempt(self, group):
-            return 0
-
-        def events_of(self, kind, **match):
-            return []
-
-        def emit(self, event, **fields):
-            return {"event": str(event), **fields}
-
-        def kill_host(self, group, down_s=None):
-            self.calls.append(("kill_host", group, down_s))
-            return {"node": f"n{group}", "duration_s": down_s}
-
-        def restore_node_after(self, node, seconds):
-            self.calls.append(("restore_node_after", node, seconds))
-            return True
+    from monarch_ft.testing.fakes import FakeChaosJob
 
     faults = [FaultConfig(kind="node_down", at_s=1.0, target=1, back_after_next_s=5, wait_standby=False), FaultConfig(kind="node", at_s=30.0, target=2)]
-    job = Job()
+    job = FakeChaosJob(str(tmp_path), groups=3)
     injector = ChaosInjector(faults, seed=0, allow_last_healthy=True, recovery_timeout_s=600, overlap=True)
     injector.tick(job, 101.5)
     assert job.calls == [("kill_host", 1, HELD_S)]  # held down: no return set yet
