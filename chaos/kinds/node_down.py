@@ -65,7 +65,7 @@ class NodeDown(FaultKind):
 
     def after_next(self, job, fault, details: dict[str, Any]) -> None:
         if fault.back_after_next_s is not None:
-            job.restore_node_after(details["node"], fault.back_after_next_s)
+            job.restore_host_after(details, fault.back_after_next_s)
 
 
 KIND = NodeDown()

@@ -157,10 +157,15 @@ class JobControl:
                 deleted.append({"path": path, "files": count})
         return {**done, "deleted": deleted}
 
-    def restore_node_after(self, node: str, seconds: float) -> bool:
-        """Bring back ``node`` (taken down by :meth:`kill_host`) ``seconds`` from now instead of
-        when it was due; False when it is not down (any more)."""
-        return self._sup.launcher.restore_node_after(node, seconds, on_restore=self._node_restored())
+    def restore_host_after(self, killed: dict, seconds: float) -> bool:
+        """Bring back the node a :meth:`kill_host` took down ``seconds`` from now instead of when it
+        was due; False when it is not down (any more).
+
+        Args:
+            killed: what that :meth:`kill_host` returned (it names the node).
+            seconds: from now until the node is back.
+        """
+        return self._sup.launcher.restore_node_after(killed["node"], seconds, on_restore=self._node_restored())
 
     def _node_restored(self) -> Callable[[dict], None]:
         """Called (timer thread) when a node a node fault took down is back."""

@@ -529,8 +529,8 @@ class FakeChaosJob:
         self.calls.append(("kill_host", group, down_s))
         return {"node": f"n{group}", "duration_s": down_s}
 
-    def restore_node_after(self, node: str, seconds: float) -> bool:
-        self.calls.append(("restore_node_after", node, seconds))
+    def restore_host_after(self, killed: dict, seconds: float) -> bool:
+        self.calls.append(("restore_host_after", killed["node"], seconds))
         return True
 
 

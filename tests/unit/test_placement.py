@@ -225,4 +225,4 @@ def test_a_node_down_timed_from_the_next_fault_comes_back_then(tmp_path):
     injector.tick(job, 120.0)
     assert job.calls == [("kill_host", 1, HELD_S)]  # the next fault is not due: still down
     injector.tick(job, 131.0)
-    assert job.calls[1:] == [("kill_host", 2, None), ("restore_node_after", "n1", 5.0)]
+    assert job.calls[1:] == [("kill_host", 2, None), ("restore_host_after", "n1", 5.0)]
