@@ -862,14 +862,14 @@ class SlurmLauncher(Launcher):
             started = time.time()
             self._downs[sim.name] = {"started": started}
         details = take_down(sim)
-
-        timer = self._downs[sim.name]["timer"] = restore_later(seconds, lambda: self.restore_node(sim.name), on_restore)
-        timer.start()
+        self.restore_node_after(sim.name, seconds, on_restore)
         return {**details, "duration_s": seconds}
 
     def restore_node_after(self, node: str, seconds: float, on_restore: Optional[Callable[[dict], None]] = None) -> bool:
-        """Bring a node this launcher took down back ``seconds`` from now, in place of when its
-        timer was due (then ``on_restore``); False when it is not down."""
+        """Bring a node this launcher took down back ``seconds`` from now (then ``on_restore``),
+        in place of when its timer was due, if it had one: the one place a return is scheduled
+        (:meth:`node_down`, and a chaos ``node_down`` timed from the next fault). False when it
+        is not down."""
         with self._down_lock:
             down = self._downs.get(node)
             if down is None:
