@@ -32,6 +32,17 @@ def pytest_collection_modifyitems(config, items):
         slow = item.get_closest_marker("slow") is not None
         if (tier == "jobs") != slow:
             raise pytest.UsageError(f"{item.nodeid}: {'marked slow outside tests/jobs' if slow else 'in tests/jobs without the slow mark'}")
+    # The job tier runs on two workers (pytest -n 2, --dist load: the README's command), which
+    # take the tests in this order, one each in turn: the longest (marked long, by their minutes
+    # beside another job test) go first, so that no worker is left at the end with a
+    # three-minute test while the other is idle.
+    items.sort(key=lambda item: -_long_minutes(item))
+
+
+def _long_minutes(item) -> float:
+    """A test's ``long(minutes)`` mark (1 when not given), 0 for a test not marked long."""
+    mark = item.get_closest_marker("long")
+    return 0 if mark is None else (mark.args[0] if mark.args else 1)
 
 
 @pytest.fixture

@@ -22,6 +22,7 @@ EVERY_KIND = (
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_every_fault_kind_recovers_with_all_phases_timed(run_dir):
     # No standby: relaunches fork from the fork server, so each fault finds its group's ranks
     # relaunched, not promoted (what the phases below time), which also keeps this long drill shorter.

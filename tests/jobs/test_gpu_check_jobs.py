@@ -35,6 +35,7 @@ def _script(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_cpu_dry_run_of_the_checks_no_other_test_covers(tmp_path):
     """The script for real on CPU, with the checks nothing else here runs: the environment
     (torchft's process group configured, an allreduce, an abort) and the overhead benchmark's

@@ -47,6 +47,7 @@ def _every_at(events: list[dict], t: float) -> int:
     return decided[-1]["every"] if decided else 1
 
 
+@pytest.mark.long
 def test_a_corrupt_replica_of_three_is_blamed_healed_and_costs_no_loss(run_dir, tmp_path):
     steps = 200
     job = [*SAME, "ft.replica_groups=3", f"training.steps={steps}", "checkpoint.interval=10"]

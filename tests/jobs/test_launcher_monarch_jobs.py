@@ -141,6 +141,7 @@ def test_sigkilled_actor_proc_is_reported_and_kill_leaves_nothing(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.long(2)
 def test_pretrain_on_monarch_sigkilled_rank_restarts_and_heals_then_a_standby_mesh_takes_over(run_dir):
     """One job, two faults on group 1: the first while the warm standby (a proc mesh of its
     own, ft.standby_groups=1) is still building respawns the group's mesh (cold, healed from

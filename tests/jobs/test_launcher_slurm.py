@@ -192,6 +192,7 @@ def _steps(metrics, group):
     return [m for m in metrics if m["group"] == group and m["rank"] == 0 and m["committed"]]
 
 
+@pytest.mark.long
 def test_controller_sigkilled_then_attached_readopts_slurm_jobs_by_id(cluster, run_dir):
     """The supervisor SIGKILLed mid-run; a rank SIGKILLed while nobody supervises; a new
     controller re-adopts the live group's Slurm job by its id (never restarted), fails the
@@ -245,6 +246,7 @@ def test_controller_sigkilled_then_attached_readopts_slurm_jobs_by_id(cluster, r
     assert not out, out
 
 
+@pytest.mark.long(3)
 def test_four_nodes_two_node_faults_spread_quorum_exclusion_and_return(tmp_path, run_dir):
     """A 2x2 job with one standby on four simulated nodes (2 CPUs each: one job per node), with
     no node named: Slurm spreads the groups and the standby, and the quorum forms across nodes.

@@ -68,6 +68,7 @@ def _assert_resumed_from_disk(run_dir, killed_at: float) -> dict:
     return summary
 
 
+@pytest.mark.long
 def test_every_group_killed_while_one_restarts_resumes_from_checkpoint(run_dir):
     """The soak's loss, made deterministic: group 1 dies; while it restarts, group 0 dies too."""
     # A cold relaunch: a ready standby (or a warm fork) could heal group 1 from group 0 before
@@ -137,6 +138,7 @@ def _alive(pid: int) -> bool:
 SLOW_SAVE = [*FAST, "ft.hang_timeout_s=6", "ft.timeout_s=3", "checkpoint.save_timeout_s=15", "checkpoint.interval=5"]
 
 
+@pytest.mark.long
 def test_a_held_up_supervisor_a_slow_save_and_a_stuck_save(run_dir):
     """Three pauses in one job (2 groups x 1 rank, a 6 s hang timeout), in a row: the
     supervisor and every rank held up at once (the soak's loss began with a detector that

@@ -43,6 +43,7 @@ def _ps(pid) -> str:
     return " ".join(subprocess.run(["ps", "-ww", "-o", "comm=", "-o", "args=", "-p", str(pid)], capture_output=True, text=True).stdout.split())
 
 
+@pytest.mark.long
 def test_standby_replaces_a_failed_node_a_dead_standby_is_rebuilt_and_a_second_fault_goes_cold(run_dir):
     need_netns()
     proc = start_job(

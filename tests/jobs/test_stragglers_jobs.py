@@ -22,6 +22,7 @@ WINDOW = 10
 
 
 @pytest.mark.slow
+@pytest.mark.long(3)
 def test_a_slow_group_and_a_slow_link_are_named_and_evicted_to_standbys(run_dir):
     need_netns()
     before = leftover_cgroups()
