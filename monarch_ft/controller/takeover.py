@@ -460,10 +460,14 @@ class ResumedTail(ReportTail):
         super().__init__(path)
         self._relayed: Optional[set[tuple]] = relayed
 
-    def read(self) -> list[dict[str, Any]]:
-        out = super().read()
+    def read_lines(self) -> list[tuple[dict[str, Any], bytes]]:
+        # read_lines, not read: the tick observes a rank's report through read_lines (it relays
+        # each line as written) and read is built on it. When only read was filtered, a takeover
+        # relayed those records a second time (a step committed twice in metrics.jsonl, so the
+        # drill's steps_never_go_back failed: a two-worker job tier caught it).
+        out = super().read_lines()
         if self._relayed is not None:
-            out = [r for r in out if (r.get("pid"), r.get("time")) not in self._relayed]
+            out = [(r, line) for r, line in out if (r.get("pid"), r.get("time")) not in self._relayed]
             self._relayed = None
         return out
 

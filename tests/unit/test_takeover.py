@@ -195,9 +195,16 @@ def test_records_relayed_before_a_kill_are_relayed_once(tmp_path):
     # Relayed after that save (then the kill): steps 1 (metrics.jsonl) and the event (events.jsonl).
     metrics.write_text(json.dumps(recs[0]) + "\n" + json.dumps(recs[1]) + "\n")
     events = [{"time": 101.5, "event": "checkpoint_saved", "group": 0, "rank": 0, "pid": 7}, {"time": 99.0, "event": "job_started"}]
+    # Read as the tick's observe stage reads a report (read_lines: each record with its line, relayed as written).
     tail = ResumedTail(str(report), relayed_records(events, str(metrics)))
     tail.seek(saved)
-    assert [(r["type"], r.get("step")) for r in tail.read()] == [("step", 2), ("step", 3)]
+    kept = tail.read_lines()
+    assert [(r["type"], r.get("step")) for r, _ in kept] == [("step", 2), ("step", 3)]
+    assert [json.loads(line) for _, line in kept] == [recs[3], recs[4]]
     with open(report, "a") as f:  # later records are never dropped, whatever their time
         f.write(json.dumps({**recs[1], "time": 200.0}) + "\n")
     assert [r["time"] for r in tail.read()] == [200.0]
+    # read (built on read_lines) drops them too.
+    again = ResumedTail(str(report), relayed_records(events, str(metrics)))
+    again.seek(saved)
+    assert [r.get("step") for r in again.read()] == [2, 3, 1]
