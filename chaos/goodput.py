@@ -23,6 +23,10 @@ are reported, never dropped.
 (each the ratio of the means over the repetitions), per provisioned replica over no-FT's (standbys
 count as replicas held), ETTR at the arm's fault-free median step time, each with a 95% bootstrap
 interval whose unit is a repetition (its faulted cell with the references of the same repetition).
+Beside them, what the faults cost each cell against its own pace between them
+(monarch_ft.records.goodput.own_pace_kept): blind to costs outside the faults' spans, but not to the
+machine's speed moving between cells, which the ratios to other cells need many repetitions to average
+out. A fault-free cell's reads about 1: the check of that figure's own error.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Iterable, Optional, Sequence
 
-from monarch_ft.records.goodput import goodput, median_step_s, rollbacks_of
+from monarch_ft.records.goodput import goodput, median_step_s, own_pace_kept, rollbacks_of
 from monarch_ft.records.stats import bootstrap_ci, mean
 
 
@@ -190,6 +194,8 @@ class CellFigures:
         faults: what became of each fault due in the cell (scheduled within ``training_s``).
         ended_early: the job exited before the stop (exit code in ``exit_code``).
         exit_code: the job's exit code.
+        own_pace: the useful group-steps it kept against its own pace between its faults
+            (monarch_ft.records.goodput.own_pace_kept; None: no second outside their spans).
     """
 
     arm: str
@@ -210,6 +216,7 @@ class CellFigures:
     faults: list[FaultOutcome] = field(default_factory=list)
     ended_early: bool = False
     exit_code: Optional[int] = None
+    own_pace: Optional[float] = None
 
     @property
     def injected(self) -> int:
@@ -261,6 +268,7 @@ def cell_figures(
     first = min((m["time"] for m in metrics if m.get("rank") == 0 and m.get("committed")), default=None)
     training_s = stopped_at - first if first is not None and stopped_at > first else None
     due = [f for f in faults if training_s is not None and f.at_s < training_s]
+    own = own_pace_kept(metrics, events, rollbacks)
     return CellFigures(
         arm=planned.arm,
         rate_per_min=planned.rate_per_min,
@@ -280,6 +288,7 @@ def cell_figures(
         faults=list(due),
         ended_early=ended_early,
         exit_code=exit_code,
+        own_pace=own.kept if own is not None else None,
     )
 
 
@@ -338,6 +347,8 @@ class Summary:
         scheduled, injected, recovered, not_recovered, not_injected: fault counts over its cells.
         failed_cells: cells whose job ended before the stop.
         mttr_s: the recovered faults' MTTRs.
+        own_pace: the mean over its cells of what each kept against its own pace between faults
+            (:attr:`CellFigures.own_pace`), with a 95% bootstrap interval over the cells.
     """
 
     arm: str
@@ -355,6 +366,7 @@ class Summary:
     not_injected: int
     failed_cells: int
     mttr_s: list[float]
+    own_pace: Estimate = Estimate(None, None, None, 0)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -409,6 +421,7 @@ def summarize(cells: Sequence[CellFigures], groups: int) -> list[Summary]:
                     not_injected=sum(1 for f in faults if not f.injected),
                     failed_cells=sum(1 for c in mine if c.ended_early),
                     mttr_s=[f.mttr_s for f in faults if f.recovered and f.mttr_s is not None],
+                    own_pace=mean_estimate([c.own_pace for c in mine if c.own_pace is not None]),
                 )
             )
     return out
@@ -437,6 +450,8 @@ def closing_line(summaries: Sequence[Summary], cells: Sequence[CellFigures], rat
 
     for arm in ("live_standby", "full_restart", "diloco_standby"):
         add(f"goodput_{ARMS[arm].key}_at_{rate}pm", found[arm].goodput if arm in found else None)
+    for arm in ("live_standby", "full_restart", "diloco_standby"):
+        add(f"own_pace_{ARMS[arm].key}_at_{rate}pm", found[arm].own_pace if arm in found else None)
     add(f"goodput_standby_per_provisioned_at_{rate}pm", found["live_standby"].per_provisioned if "live_standby" in found else None)
     realised = realised_rate(cells, rate_per_min)
     parts.append(f"realised_rate_{rate}pm={'n/a' if realised is None else f'{realised:.2f}'}")

@@ -35,6 +35,7 @@ Pure functions of the records, so that fast tests pin them on recorded fixtures
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Iterable, Optional
 
@@ -301,6 +302,97 @@ def goodput(
         provisioned=provisioned if provisioned is not None else groups,
         tokens_per_group_step=tokens_per_group_step,
     )
+
+
+# Seconds after a fault's recovery still charged to it by :func:`own_pace_kept`: the recovered group's
+# first steps after a heal, and the survivors' catching up, run below the pace around them.
+SETTLE_S = 3.0
+
+
+def fault_spans(events: Iterable[dict], settle_s: float = SETTLE_S) -> list[tuple[float, float]]:
+    """(from, to) for each injected fault: from its injection to its group's return (the
+    ``fault_recovered`` event's ``back_at``) plus ``settle_s``; to infinity for one never back.
+
+    Args:
+        events: the run's events (``fault_injected``, ``fault_recovered``, matched by ``fault_id``).
+        settle_s: seconds after the return still counted to the fault.
+    """
+    events = list(events)
+    back = {e["fault_id"]: float(e.get("back_at") or e["time"]) for e in events if e.get("event") == EventKind.FAULT_RECOVERED and "fault_id" in e}
+    out = []
+    for e in events:
+        if e.get("event") == EventKind.FAULT_INJECTED:
+            end = back.get(e.get("fault_id"))
+            out.append((float(e["time"]), end + settle_s if end is not None else math.inf))
+    return out
+
+
+@dataclass(frozen=True)
+class OwnPace:
+    """What a run's faults cost against its own pace between them (:func:`own_pace_kept`).
+
+    Args:
+        pace: group-steps trained per second in the time no fault's span touches.
+        kept: useful group-steps over ``pace`` x ``seconds``: the share of its own undisturbed pace
+            the run kept, from its first step to its last useful commit.
+        seconds: from the first step to the last useful commit.
+        clean_s: the seconds ``pace`` was measured over.
+    """
+
+    pace: float
+    kept: float
+    seconds: float
+    clean_s: float
+
+
+def own_pace_kept(
+    metrics: Iterable[dict], events: Iterable[dict], rollbacks: Iterable[dict] = (), settle_s: float = SETTLE_S, bin_s: float = 0.5
+) -> Optional[OwnPace]:
+    """The useful group-steps a run kept against its **own** pace in the seconds between its faults.
+
+    Goodput against a separate fault-free run compares two runs minutes apart, and on a shared
+    machine the machine's speed moves between them by more than a few short recoveries cost (no-FT
+    cells of one bench ran 55 to 79 group-steps/s, docs/results/goodput-bench): that ratio needs many
+    repetitions to say anything. This one compares a run with itself: the pace is measured in the
+    run's time outside every fault's span (:func:`fault_spans`), so it moves with the
+    machine, and what the faults cost is what the run did not keep at that pace: their outages, the
+    steps rolled back or never kept (only useful group-steps count), a slow return. It does not see
+    a cost that lasts outside the spans, start-up (it starts at the first step), or a standby's
+    standing cost (the fault-free cells pay it too): it is the faults' direct cost, reported beside
+    goodput, never instead of it.
+
+    Args:
+        metrics: step records, any order.
+        events: the run's events (its faults' spans).
+        rollbacks: ``job_rollback`` events (:func:`rollbacks_of`).
+        settle_s: seconds after a fault's return still counted to it.
+        bin_s: the pace is counted in bins of this many seconds; a bin a span touches is left out.
+
+    Returns:
+        None with under one bin of steps, or no bin outside the faults' spans.
+    """
+    metrics = list(metrics)
+    lin = lineage(metrics, rollbacks)
+    trained = sorted(float(m["time"]) for m in metrics if _is_step(m) and _trained(m) and (m.get("committed") or not m.get("sync", True)))
+    if not trained or lin.end is None:
+        return None
+    first, last = trained[0], lin.end
+    bins = int((last - first) / bin_s)
+    if bins < 1:
+        return None
+    counts = [0] * bins
+    for t in trained:
+        i = int((t - first) / bin_s)
+        if i < bins:
+            counts[i] += 1
+    spans = fault_spans(events, settle_s)
+    clean = [i for i in range(bins) if not any(first + i * bin_s < b and first + (i + 1) * bin_s > a for a, b in spans)]
+    pace = sum(counts[i] for i in clean) / (len(clean) * bin_s) if clean else 0.0
+    if pace <= 0:
+        return None
+    seconds = last - first
+    useful = sum(1 for t in lin.useful.values() if t >= first)
+    return OwnPace(pace=pace, kept=useful / (pace * seconds), seconds=seconds, clean_s=len(clean) * bin_s)
 
 
 def goodput_ratio(rate: Optional[float], fault_free_rate: Optional[float]) -> Optional[float]:

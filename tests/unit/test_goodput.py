@@ -342,3 +342,62 @@ def _bench_recipe():
     import importlib.util
 
     return importlib.import_module("monarch_ft.recipes.goodput_bench")
+
+
+# ---------------------------------------------------------------- against the run's own pace
+def _steady(pace_per_group: float, seconds: float, out_of: dict[int, tuple[float, float]] = {}) -> list[dict]:
+    """hsdp step records of 2 groups at ``pace_per_group`` steps/s each from t=1000 for ``seconds``;
+    group g trains nothing in ``out_of[g]`` = (from, to) seconds after the start (an outage)."""
+    records = []
+    for g in (0, 1):
+        n = int(pace_per_group * seconds)
+        step = 0
+        for i in range(n):
+            t = i / pace_per_group
+            a, b = out_of.get(g, (None, None))
+            if a is not None and a <= t < b:
+                continue
+            record = {"type": "step", "group": g, "rank": 0, "attempt": 0, "step": step, "committed": True, "time": 1000.0 + t}
+            records.append({**record, "participating_groups": [0, 1]})
+            step += 1
+    return records
+
+
+def _fault(at: float, back: float, fid: int = 0) -> list[dict]:
+    return [
+        {"event": "fault_injected", "fault_id": fid, "time": 1000.0 + at},
+        {"event": "fault_recovered", "fault_id": fid, "time": 1000.0 + back + 0.05, "back_at": 1000.0 + back},
+    ]
+
+
+def test_own_pace_charges_an_outage_and_not_the_machines_speed():
+    from monarch_ft.records.goodput import own_pace_kept
+
+    # A 2 s outage of one group of two in 60 s: 20 group-steps of 1,200 lost at 10 steps/s a group.
+    slow, fast = (own_pace_kept(_steady(p, 60.0, {1: (20.0, 22.0)}), _fault(20.0, 22.0)) for p in (10.0, 14.0))
+    assert slow.kept == pytest.approx(1 - 20 / 1200, abs=0.003)
+    # The same faults on a machine 40% faster: the same share kept (a ratio to another cell would
+    # read the machine's speed: 1.4 here).
+    assert fast.kept == pytest.approx(slow.kept, abs=0.003)
+    assert fast.pace == pytest.approx(1.4 * slow.pace, rel=0.01)
+    # Without the fault its seconds are clean: about 1 (the figure's own error).
+    assert own_pace_kept(_steady(10.0, 60.0), []).kept == pytest.approx(1.0, abs=0.003)
+    # A fault never back: its span runs to the end; the pace comes from the seconds before it.
+    lost = own_pace_kept(_steady(10.0, 60.0, {1: (40.0, 99.0)}), _fault(40.0, 1e6)[:1])
+    assert lost.clean_s == pytest.approx(40, abs=1)
+    assert lost.kept == pytest.approx((400 + 600) / (20 * 60), abs=0.01)
+
+
+def test_own_pace_counts_a_rollbacks_given_up_steps_zero():
+    """The recorded full restart: steps 20-26 trained, given up, trained again. They are in the pace
+    (what the job trains when undisturbed) and not in what it kept."""
+    from monarch_ft.records.goodput import own_pace_kept
+
+    metrics, events, _ = _run("full_restart_2x1")
+    rollbacks = rollbacks_of(events)
+    own = own_pace_kept(metrics, events, rollbacks)
+    lin = lineage(metrics, rollbacks)
+    assert own is not None and own.clean_s > 0  # the half second before the kill
+    assert own.kept == pytest.approx(lin.count / (own.pace * own.seconds))
+    # Counting every committed record instead (the replaced definition) would keep more.
+    assert own.kept < len(_committed(metrics)) / (own.pace * own.seconds)
