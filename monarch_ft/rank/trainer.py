@@ -122,16 +122,46 @@ def state_hash(tree: Any) -> str:
 class StopAt:
     """``training.steps``, or an earlier step the controller asks every group to stop at.
     The file's number only comes down (records.lease.lower_finish: a ``stop`` after a drill
-    asked for a later finish); it is read every step and the lowest seen kept, so every group
-    ends on the same number (a few bytes read per step)."""
+    asked for a later finish); it is read every step and the lowest seen kept (a few bytes
+    read per step).
+
+    A read alone is not a decision the groups share. The number lands while they step, and
+    two groups of one quorum can read it on either side of the write at the top of the same
+    step. Had each decided on its own read, a finish at or below that step stopped one group
+    there while the other trained the step alone once the first had left: the job ended on two
+    different weights (CI at a1c0f44: the last commit was one group's; the writer asked for its
+    view of the job's step plus a margin, and its view lagged). So in hsdp a group decides on
+    the finish its last step's quorum *agreed* (:attr:`agreed`): each group offers what it read
+    in the step's gradient collective (rank.components.ft.GradSync), every group of the
+    quorum learns the lowest offer, and from the next step that is the finish in force
+    (:meth:`agree`). A finish read in time stops every group at it; one read late stops them
+    all at one common step after it. The semi-synchronous modes decide on the read: their
+    finish is aligned to a sync point, and between syncs their groups share no collective.
+    """
 
     def __init__(self, path: str, steps: int) -> None:
         self.path = path
         self._value = steps
+        self.agreed: Optional[int] = None
 
     def steps(self) -> int:
         self._value = min(self._value, read_int(self.path, self._value))
         return self._value
+
+    def in_force(self, read: int) -> int:
+        """The finish a step decides on in hsdp: the agreed one; before this process's first
+        quorum, ``read`` (its own read, aligned and agreed within its group)."""
+        if self.agreed is None:
+            self.agree(read)
+        return self.agreed
+
+    def agree(self, finish: int) -> None:
+        """Take ``finish`` as the finish in force: the lowest offer of a step's quorum, the same
+        number for every group of it, a healing one too (the file only comes down, so it is no
+        later than anything read before); or, before this process's first quorum, its own
+        first read (a relaunched group reads what is in force, and in the step it heals in it
+        follows its peers' decision, not its own)."""
+        self.agreed = finish
 
 
 def apply_scheduler_lr(lr_schedulers) -> None:
@@ -408,6 +438,8 @@ class Trainer:
             os.path.join(self.layout.stacks_dir, f"save-timeout-{self.layout.tag(spec.group, spec.rank, spec.attempt)}.txt"),
         )
         self.stop_at = StopAt(self.layout.stop_at_step, tr.steps)
+        # The finish this group read at the top of the step: what it offers its quorum (hsdp).
+        self._finish_read: Optional[int] = None
         # No controller for controller.lease_s (or an unanswered stop): the job ends itself.
         self.lease = ControllerLease(self.layout.controller_heartbeat, self.layout.stop_request, cfg.controller.lease_s, cfg.controller.heartbeat_s)
         self.tokens_per_step = tr.batch_size * tr.seq_len
@@ -620,10 +652,13 @@ class Trainer:
         of the job's step plus a margin (records.lease.controller_finish_margin), and that view
         lags the groups by the report relay's delay, so a group can be training the very step asked for when the number
         lands, read the new finish only after committing it, and would end with no
-        checkpoint of its last step (CI at cd3a267: one group of two had none). The group's
+        checkpoint of its last step (CI at cd3a267: one group of two had none). In hsdp a
+        finish the quorum read late (at or below its step) ends every group past it, at one
+        common step (StopAt): that step is the last and is saved here too. The group's
         ranks agree on ``last`` (:meth:`group_min`) and each saves it exactly once, in its step
         or here, so they enter the save's collectives together."""
-        if self.cfg.checkpoint.enable and step == last and self.saved_step != step:
+        past = step > last and not self.sync.semi_sync  # hsdp: a finish its quorum read late
+        if self.cfg.checkpoint.enable and (step == last or past) and self.saved_step != step:
             self.liveness.enter(Phase.SAVE)
             self.save_checkpoint(step, last_step=True)
 
@@ -709,10 +744,15 @@ class Trainer:
             self.fault_agent.before_allreduce(self.ft)
             outlier = self._check_grads(step, max(1, len(slots))) if training else None
             self.liveness.enter(Phase.SYNC)
-            members, vetoes, micro_batches = self.sync.sync_grads(veto=outlier is not None, micro_batches=len(slots))
-            # After the quorum a healed group's step is the peers' step; decide on that.
+            summed = self.sync.sync_grads(veto=outlier is not None, micro_batches=len(slots), finish=self._finish_read)
+            members, vetoes, micro_batches = summed.members, summed.vetoes, summed.micro_batches
+            # After the quorum a healed group's step is the peers' step. The members decided on
+            # the finish their last quorum agreed; a group that healed in this step was not in it,
+            # so it takes the step as they did: applied when any of them trained it.
             step = batch_index = manager.current_step()
-            apply_update = step < last
+            apply_update = step < last if spec.group in members else micro_batches > 0
+            if summed.finish is not None and manager.errored() is None:
+                self.stop_at.agree(summed.finish)  # in force from the next step (StopAt)
             if vetoes:
                 # A group's own gradient failed its check: every group votes against this commit,
                 # so the step is discarded everywhere and no group's weights take that average.
@@ -799,7 +839,9 @@ class Trainer:
         while True:
             step = self.sync.position()
             self.lease.finish_if_ended(self.reporter.event, self.layout.stop_at_step, step, self.announced_done)
-            last = self.group_min(self.sync.align_stop(self.stop_at.steps()))
+            last = self._finish_read = self.group_min(self.sync.align_stop(self.stop_at.steps()))
+            if not self.sync.semi_sync:
+                last = self.stop_at.in_force(last)  # what the last quorum agreed (StopAt)
             if step >= last:
                 self.save_final(step, last)
                 if not self.group_min(int(self.hold_step(step))):
@@ -809,7 +851,8 @@ class Trainer:
         self.reporter.event(
             EventKind.RANK_FINISHED,
             step=self.sync.steps_done(),
-            steps_trained=min(self.sync.steps_done(), self.sync.align_stop(self.stop_at.steps())),
+            # hsdp: every step it committed was its quorum's (a finish read late ends past it).
+            steps_trained=self.sync.steps_done() if not self.sync.semi_sync else min(self.sync.steps_done(), self.sync.align_stop(self.stop_at.steps())),
             state_hash=state_hash(final),
         )
 

@@ -36,7 +36,9 @@ def controller_finish_margin(step_s: Optional[float]) -> int:
     seconds a step (the ranks' learned compute time: an underestimate of a step, so the lead
     errs long). Two steps alone were once fewer than the view lagged by: a group trained the
     very step asked for while the number landed (CI at cd3a267; the rank now saves such a step
-    after it, rank.trainer.Trainer.save_final); the lead makes it rare.
+    after it, rank.trainer.Trainer.save_final). A finish that lands late is still safe (in hsdp
+    the groups of a quorum agree on it and end on one step past it, rank.trainer.StopAt); the
+    lead makes the job end where it was asked to.
 
     Args:
         step_s: seconds a step takes (None: not learned yet; the fixed margin alone).
@@ -87,10 +89,12 @@ def lower_finish(stop_at_path: str, step: int) -> int:
     """The controller's request that every group finish at ``step``: written unless a step no
     later is already in force, so the file's number only ever comes down (a ``stop`` during a
     drill that asked for a later finish finishes now). Ranks re-read it every step and keep
-    the lowest they saw (rank.trainer.StopAt), so a group that read the old number still
-    reads the new one before it gets there (groups in a quorum are at most a step apart and
-    the controller asks ``FINISH_MARGIN`` ahead). One writer only: the controller (the ranks'
-    own :func:`finish_at` runs only when no controller is there). Returns the step in force."""
+    the lowest they saw, and the groups of a quorum agree on it through their step's
+    collective (rank.trainer.StopAt), so every group ends on one step: this one when it lands
+    ahead of them (the controller asks ``controller_finish_margin`` ahead of its view), the
+    first after it the quorum could agree on when it lands late. One writer only: the
+    controller (the ranks' own :func:`finish_at` runs only when no controller is there).
+    Returns the step in force."""
     current = read_int(stop_at_path, -1)
     if 0 <= current <= step:
         return current

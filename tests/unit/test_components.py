@@ -10,10 +10,11 @@ import pytest
 import torch
 from torch.distributed import ReduceOp
 
-from monarch_ft.rank.components.ft import GradSync, load_in_place
+from monarch_ft.rank.components.ft import GradSync, Synced, load_in_place
 from monarch_ft.rank.components.metrics import RankReporter
 from monarch_ft.records.events import EventKind
-from monarch_ft.records.layout import read_jsonl
+from monarch_ft.rank.trainer import StopAt
+from monarch_ft.records.layout import atomic_write, read_jsonl
 from monarch_ft.records.reports import ReportTail
 
 
@@ -104,8 +105,9 @@ def test_grad_sync_averages_every_shard_in_one_collective_and_names_the_groups_c
     vetoes: dict[int, list[int]] = {}
 
     def run(g):
-        members[g], vetoes[g], summed = GradSync(groups[g], num_groups=3, group=g).sync(fake.for_group(g))
-        assert summed == len(participating)
+        synced = GradSync(groups[g], num_groups=3, group=g).sync(fake.for_group(g))
+        members[g], vetoes[g] = synced.members, synced.vetoes
+        assert synced.micro_batches == len(participating) and synced.finish is None
 
     threads = [threading.Thread(target=run, args=(g,)) for g in range(3)]
     for t in threads:
@@ -141,9 +143,75 @@ def test_grad_sync_averages_per_micro_batch_when_groups_summed_unequal_numbers()
         t.start()
     for t in threads:
         t.join()
-    assert out == {0: ([0, 2], [], 3), 2: ([0, 2], [], 3)}
+    assert out == {0: Synced([0, 2], [], 3), 2: Synced([0, 2], [], 3)}
     for g in (0, 2):
         assert torch.allclose(params[g][0].grad, (micro[0] + micro[1] + micro[2]) / 3)
+
+
+def test_grad_sync_agrees_on_the_lowest_finish_the_counted_groups_read():
+    """Each group offers the finish it read; every group of the step, a healing one too, learns
+    the lowest offer of the groups counted (a healing group's zeros offer nothing), exactly,
+    however large the step."""
+    params = {g: [torch.nn.Parameter(torch.zeros(4))] for g in range(3)}
+    for ps in params.values():
+        ps[0].grad = torch.ones(4)
+    offers = {0: 2**40 + 3, 1: 5, 2: 10**9 + 7}  # group 1 heals in this step
+    fake, out = FakeAllreduce(3, {0, 2}), {}
+
+    def run(g):
+        out[g] = GradSync(params[g], num_groups=3, group=g).sync(fake.for_group(g), finish=offers[g])
+
+    threads = [threading.Thread(target=run, args=(g,)) for g in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == dict.fromkeys(range(3), Synced([0, 2], [], 2, 10**9 + 7))
+
+
+@pytest.mark.parametrize("finish", [5, 3, 6])
+def test_a_finish_written_between_two_groups_reads_ends_both_on_one_step(tmp_path, finish):
+    """The race of CI at a1c0f44, replayed: a finish lands at the top of step 5 after group 0
+    read the file and before group 1 did (at the step, below it, or just after it). Each group
+    decides on what its last quorum agreed (StopAt.in_force), offers its read in the step's
+    collective and takes the lowest offer (GradSync, StopAt.agree), as rank.trainer does: both
+    train the same steps and end on the same one. Had each decided on its own read, group 1
+    would have stopped at 5 while group 0 waited in step 5's collective for it (a barrier
+    timeout here; in a job, a step trained alone and two final weights)."""
+    path = str(tmp_path / "stop_at_step")
+    fake = FakeAllreduce(2, {0, 1})
+    fake.barrier = threading.Barrier(2, timeout=10)
+    group0_read, written = threading.Event(), threading.Event()
+    trained: dict[int, list[int]] = {0: [], 1: []}
+    ended: dict[int, int] = {}
+
+    def run(g):
+        stop, step = StopAt(path, 100), 0
+        params = [torch.nn.Parameter(torch.zeros(2))]
+        while True:
+            if g == 1 and step == 5:
+                assert written.wait(10)
+            read = stop.steps()
+            if g == 0 and step == 5:
+                group0_read.set()
+            if step >= stop.in_force(read):
+                ended[g] = step
+                return
+            params[0].grad = torch.ones(2)
+            synced = GradSync(params, num_groups=2, group=g).sync(fake.for_group(g), finish=read)
+            stop.agree(synced.finish)
+            trained[g].append(step)
+            step += 1
+
+    threads = [threading.Thread(target=run, args=(g,)) for g in range(2)]
+    for t in threads:
+        t.start()
+    assert group0_read.wait(10)
+    atomic_write(path, str(finish))
+    written.set()
+    for t in threads:
+        t.join(20)
+    assert ended == {0: max(finish, 6), 1: max(finish, 6)} and trained[0] == trained[1] == list(range(max(finish, 6)))
 
 
 def test_load_in_place_copies_into_the_live_tensors_and_names_what_differs():

@@ -20,7 +20,7 @@ from chaos.kinds.ckpt_corrupt import damage_step
 from monarch_ft.controller.checkpoints import CheckpointScrub, recover_checkpoint
 from monarch_ft.controller.integrity import Agreed, Corrupt, Diverged, IntegrityJudge, Suspect, choose_interval
 from monarch_ft.rank.components.checkpoint import seal_step
-from monarch_ft.rank.components.ft import GradSync
+from monarch_ft.rank.components.ft import GradSync, Synced
 from monarch_ft.rank.components.integrity import GradGuard, IntegrityInterval, fingerprint, flip_bit, named_tensors
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.integrity import bit_to_flip, check_bit, differing_tensors, split_tensors
@@ -225,7 +225,7 @@ def test_a_vetoing_group_sends_no_gradient_and_every_group_learns_of_the_veto():
     for t in threads:
         t.join()
     # Every group names the veto; the vetoing group counts no micro-batch (the step is discarded anyway).
-    assert out == dict.fromkeys(range(3), ([0, 1, 2], [1], 2))
+    assert out == dict.fromkeys(range(3), Synced([0, 1, 2], [1], 2))
     for ps in params:
         assert torch.isfinite(ps[0].grad).all() and torch.allclose(ps[0].grad, torch.full((6,), 2.0)), "the NaN never left group 1"
 

@@ -556,6 +556,23 @@ def build_manager(
     return FTParts(manager, cross)
 
 
+@dataclass(frozen=True)
+class Synced:
+    """What one :meth:`GradSync.sync` learned beside the averaged gradients.
+
+    Args:
+        members: the groups whose gradients were counted (the step's participants).
+        vetoes: the groups whose own gradient failed its check (every group votes the step down).
+        micro_batches: the micro-batches summed over every group (the average's divisor).
+        finish: the lowest finish step a counted group read this step (None: none offered).
+    """
+
+    members: List[int]
+    vetoes: List[int]
+    micro_batches: int
+    finish: Optional[int] = None
+
+
 class GradSync:
     """Sums the local gradient shards across participating groups in one collective, and divides
     by the micro-batches summed.
@@ -571,19 +588,29 @@ class GradSync:
     counts one. A group that vetoes sends zeros instead of its gradient, and every group learns
     of the veto from the same collective, so every one can vote against the commit: the step is
     discarded everywhere in this step, not after a collective timeout.
+
+    Two more slots per group carry the finish step the group read (high and low parts, each exact
+    in float32), so every group of the step learns the lowest finish any member read: the finish
+    the groups agree on (see rank.trainer.StopAt for why a read alone cannot be agreed on).
     """
+
+    # The finish travels as two float32 slots, value // 2**20 and value % 2**20: each exact.
+    FINISH_SPLIT = 1 << 20
 
     def __init__(self, params: List[nn.Parameter], num_groups: int, group: int) -> None:
         self.params = params
         self.num_groups, self.group = num_groups, group
 
-    def sync(self, manager, veto: bool = False, micro_batches: int = 1) -> Tuple[List[int], List[int], int]:
-        """Average the shards; returns (groups counted, groups that vetoed, micro-batches summed).
+    def sync(self, manager, veto: bool = False, micro_batches: int = 1, finish: Optional[int] = None) -> Synced:
+        """Average the shards; returns the groups counted, those that vetoed, the micro-batches
+        summed and the lowest finish the counted groups read (:class:`Synced`).
 
         Args:
             manager: the Manager whose process group sums across groups.
             veto: this rank's gradient failed its check: send zeros, raise the veto slot.
             micro_batches: how many micro-batches this rank's gradient is the sum of.
+            finish: the finish step this group read (the same on every rank of the group; None:
+                none to offer, the default's ``training.steps`` being as good as any).
         """
         from torch.distributed import ReduceOp
         from torch.distributed.tensor import DTensor
@@ -595,25 +622,31 @@ class GradSync:
                 g = torch.zeros_like(p)
                 p.grad = g
             grads.append(g.to_local() if isinstance(g, DTensor) else g)
-        n = self.num_groups
-        slots = torch.zeros(3 * n, dtype=torch.float32, device=grads[0].device)
+        n, split = self.num_groups, self.FINISH_SPLIT
+        width = 5 * n
+        slots = torch.zeros(width, dtype=torch.float32, device=grads[0].device)
         slots[self.group] = 1.0
         if veto:
             slots[n + self.group] = 1.0
         else:
             slots[2 * n + self.group] = float(micro_batches)
+        if finish is not None:
+            slots[3 * n + self.group] = float(finish // split)
+            slots[4 * n + self.group] = float(finish % split) + 1.0  # + 1: a finish was offered
         flat = torch.cat([g.reshape(-1) for g in grads] + [slots])
         if veto:
-            flat[: flat.numel() - 3 * n].zero_()  # a suspect gradient is never sent
+            flat[: flat.numel() - width].zero_()  # a suspect gradient is never sent
         manager.allreduce(flat, reduce_op=ReduceOp.SUM).wait()
-        tail = flat[flat.numel() - 3 * n :].tolist()
-        total = int(round(sum(tail[2 * n :])))
+        tail = flat[flat.numel() - width :].tolist()
+        total = int(round(sum(tail[2 * n : 3 * n])))
         offset = 0
         with torch.no_grad():
             if total > 1:
-                flat[: flat.numel() - 3 * n].div_(total)
+                flat[: flat.numel() - width].div_(total)
             for g in grads:
                 k = g.numel()
                 g.copy_(flat[offset : offset + k].view_as(g))
                 offset += k
-        return [i for i in range(n) if tail[i] > 0], [i for i in range(n) if tail[n + i] > 0], total
+        members = [i for i in range(n) if tail[i] > 0]
+        offered = [int(round(tail[3 * n + i])) * split + int(round(tail[4 * n + i])) - 1 for i in members if tail[4 * n + i] > 0]
+        return Synced(members, [i for i in range(n) if tail[n + i] > 0], total, min(offered) if offered else None)

@@ -46,7 +46,7 @@ import torch
 from torch import nn
 
 from monarch_ft.config.ft import FTConfig
-from monarch_ft.rank.components.ft import CommitFloor, GradSync, MonarchManager, SyncTrace, to_local_tree
+from monarch_ft.rank.components.ft import CommitFloor, GradSync, MonarchManager, Synced, SyncTrace, to_local_tree
 from monarch_ft.rank.components.torchft_compat import diloco_global_copies, diloco_save_global, diloco_sync_in_quorum, local_step, localsgd_sync_in_quorum
 
 
@@ -170,16 +170,17 @@ class HSDPSync(SyncStrategy):
         self.grad_sync = GradSync([p for p in self.model.parameters() if p.requires_grad], self.cfg.replica_groups, self.group)
         self._xgroup = 0.0
 
-    def sync_grads(self, veto: bool = False, micro_batches: int = 1) -> Tuple[List[int], List[int], int]:
+    def sync_grads(self, veto: bool = False, micro_batches: int = 1, finish: Optional[int] = None) -> Synced:
         """Average the grad shards across groups (``veto``: this rank's gradient failed its
-        check, see GradSync; ``micro_batches``: how many it sums); returns the groups counted,
-        the groups that vetoed and the micro-batches summed over every group."""
+        check, see GradSync; ``micro_batches``: how many it sums; ``finish``: the finish step
+        this group read); returns what GradSync learned (the groups counted, those that vetoed,
+        the micro-batches summed, the lowest finish read)."""
         quorum_before = self.manager.seconds["quorum"]
         start = time.perf_counter()
-        members, vetoes, total = self.grad_sync.sync(self.manager, veto, micro_batches)
+        synced = self.grad_sync.sync(self.manager, veto, micro_batches, finish)
         # The async quorum is waited for inside the allreduce: that part is quorum time.
         self._xgroup += time.perf_counter() - start - (self.manager.seconds["quorum"] - quorum_before)
-        return members, vetoes, total
+        return synced
 
     def take_timings(self) -> Dict[str, float]:
         out = super().take_timings()
