@@ -127,6 +127,29 @@ def test_sigterm_to_supervisor_stops_everything(run_dir):
     assert read_jsonl(run_dir / "events.jsonl")[-1]["event"] == "job_finished"
 
 
+def test_a_finish_asked_behind_the_job_ends_every_group_on_one_saved_step(run_dir):
+    """A finish that lands behind the groups (a writer's view of the job lags it) is agreed in
+    the groups' next step (rank.trainer.StopAt): every group ends on one step past it, both in
+    its quorum, saved there, with one weights hash; none trains a step alone (CI at a1c0f44)."""
+    proc = start_job(run_dir, *FAST, NO_STANDBY, "ft.replica_groups=2", "ft.ranks_per_group=1", "training.steps=100000", "checkpoint.interval=7")
+    commits = lambda: [m for m in read_jsonl(run_dir / "metrics.jsonl") if m["rank"] == 0 and m.get("committed")]
+    wait_for(lambda: len(commits()) >= 40, 120, "both groups to commit 20 steps")
+    asked = request_finish(str(run_dir), 3)
+    assert asked == 3 and finish_job(proc, run_dir, 120) == 0, console(run_dir)[-4000:]
+    last = {g: [m for m in commits() if m["group"] == g][-1] for g in (0, 1)}
+    assert last[0]["step"] == last[1]["step"] >= 19, last
+    assert all(sorted(m["participating_groups"]) == [0, 1] for m in last.values()), last
+    end = last[0]["step"] + 1
+    events = read_jsonl(run_dir / "events.jsonl")
+    finished = {e["group"]: e for e in events if e["event"] == "rank_finished"}
+    assert {g: (e["step"], e["steps_trained"]) for g, e in finished.items()} == {0: (end, end), 1: (end, end)}
+    assert finished[0]["state_hash"] == finished[1]["state_hash"]
+    saved = {e["group"] for e in events if e["event"] == "checkpoint_saved" and e["step"] == end}
+    assert saved == {0, 1}, "the step the groups ended on is saved as the last"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["weights_consistent"] is True and summary["step_regressions"] == []
+
+
 def test_resume_from_disk_checkpoint_matches_the_uninterrupted_run(run_dir):
     """A job resumed from a disk checkpoint takes the very steps an uninterrupted one takes: DiLoCo,
     whose outer optimizer's momentum the checkpoint must hold beside the model and the inner
