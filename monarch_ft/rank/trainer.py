@@ -135,8 +135,9 @@ class StopAt:
     in the step's gradient collective (rank.components.ft.GradSync), every group of the
     quorum learns the lowest offer, and from the next step that is the finish in force
     (:meth:`agree`). A finish read in time stops every group at it; one read late stops them
-    all at one common step after it. The semi-synchronous modes decide on the read: their
-    finish is aligned to a sync point, and between syncs their groups share no collective.
+    all at one common step after it. In localsgd/diloco the offers travel in the sync's
+    membership allreduce (rank.components.sync.SemiSync), so the finish in force changes only
+    at a sync point, where the groups stand on one step: a window is never cut short.
     """
 
     def __init__(self, path: str, steps: int) -> None:
@@ -652,13 +653,12 @@ class Trainer:
         of the job's step plus a margin (records.lease.controller_finish_margin), and that view
         lags the groups by the report relay's delay, so a group can be training the very step asked for when the number
         lands, read the new finish only after committing it, and would end with no
-        checkpoint of its last step (CI at cd3a267: one group of two had none). In hsdp a
-        finish the quorum read late (at or below its step) ends every group past it, at one
-        common step (StopAt): that step is the last and is saved here too. The group's
+        checkpoint of its last step (CI at cd3a267: one group of two had none). A finish the
+        quorum read late (at or below its step) ends every group past it, on one common step
+        (StopAt; in localsgd/diloco a sync point): that step is the last and is saved here too. The group's
         ranks agree on ``last`` (:meth:`group_min`) and each saves it exactly once, in its step
         or here, so they enter the save's collectives together."""
-        past = step > last and not self.sync.semi_sync  # hsdp: a finish its quorum read late
-        if self.cfg.checkpoint.enable and (step == last or past) and self.saved_step != step:
+        if self.cfg.checkpoint.enable and step >= last and self.saved_step != step:
             self.liveness.enter(Phase.SAVE)
             self.save_checkpoint(step, last_step=True)
 
@@ -692,6 +692,7 @@ class Trainer:
         micro_batches = 0
         sums = None
         if self.sync.semi_sync:
+            self.sync.finish_offer = self._finish_read
             res = self.sync.step(
                 training,
                 last,
@@ -701,6 +702,9 @@ class Trainer:
                 lambda phase: self.liveness.enter(phase, fresh=True),
             )
             apply_update = res is not None
+            agreed = self.sync.take_agreed_finish()
+            if agreed is not None:
+                self.stop_at.agree(agreed)  # at a sync; in force from the next step (StopAt)
             if res is not None:
                 step, committed, loss, members = res.step, res.committed, res.loss, res.members
                 healed, batch_index, synced, sums = res.healed, res.batch, res.synced, res.sums
@@ -839,9 +843,8 @@ class Trainer:
         while True:
             step = self.sync.position()
             self.lease.finish_if_ended(self.reporter.event, self.layout.stop_at_step, step, self.announced_done)
-            last = self._finish_read = self.group_min(self.sync.align_stop(self.stop_at.steps()))
-            if not self.sync.semi_sync:
-                last = self.stop_at.in_force(last)  # what the last quorum agreed (StopAt)
+            self._finish_read = self.group_min(self.sync.align_stop(self.stop_at.steps()))
+            last = self.stop_at.in_force(self._finish_read)  # what the last quorum agreed (StopAt)
             if step >= last:
                 self.save_final(step, last)
                 if not self.group_min(int(self.hold_step(step))):
@@ -851,8 +854,8 @@ class Trainer:
         self.reporter.event(
             EventKind.RANK_FINISHED,
             step=self.sync.steps_done(),
-            # hsdp: every step it committed was its quorum's (a finish read late ends past it).
-            steps_trained=self.sync.steps_done() if not self.sync.semi_sync else min(self.sync.steps_done(), self.sync.align_stop(self.stop_at.steps())),
+            # Every step it committed was its quorum's (a finish read late ends past it).
+            steps_trained=self.sync.steps_done(),
             state_hash=state_hash(final),
         )
 

@@ -556,6 +556,24 @@ def build_manager(
     return FTParts(manager, cross)
 
 
+# A finish step travels in a summed float32 collective as two slots per group, value // 2**20
+# and value % 2**20 + 1 (0: no offer), each exact, each written by its group alone.
+_FINISH_SPLIT = 1 << 20
+
+
+def offer_finish(slots: torch.Tensor, num_groups: int, group: int, finish: Optional[int]) -> None:
+    """Write ``group``'s finish into ``slots`` (2 x ``num_groups`` zeros; None: no offer)."""
+    if finish is not None:
+        slots[group] = float(finish // _FINISH_SPLIT)
+        slots[num_groups + group] = float(finish % _FINISH_SPLIT) + 1.0
+
+
+def lowest_finish(summed: List[float], num_groups: int, members: List[int]) -> Optional[int]:
+    """The lowest finish ``members`` offered in the summed slots (None: none offered)."""
+    offers = [int(round(summed[g])) * _FINISH_SPLIT + int(round(summed[num_groups + g])) - 1 for g in members if summed[num_groups + g] > 0]
+    return min(offers) if offers else None
+
+
 @dataclass(frozen=True)
 class Synced:
     """What one :meth:`GradSync.sync` learned beside the averaged gradients.
@@ -594,9 +612,6 @@ class GradSync:
     the groups agree on (see rank.trainer.StopAt for why a read alone cannot be agreed on).
     """
 
-    # The finish travels as two float32 slots, value // 2**20 and value % 2**20: each exact.
-    FINISH_SPLIT = 1 << 20
-
     def __init__(self, params: List[nn.Parameter], num_groups: int, group: int) -> None:
         self.params = params
         self.num_groups, self.group = num_groups, group
@@ -622,7 +637,7 @@ class GradSync:
                 g = torch.zeros_like(p)
                 p.grad = g
             grads.append(g.to_local() if isinstance(g, DTensor) else g)
-        n, split = self.num_groups, self.FINISH_SPLIT
+        n = self.num_groups
         width = 5 * n
         slots = torch.zeros(width, dtype=torch.float32, device=grads[0].device)
         slots[self.group] = 1.0
@@ -630,9 +645,7 @@ class GradSync:
             slots[n + self.group] = 1.0
         else:
             slots[2 * n + self.group] = float(micro_batches)
-        if finish is not None:
-            slots[3 * n + self.group] = float(finish // split)
-            slots[4 * n + self.group] = float(finish % split) + 1.0  # + 1: a finish was offered
+        offer_finish(slots[3 * n :], n, self.group, finish)
         flat = torch.cat([g.reshape(-1) for g in grads] + [slots])
         if veto:
             flat[: flat.numel() - width].zero_()  # a suspect gradient is never sent
@@ -648,5 +661,4 @@ class GradSync:
                 g.copy_(flat[offset : offset + k].view_as(g))
                 offset += k
         members = [i for i in range(n) if tail[i] > 0]
-        offered = [int(round(tail[3 * n + i])) * split + int(round(tail[4 * n + i])) - 1 for i in members if tail[4 * n + i] > 0]
-        return Synced(members, [i for i in range(n) if tail[n + i] > 0], total, min(offered) if offered else None)
+        return Synced(members, [i for i in range(n) if tail[n + i] > 0], total, lowest_finish(tail[3 * n :], n, members))

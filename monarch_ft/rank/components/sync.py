@@ -44,9 +44,10 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch import nn
+from torch.distributed import ReduceOp
 
 from monarch_ft.config.ft import FTConfig
-from monarch_ft.rank.components.ft import CommitFloor, GradSync, MonarchManager, Synced, SyncTrace, to_local_tree
+from monarch_ft.rank.components.ft import CommitFloor, GradSync, MonarchManager, Synced, lowest_finish, offer_finish, SyncTrace, to_local_tree
 from monarch_ft.rank.components.torchft_compat import diloco_global_copies, diloco_save_global, diloco_sync_in_quorum, local_step, localsgd_sync_in_quorum
 
 
@@ -207,6 +208,10 @@ class SemiSync(SyncStrategy):
         self._window_heals = self.manager.heals
         self._xgroup = 0.0
         self._sums: Optional[Tuple[float, float]] = None
+        # The finish this group read (set by the trainer each step), offered at the next sync,
+        # and the lowest one the sync's groups offered.
+        self.finish_offer: Optional[int] = None
+        self._agreed_finish: Optional[int] = None
         # A group that heals at a sync brings its donor's window: it sends zeros, and the average
         # divides by the groups that trained one (MonarchManager.count_healing).
         self.manager.count_healing = False
@@ -246,15 +251,28 @@ class SemiSync(SyncStrategy):
                 self.refuse(step, job_step)
 
     def _membership(self) -> List[int]:
-        """The groups counted in this sync's averages (a group healing in it sends zeros)."""
-        onehot = torch.zeros(self.cfg.replica_groups, dtype=torch.float32)
-        onehot[self.group] = 1.0
+        """The groups counted in this sync's averages (a group healing in it sends zeros), and
+        the lowest finish they read (:attr:`finish_offer`; rank.trainer.StopAt): what every
+        group of the sync decides its next window on, a healing one too."""
+        n = self.cfg.replica_groups
+        summed = torch.zeros(3 * n, dtype=torch.float32)
+        summed[self.group] = 1.0
+        offer_finish(summed[n:], n, self.group, self.finish_offer)
         trace, self.manager.sync_trace = self.manager.sync_trace, None  # not one of the sync's averages
         try:
-            self.manager.allreduce(onehot).wait()
+            self.manager.allreduce(summed, reduce_op=ReduceOp.SUM).wait()
         finally:
             self.manager.sync_trace = trace
-        return [i for i in range(self.cfg.replica_groups) if onehot[i].item() > 0]
+        values = summed.tolist()
+        members = [i for i in range(n) if values[i] > 0]
+        if self.manager.errored() is None:
+            self._agreed_finish = lowest_finish(values[n:], n, members)
+        return members
+
+    def take_agreed_finish(self) -> Optional[int]:
+        """The finish the last sync agreed on, once (None: no sync since, or none offered)."""
+        agreed, self._agreed_finish = self._agreed_finish, None
+        return agreed
 
     def _set_lr(self, position: int) -> None:
         """The LR of inner step ``position``, a function of the position alone, so a window
