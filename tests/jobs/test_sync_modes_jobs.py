@@ -18,6 +18,8 @@ import pytest
 
 from chaos.mttr import batch_accounting
 from monarch_ft.controller.loop import request_finish
+from monarch_ft.records.faults import request_slow_save
+from monarch_ft.records.layout import RunLayout
 from monarch_ft.testing.jobs import FAST, console, finish_job, read_jsonl, start_job, wait_for
 
 H = 10
@@ -154,3 +156,33 @@ def test_mode_trains_and_survives_process_kill_in_step_with_every_batch_once(run
     lost = [x for x in acc["discarded"] if x["group"] == 1 and x["attempt"] == 0]
     by_kill = [x for x in lost if x["tail"] or x["time"] >= killed_at]
     assert sum(x["steps"] for x in by_kill) <= w + 1, (killed_at, lost)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["localsgd", "diloco"])
+def test_a_group_that_misses_the_last_sync_heals_to_the_finish_and_no_holder_aborts(run_dir, mode):
+    """Group 0's save before the job's last sync takes 5 s: its peers sync without it, reach
+    the finish and hold the job open; it comes to its sync, heals there to the finish and serves
+    that quorum as the holders do (MonarchManager.past_finish). Before, its sync's averages met
+    the holders' one collective: gloo aborted a holder ("Received data size doesn't match
+    expected size"), and its record of the sync read as a commit below the job's step (status
+    regressed: a localsgd run of the test above at dff7bb5)."""
+    shape = ("ft.replica_groups=3", "ft.ranks_per_group=1", "ft.standby_groups=0", "ft.sync_every=5", "checkpoint.interval=5")
+    proc = start_job(run_dir, *FAST, f"ft.mode={mode}", *shape, "training.steps=100000")
+    metrics_path = run_dir / "metrics.jsonl"
+    wait_for(lambda: len(_commits(read_jsonl(metrics_path), 0)) >= 3, 150, "group 0 to sync three times")
+    finish = max(m["step"] for m in _commits(read_jsonl(metrics_path), 0)) + 1 + 10
+    request_finish(str(run_dir), finish)
+    request_slow_save(RunLayout(str(run_dir)), 0, 0, 5.0)
+    assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-3000:]
+
+    metrics, events = read_jsonl(metrics_path), read_jsonl(run_dir / "events.jsonl")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert not [e for e in events if e["event"] in ("group_failed", "step_regression")], "no holder aborted, no commit went back"
+    last_sync = {g: [m for m in _commits(metrics, g) if m["step"] == finish - 1] for g in range(3)}
+    assert not last_sync[0] and all(m["participating_groups"] == [1, 2] for g in (1, 2) for m in last_sync[g]), last_sync
+    assert all(last_sync[g] for g in (1, 2)), "the peers synced the last window without group 0"
+    finished = [e for e in events if e["event"] == "rank_finished"]
+    assert sorted(e["group"] for e in finished) == [0, 1, 2] and {e["step"] for e in finished} == {finish}, finished
+    assert len({e["state_hash"] for e in finished}) == 1
+    assert summary["status"] == "completed" and summary["weights_consistent"] is True and summary["step_regressions"] == []

@@ -244,6 +244,16 @@ class MonarchManager(Manager):
     * ``sync_trace``: when set (a :class:`SyncTrace`), the sums of what this rank sends into each
       average and what comes out, for the step record (rank.components.sync).
     * :meth:`commit_nothing`: the commit vote of a quorum in which this group trains nothing.
+    * ``past_finish``: when set (localsgd/diloco), asked after a sync's quorum: did this group
+      heal in it to the job's finish? It missed the job's last sync (a straggler the peers
+      synced without), the peers are holding there, and what they run in the quorum is
+      :meth:`commit_nothing`'s one collective, not the sync's averages. So its averages run no
+      collective and its commit vote is :meth:`commit_nothing`'s, returning False (torchft's
+      sync then keeps the healed weights); ``served_past_finish`` says so once. Running the
+      sync's averages against the holders' collective, gloo aborted a holder ("Received data
+      size doesn't match expected size") and the group's record of the sync read as a commit
+      below the job's step (a job test's localsgd run at dff7bb5; replayed in
+      test_sync_modes_jobs).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -258,7 +268,16 @@ class MonarchManager(Manager):
         self.quorum: Optional[QuorumView] = None
         self.count_healing = True
         self.sync_trace: Optional[SyncTrace] = None
+        self.past_finish: Optional[Callable[[], bool]] = None
+        self.served_past_finish = False
+        self._serving = False
         super().__init__(*args, **kwargs)
+
+    def _healed_past_finish(self) -> bool:
+        if self.past_finish is None or self._serving:
+            return False
+        self.wait_quorum()
+        return self.past_finish()
 
     @contextmanager
     def _timed(self, key: str) -> Iterator[None]:
@@ -287,6 +306,10 @@ class MonarchManager(Manager):
             super().wait_quorum()
 
     def should_commit(self, timeout: Optional[timedelta] = None) -> bool:
+        if self._healed_past_finish():
+            self.served_past_finish = True
+            self.commit_nothing()
+            return False
         if self.close_failed_step and self.errored() is not None and self._cross_pg is not None:
             # The quorum may still be configuring the process group when the step failed
             # before its collective (the allreduce, which waits for it, was skipped): close
@@ -318,6 +341,10 @@ class MonarchManager(Manager):
         return n
 
     def allreduce(self, tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        if self._healed_past_finish():
+            from torchft.work import _DummyWork
+
+            return _DummyWork(tensor)  # the holders run no average (past_finish)
         trace = self.sync_trace
         if trace is None or self.errored() is not None:
             return super().allreduce(tensor, *args, **kwargs)
@@ -343,7 +370,11 @@ class MonarchManager(Manager):
         """
         self.wait_quorum()
         kept = Manager.state_dict(self)
-        committed = self.should_commit()
+        self._serving = True
+        try:
+            committed = self.should_commit()
+        finally:
+            self._serving = False
         Manager.load_state_dict(self, kept)
         return committed
 

@@ -212,6 +212,10 @@ class SemiSync(SyncStrategy):
         # and the lowest one the sync's groups offered.
         self.finish_offer: Optional[int] = None
         self._agreed_finish: Optional[int] = None
+        # The finish the trainer passed last: a sync that heals this group to it is served as
+        # the holders there serve it (MonarchManager.past_finish).
+        self._last: Optional[int] = None
+        self.manager.past_finish = lambda: self._last is not None and self.manager.current_step() * self.window >= self._last
         # A group that heals at a sync brings its donor's window: it sends zeros, and the average
         # divides by the groups that trained one (MonarchManager.count_healing).
         self.manager.count_healing = False
@@ -323,6 +327,7 @@ class SemiSync(SyncStrategy):
         phase: Callable[[str], None],
     ) -> Optional[StepResult]:
         """One inner step (and the sync at the window's end); None when nothing was trained."""
+        self._last = last
         if self.join_pending:
             self.join_pending = False
             phase("sync")
@@ -348,7 +353,10 @@ class SemiSync(SyncStrategy):
         self.optimizer.step()  # torchft's post-hook runs the sync at the window's end
         if synced:
             self._xgroup += time.perf_counter() - start
-        committed = synced and self.manager.current_step() > before
+        # Healed to the finish in a sync it missed (MonarchManager.past_finish): its window is
+        # the peers' now, and nothing of it was committed.
+        served, self.manager.served_past_finish = self.manager.served_past_finish, False
+        committed = synced and self.manager.current_step() > before and not served
         return StepResult(
             step=pos,
             committed=committed,
