@@ -130,9 +130,9 @@ class StopAt:
     step. Had each decided on its own read, a finish at or below that step stopped one group
     there while the other trained the step alone once the first had left: the job ended on two
     different weights (CI at a1c0f44: the last commit was one group's; the writer asked for its
-    view of the job's step plus a margin, and its view lagged). So in hsdp a group decides on
-    the finish its last step's quorum *agreed* (:attr:`agreed`): each group offers what it read
-    in the step's gradient collective (rank.components.ft.GradSync), every group of the
+    view of the job's step plus a margin, and its view lagged). So a group decides on the
+    finish its last step's quorum *agreed* (:attr:`agreed`): in hsdp each group offers what it
+    read in the step's gradient collective (rank.components.ft.GradSync), every group of the
     quorum learns the lowest offer, and from the next step that is the finish in force
     (:meth:`agree`). A finish read in time stops every group at it; one read late stops them
     all at one common step after it. In localsgd/diloco the offers travel in the sync's
@@ -150,7 +150,7 @@ class StopAt:
         return self._value
 
     def in_force(self, read: int) -> int:
-        """The finish a step decides on in hsdp: the agreed one; before this process's first
+        """The finish a step decides on: the agreed one; before this process's first
         quorum, ``read`` (its own read, aligned and agreed within its group)."""
         if self.agreed is None:
             self.agree(read)
@@ -439,7 +439,7 @@ class Trainer:
             os.path.join(self.layout.stacks_dir, f"save-timeout-{self.layout.tag(spec.group, spec.rank, spec.attempt)}.txt"),
         )
         self.stop_at = StopAt(self.layout.stop_at_step, tr.steps)
-        # The finish this group read at the top of the step: what it offers its quorum (hsdp).
+        # The finish this group read at the top of the step: what it offers its quorum.
         self._finish_read: Optional[int] = None
         # No controller for controller.lease_s (or an unanswered stop): the job ends itself.
         self.lease = ControllerLease(self.layout.controller_heartbeat, self.layout.stop_request, cfg.controller.lease_s, cfg.controller.heartbeat_s)
