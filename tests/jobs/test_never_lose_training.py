@@ -62,8 +62,17 @@ def _assert_resumed_from_disk(run_dir, killed_at: float) -> dict:
     assert summary["steps_lost"] == sum(r["steps_lost"] for r in summary["rollbacks"])
     for r in summary["rollbacks"]:
         assert r["to_step"] == resume_step and r["steps_lost"] == r["from_step"] - resume_step < 20
-    last = _commits(metrics)[-1]
-    assert sorted(last["participating_groups"]) == [0, 1], last
+    # One state at the end: both groups finished on one step, each rank with its peer's hash. (The
+    # job's last commit need not be both groups': one late to the last step, past the heartbeat
+    # timeout on a loaded machine, heals into it from the other and commits nothing more: the
+    # CI rehearsal at 102d81a. Two groups ending on different weights fail here, as deciding on
+    # each group's own read of a finish once could: rank.trainer.StopAt.)
+    finished = [e for e in events if e["event"] == "rank_finished" and e["time"] > killed_at]
+    assert {e["group"] for e in finished} == {0, 1}, finished
+    ends: dict[int, set] = {}
+    for e in finished:
+        ends.setdefault(e["rank"], set()).add((e["step"], e["state_hash"]))
+    assert all(len(v) == 1 for v in ends.values()) and len({s for v in ends.values() for s, _ in v}) == 1, finished
     assert summary["status"] == "completed" and summary["weights_consistent"] is True
     return summary
 
