@@ -161,19 +161,28 @@ def test_mode_trains_and_survives_process_kill_in_step_with_every_batch_once(run
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["localsgd", "diloco"])
 def test_a_group_that_misses_the_last_sync_heals_to_the_finish_and_no_holder_aborts(run_dir, mode):
-    """Group 0's save before the job's last sync takes 5 s: its peers sync without it, reach
-    the finish and hold the job open; it comes to its sync, heals there to the finish and serves
-    that quorum as the holders do (MonarchManager.past_finish). Before, its sync's averages met
-    the holders' one collective: gloo aborted a holder ("Received data size doesn't match
-    expected size"), and its record of the sync read as a commit below the job's step (status
-    regressed: a localsgd run of the test above at dff7bb5)."""
+    """Group 0's save after a sync takes 8 s, and the finish is asked for while it saves, two
+    windows on: its peers read it in the next window, agree it at the sync group 0 misses,
+    reach the finish and hold the job open; group 0, which agreed no finish, comes to its sync,
+    heals there to the finish, learns from the quorum's exchange that its peers hold, and
+    serves that quorum as they do (MonarchManager.past_finish).
+
+    Before, its sync's averages met the holders' one collective: gloo aborted a holder
+    ("Received data size doesn't match expected size"), and its record of the sync read as a
+    commit below the job's step (status regressed: a localsgd run at dff7bb5). The fix at
+    7f8afd8 decided on the finish group 0 had agreed, which held only when the finish landed
+    before its last sync: CI at abeb6af, localsgd, wrote it a moment later and every holder
+    aborted. Asking for it during the save replays that order every run."""
     shape = ("ft.replica_groups=3", "ft.ranks_per_group=1", "ft.standby_groups=0", "ft.sync_every=5", "checkpoint.interval=5")
     proc = start_job(run_dir, *FAST, f"ft.mode={mode}", *shape, "training.steps=100000")
-    metrics_path = run_dir / "metrics.jsonl"
+    metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
     wait_for(lambda: len(_commits(read_jsonl(metrics_path), 0)) >= 3, 150, "group 0 to sync three times")
-    finish = max(m["step"] for m in _commits(read_jsonl(metrics_path), 0)) + 1 + 10
+    # 8 s: the peers sync twice without group 0 meanwhile (a quorum that drops it waits for it first).
+    request_slow_save(RunLayout(str(run_dir)), 0, 0, 8.0)
+    wait_for(lambda: any(e["event"] == "slow_save_injected" for e in read_jsonl(events_path)), 60, "group 0's slow save")
+    saving = [e["step"] for e in read_jsonl(events_path) if e["event"] == "checkpoint_save_started" and e["group"] == 0]
+    finish = saving[-1] + 2 * 5
     request_finish(str(run_dir), finish)
-    request_slow_save(RunLayout(str(run_dir)), 0, 0, 5.0)
     assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-3000:]
 
     metrics, events = read_jsonl(metrics_path), read_jsonl(run_dir / "events.jsonl")

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.distributed import ReduceOp
 
-from monarch_ft.rank.components.ft import GradSync, Synced, load_in_place
+from monarch_ft.rank.components.ft import GradSync, Membership, Synced, load_in_place
 from monarch_ft.rank.components.metrics import RankReporter
 from monarch_ft.records.events import EventKind
 from monarch_ft.rank.trainer import StopAt
@@ -167,6 +167,35 @@ def test_grad_sync_agrees_on_the_lowest_finish_the_counted_groups_read():
     for t in threads:
         t.join()
     assert out == dict.fromkeys(range(3), Synced([0, 2], [], 2, 10**9 + 7))
+
+
+@pytest.mark.parametrize("holding", [{1, 2}, set()])
+def test_a_straggler_learns_in_the_quorums_first_collective_that_its_peers_hold(holding):
+    """The order of CI at abeb6af, replayed on the exchange: groups 1 and 2 agreed a finish of 30
+    at a sync group 0 missed and hold there; group 0, which agreed no finish, heals in their
+    quorum (its slots are zeros). Every group learns who holds and the finish from the one
+    exchange, so group 0 runs none of the sync's averages (Membership.peers_hold) and stops at
+    30. In a quorum where nobody holds, nobody skips its averages."""
+    offers = {0: None, 1: 30, 2: 35}
+    fake, out = FakeAllreduce(3, {1, 2}), {}
+
+    def run(g):
+        summed = Membership.slots(3, g, offers[g], g in holding)
+        fake.for_group(g).allreduce(summed, reduce_op=ReduceOp.SUM).wait()
+        out[g] = Membership.read(summed.tolist(), 3)
+
+    threads = [threading.Thread(target=run, args=(g,)) for g in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert out == dict.fromkeys(range(3), Membership([1, 2], sorted(holding), 30))
+    assert out[0].peers_hold(0) is bool(holding)
+
+
+def test_the_exchange_carries_a_large_finish_exactly():
+    summed = Membership.slots(2, 1, 2**40 + 3, False) + Membership.slots(2, 0, None, True)
+    assert Membership.read(summed.tolist(), 2) == Membership([0, 1], [0], 2**40 + 3)
 
 
 @pytest.mark.parametrize("finish", [5, 3, 6])

@@ -244,10 +244,11 @@ class MonarchManager(Manager):
     * ``sync_trace``: when set (a :class:`SyncTrace`), the sums of what this rank sends into each
       average and what comes out, for the step record (rank.components.sync).
     * :meth:`commit_nothing`: the commit vote of a quorum in which this group trains nothing.
-    * ``past_finish``: when set (localsgd/diloco), asked after a sync's quorum: did this group
-      heal in it to the job's finish? It missed the job's last sync (a straggler the peers
-      synced without), the peers are holding there, and what they run in the quorum is
-      :meth:`commit_nothing`'s one collective, not the sync's averages. So its averages run no
+    * ``past_finish``: when set (localsgd/diloco), asked after a sync's quorum: do its peers
+      hold at the job's finish (SemiSync's exchange, the quorum's first collective, says who
+      holds)? This group missed the job's last sync (a straggler the peers synced without,
+      healed in this quorum to their step), and what the holders run in the quorum is
+      :meth:`commit_nothing`'s vote, not the sync's averages. So its averages run no
       collective and its commit vote is :meth:`commit_nothing`'s, returning False (torchft's
       sync then keeps the healed weights); ``served_past_finish`` says so once. Running the
       sync's averages against the holders' collective, gloo aborted a holder ("Received data
@@ -269,6 +270,7 @@ class MonarchManager(Manager):
         self.count_healing = True
         self.sync_trace: Optional[SyncTrace] = None
         self.past_finish: Optional[Callable[[], bool]] = None
+        self.quorums = 0  # quorums started by this process: what a once-per-quorum exchange keys on
         self.served_past_finish = False
         self._serving = False
         super().__init__(*args, **kwargs)
@@ -296,6 +298,7 @@ class MonarchManager(Manager):
         return out
 
     def start_quorum(self, *args: Any, **kwargs: Any) -> None:
+        self.quorums += 1
         if self.before_quorum is not None:
             self.before_quorum()
         with self._timed("quorum"):
@@ -603,6 +606,59 @@ def lowest_finish(summed: List[float], num_groups: int, members: List[int]) -> O
     """The lowest finish ``members`` offered in the summed slots (None: none offered)."""
     offers = [int(round(summed[g])) * _FINISH_SPLIT + int(round(summed[num_groups + g])) - 1 for g in members if summed[num_groups + g] > 0]
     return min(offers) if offers else None
+
+
+@dataclass(frozen=True)
+class Membership:
+    """What a semi-sync quorum's first collective tells every group of it (SemiSync's exchange):
+    one summed float32 tensor of 4 x ``num_groups`` slots, each written by its group alone.
+
+    Args:
+        members: the groups counted in the sync (a group healing in it sends zeros).
+        holders: the counted groups that hold at the finish in this quorum (they run no average).
+        finish: the lowest finish a counted group read (None: none offered).
+    """
+
+    members: List[int]
+    holders: List[int]
+    finish: Optional[int] = None
+
+    @staticmethod
+    def slots(num_groups: int, group: int, finish: Optional[int], holding: bool) -> torch.Tensor:
+        """``group``'s contribution to the exchange.
+
+        Args:
+            num_groups: the job's replica groups.
+            group: this group.
+            finish: the finish it read (None: no offer).
+            holding: whether it holds at the finish in this quorum.
+        """
+        slots = torch.zeros(4 * num_groups, dtype=torch.float32)
+        slots[group] = 1.0
+        offer_finish(slots[num_groups : 3 * num_groups], num_groups, group, finish)
+        slots[3 * num_groups + group] = 1.0 if holding else 0.0
+        return slots
+
+    @classmethod
+    def read(cls, summed: List[float], num_groups: int) -> "Membership":
+        """The exchange's outcome from the summed slots.
+
+        Args:
+            summed: the slots after the SUM allreduce.
+            num_groups: the job's replica groups.
+        """
+        members = [g for g in range(num_groups) if summed[g] > 0]
+        holders = [g for g in members if summed[3 * num_groups + g] > 0]
+        return cls(members, holders, lowest_finish(summed[num_groups : 3 * num_groups], num_groups, members))
+
+    def peers_hold(self, group: int) -> bool:
+        """Whether a group other than ``group`` holds: ``group``, come to sync, must then run
+        none of the sync's averages (MonarchManager.past_finish).
+
+        Args:
+            group: the asking group.
+        """
+        return any(g != group for g in self.holders)
 
 
 @dataclass(frozen=True)

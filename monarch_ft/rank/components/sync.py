@@ -47,7 +47,7 @@ from torch import nn
 from torch.distributed import ReduceOp
 
 from monarch_ft.config.ft import FTConfig
-from monarch_ft.rank.components.ft import CommitFloor, GradSync, MonarchManager, Synced, lowest_finish, offer_finish, SyncTrace, to_local_tree
+from monarch_ft.rank.components.ft import CommitFloor, GradSync, Membership, MonarchManager, Synced, SyncTrace, to_local_tree
 from monarch_ft.rank.components.torchft_compat import diloco_global_copies, diloco_save_global, diloco_sync_in_quorum, local_step, localsgd_sync_in_quorum
 
 
@@ -212,10 +212,13 @@ class SemiSync(SyncStrategy):
         # and the lowest one the sync's groups offered.
         self.finish_offer: Optional[int] = None
         self._agreed_finish: Optional[int] = None
-        # The finish the trainer passed last: a sync that heals this group to it is served as
-        # the holders there serve it (MonarchManager.past_finish).
-        self._last: Optional[int] = None
-        self.manager.past_finish = lambda: self._last is not None and self.manager.current_step() * self.window >= self._last
+        # Whether this group holds in the current quorum (it serves it, trains nothing), the
+        # quorum whose membership it has exchanged, and whether a peer holds in that one: a sync
+        # that meets holders is served as they serve it (MonarchManager.past_finish).
+        self._holding = False
+        self._exchanged = -1
+        self._peers_hold = False
+        self.manager.past_finish = self._peers_holding
         # A group that heals at a sync brings its donor's window: it sends zeros, and the average
         # divides by the groups that trained one (MonarchManager.count_healing).
         self.manager.count_healing = False
@@ -244,34 +247,53 @@ class SemiSync(SyncStrategy):
         return bool(every)
 
     def _before_commit(self) -> None:
-        """Inside should_commit, after the sync's collectives: what they summed, who took part,
-        and the floor."""
+        """Inside should_commit, after the sync's collectives: what they summed, who took part
+        (exchanged before the first of them, or here when there was none), and the floor."""
         self._sums = self.manager.sync_trace.take()
-        self._members = self._membership()
+        self._exchange()
         if self._window_trained:
             step = (self.manager.current_step() + 1) * self.window - 1
             allowed, job_step = self.floor.allows(step)
             if not allowed:
                 self.refuse(step, job_step)
 
-    def _membership(self) -> List[int]:
-        """The groups counted in this sync's averages (a group healing in it sends zeros), and
-        the lowest finish they read (:attr:`finish_offer`; rank.trainer.StopAt): what every
-        group of the sync decides its next window on, a healing one too."""
+    def _peers_holding(self) -> bool:
+        """MonarchManager.past_finish: does a peer of this quorum hold at the finish while this
+        group came to sync? Then the sync's averages must not run (the holders run none)."""
+        self._exchange()
+        return self._peers_hold and not self._holding
+
+    def _exchange(self) -> None:
+        """The quorum's first collective, once per quorum, on every group of it
+        (:class:`Membership`): the groups counted in the sync's averages (a group healing in it
+        sends zeros), the groups holding at the finish, and the lowest finish they read
+        (:attr:`finish_offer`; rank.trainer.StopAt): what every group of the sync decides its
+        next window on, a healing one too.
+
+        Why first: a group that holds at the finish runs no average, only its commit vote, so
+        a straggler that heals to the holders' step must know they hold before its first
+        average, or gloo meets an average against the holders' collective and aborts a holder
+        ("Received data size doesn't match expected size"). Deciding that on the finish the
+        straggler had agreed was not enough: it had agreed its last sync before the finish was
+        written, the peers read it in the window after and agreed it at a sync it missed (CI at
+        abeb6af, localsgd; replayed in test_sync_modes_jobs). The holders say they hold here,
+        in the exchange both sides run before anything else."""
+        if self._exchanged == self.manager.quorums:
+            return
+        self._exchanged = self.manager.quorums
+        self._peers_hold = False  # the exchange's own allreduce runs as any collective does
         n = self.cfg.replica_groups
-        summed = torch.zeros(3 * n, dtype=torch.float32)
-        summed[self.group] = 1.0
-        offer_finish(summed[n:], n, self.group, self.finish_offer)
+        summed = Membership.slots(n, self.group, self.finish_offer, self._holding)
         trace, self.manager.sync_trace = self.manager.sync_trace, None  # not one of the sync's averages
         try:
             self.manager.allreduce(summed, reduce_op=ReduceOp.SUM).wait()
         finally:
             self.manager.sync_trace = trace
-        values = summed.tolist()
-        members = [i for i in range(n) if values[i] > 0]
-        if self.manager.errored() is None:
-            self._agreed_finish = lowest_finish(values[n:], n, members)
-        return members
+        seen = Membership.read(summed.tolist(), n)
+        self._members = seen.members
+        if self.manager.errored() is None:  # a failed exchange's sums are this group's own
+            self._agreed_finish = seen.finish
+            self._peers_hold = seen.peers_hold(self.group)
 
     def take_agreed_finish(self) -> Optional[int]:
         """The finish the last sync agreed on, once (None: no sync since, or none offered)."""
@@ -289,6 +311,7 @@ class SemiSync(SyncStrategy):
         """Done training, held open for a restarted group: serve quorums (it heals in one),
         commit nothing new to the weights, and no step past the finish."""
         self._window_trained = False
+        self._holding = True
         self.manager.start_quorum()
         self.manager.commit_nothing()
 
@@ -299,6 +322,7 @@ class SemiSync(SyncStrategy):
         # The peers reach their sync point within one window; allow that on a slow machine.
         self.manager.start_quorum(timeout=timedelta(seconds=max(self.cfg.quorum_timeout_s, self.cfg.startup_timeout_s)))
         if self.position() >= last:
+            self._holding = True
             self.manager.commit_nothing()  # the peers are holding: nothing to sync, no step past the finish
             return None
         before = self.manager.current_step()
@@ -327,7 +351,7 @@ class SemiSync(SyncStrategy):
         phase: Callable[[str], None],
     ) -> Optional[StepResult]:
         """One inner step (and the sync at the window's end); None when nothing was trained."""
-        self._last = last
+        self._holding = False
         if self.join_pending:
             self.join_pending = False
             phase("sync")
