@@ -159,8 +159,9 @@ def test_mode_trains_and_survives_process_kill_in_step_with_every_batch_once(run
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("killed", [False, True], ids=["slow", "killed"])
 @pytest.mark.parametrize("mode", ["localsgd", "diloco"])
-def test_a_group_that_misses_the_last_sync_heals_to_the_finish_and_no_holder_aborts(run_dir, mode):
+def test_a_group_that_misses_the_last_sync_heals_to_the_finish_and_no_holder_aborts(run_dir, mode, killed):
     """Group 0's save after a sync takes 8 s, and the finish is asked for while it saves, two
     windows on: its peers read it in the next window, agree it at the sync group 0 misses,
     reach the finish and hold the job open; group 0, which agreed no finish, comes to its sync,
@@ -172,7 +173,11 @@ def test_a_group_that_misses_the_last_sync_heals_to_the_finish_and_no_holder_abo
     commit below the job's step (status regressed: a localsgd run at dff7bb5). The fix at
     7f8afd8 decided on the finish group 0 had agreed, which held only when the finish landed
     before its last sync: CI at abeb6af, localsgd, wrote it a moment later and every holder
-    aborted. Asking for it during the save replays that order every run."""
+    aborted. Asking for it during the save replays that order every run.
+
+    ``killed``: group 0 is SIGKILLed in that save once its peers hold; relaunched, it joins
+    them at their quorum (SemiSync._join), heals to the finish and serves it as they do, told
+    so by the exchange, not by its own first read of the finish."""
     shape = ("ft.replica_groups=3", "ft.ranks_per_group=1", "ft.standby_groups=0", "ft.sync_every=5", "checkpoint.interval=5")
     proc = start_job(run_dir, *FAST, f"ft.mode={mode}", *shape, "training.steps=100000")
     metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
@@ -183,11 +188,18 @@ def test_a_group_that_misses_the_last_sync_heals_to_the_finish_and_no_holder_abo
     saving = [e["step"] for e in read_jsonl(events_path) if e["event"] == "checkpoint_save_started" and e["group"] == 0]
     finish = saving[-1] + 2 * 5
     request_finish(str(run_dir), finish)
+    if killed:
+        holding = lambda: {e["group"] for e in read_jsonl(events_path) if e["event"] == "train_done"} >= {1, 2}
+        wait_for(holding, 60, "groups 1 and 2 to hold at the finish")
+        victim = [e for e in read_jsonl(events_path) if e["event"] == "rank_launched" and e["group"] == 0][-1]
+        os.kill(victim["pid"], signal.SIGKILL)
     assert finish_job(proc, run_dir, 240) == 0, console(run_dir)[-3000:]
 
     metrics, events = read_jsonl(metrics_path), read_jsonl(run_dir / "events.jsonl")
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert not [e for e in events if e["event"] in ("group_failed", "step_regression")], "no holder aborted, no commit went back"
+    failed = [(e["group"], e["attempt"]) for e in events if e["event"] == "group_failed"]
+    assert failed == ([(0, 0)] if killed else []), "no holder aborted"
+    assert not [e for e in events if e["event"] == "step_regression"], "no commit went back"
     last_sync = {g: [m for m in _commits(metrics, g) if m["step"] == finish - 1] for g in range(3)}
     assert not last_sync[0] and all(m["participating_groups"] == [1, 2] for g in (1, 2) for m in last_sync[g]), last_sync
     assert all(last_sync[g] for g in (1, 2)), "the peers synced the last window without group 0"

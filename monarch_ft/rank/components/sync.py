@@ -315,20 +315,26 @@ class SemiSync(SyncStrategy):
         self.manager.start_quorum()
         self.manager.commit_nothing()
 
-    def _join(self, last: int) -> Optional[StepResult]:
-        """A relaunched group: heal at the peers' next sync point, then take part in it."""
+    def _join(self) -> Optional[StepResult]:
+        """A relaunched group: heal at the peers' next sync point, then take part in it, or,
+        when they hold at the finish, serve their quorum as they do (None: nothing trained).
+
+        Which of the two, the quorum's exchange says (MonarchManager.past_finish), not this
+        group's own first read of the finish: the peers decide on the finish they agreed, and a
+        read that differs from it (a finish written while this group joins) would make one side
+        average while the other holds, the collective mismatch that aborts a holder."""
         self._window_trained = False
         heals = self.manager.heals
         # The peers reach their sync point within one window; allow that on a slow machine.
         self.manager.start_quorum(timeout=timedelta(seconds=max(self.cfg.quorum_timeout_s, self.cfg.startup_timeout_s)))
-        if self.position() >= last:
-            self._holding = True
-            self.manager.commit_nothing()  # the peers are holding: nothing to sync, no step past the finish
-            return None
         before = self.manager.current_step()
         start = time.perf_counter()
         self._sync_now()
         self._xgroup += time.perf_counter() - start
+        served, self.manager.served_past_finish = self.manager.served_past_finish, False
+        if served:
+            self._take_sums()
+            return None
         committed = self.manager.current_step() > before
         self._window_heals = self.manager.heals
         return StepResult(
@@ -355,7 +361,7 @@ class SemiSync(SyncStrategy):
         if self.join_pending:
             self.join_pending = False
             phase("sync")
-            return self._join(last)
+            return self._join()
         if not training:
             self._hold()
             return None
