@@ -336,6 +336,13 @@ class SemiSync(SyncStrategy):
             self._take_sums()
             return None
         committed = self.manager.current_step() > before
+        if not committed and self.manager.heals == heals:
+            # Its quorum failed before it healed (a peer died after asking for that quorum, and
+            # the quorum waited for it: ft.quorum_timeout_s). It has no state of its own to
+            # train a window on: join again at the peers' next sync. Before, it trained a window
+            # from its initial weights, healed at that window's sync and recorded the sync as
+            # its own step 9, below the job's 39 (status regressed; a stress run at 56fef4b).
+            self.join_pending = True
         self._window_heals = self.manager.heals
         return StepResult(
             step=(before + 1) * self.window - 1,
@@ -388,7 +395,9 @@ class SemiSync(SyncStrategy):
         served, self.manager.served_past_finish = self.manager.served_past_finish, False
         committed = synced and self.manager.current_step() > before and not served
         return StepResult(
-            step=pos,
+            # A committed sync is the sync point it reached: this window's end, or, when this
+            # group healed in it (it fell behind its peers by syncs it missed), theirs.
+            step=self.manager.current_step() * self.window - 1 if committed else pos,
             committed=committed,
             synced=synced,
             loss=loss,
