@@ -7,7 +7,8 @@ actively; this does it with :data:`~monarch_ft.controller.stragglers.PROBE_BYTES
 each rank's probe server (monarch_ft.rank.link_probe, on the address the rank's peers reach it
 at), one rank at a time so that probes never compete with each other for a link or for this
 process. Each way is timed twice and the faster kept (a busy machine delays a single transfer
-now and then; a slow link delays both).
+now and then; a slow link delays both), and so is an empty request's round trip, which waits for
+the rank's probe thread as the transfers do but not for the link (LinkProbe.seconds nets it out).
 
 A round runs in a thread of its own (a slow link takes a while; the watch loop does not wait):
 :meth:`LinkProber.start` it, :meth:`LinkProber.take` it once done. What a round means is the
@@ -51,7 +52,10 @@ class ProbeRound:
             "step": self.step,
             "took_s": round(self.took_s, 3),
             "probe_bytes": PROBE_BYTES,
-            "ranks": [{"group": p.group, "rank": p.rank, "to_rank_s": round(p.to_rank_s, 4), "from_rank_s": round(p.from_rank_s, 4)} for p in self.probes],
+            "ranks": [
+                {"group": p.group, "rank": p.rank, "to_rank_s": round(p.to_rank_s, 4), "from_rank_s": round(p.from_rank_s, 4), "rtt_s": round(p.rtt_s, 4)}
+                for p in self.probes
+            ],
             "unanswered": [list(k) for k in self.unanswered],
         }
 
@@ -70,19 +74,25 @@ def _recv_exactly(sock: socket.socket, n: int, buf: memoryview) -> None:
         got += k
 
 
-def time_link(address: str, payload: bytes, tries: int = TRIES, timeout_s: float = RANK_TIMEOUT_S) -> tuple[float, float]:
+def time_link(address: str, payload: bytes, tries: int = TRIES, timeout_s: float = RANK_TIMEOUT_S) -> tuple[float, float, float]:
     """Seconds for ``payload`` to the server at ``address`` (until its acknowledgement) and from
-    it (until its last byte), each the fastest of ``tries``. A transfer cut off by the timeout
-    counts as ``timeout_s``; OSError if the server cannot be reached at all."""
+    it (until its last byte), and for an empty request's round trip just before them, each the
+    fastest of ``tries``. A transfer cut off by the timeout counts as ``timeout_s`` (and the round
+    trip, if none completed, as 0); OSError if the server cannot be reached at all."""
     deadline = time.monotonic() + timeout_s
     size = len(payload)
     buf = memoryview(bytearray(size))
-    to_rank, from_rank = float("inf"), float("inf")
+    to_rank, from_rank, rtt = float("inf"), float("inf"), float("inf")
     with socket.create_connection(_parse(address), timeout=timeout_s) as sock:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         try:
             for _ in range(tries):
+                sock.settimeout(max(0.01, deadline - time.monotonic()))
+                t0 = time.monotonic()
+                sock.sendall(pack(ProbeOp.TO_RANK, 0))
+                _recv_exactly(sock, len(ACK), buf)
+                rtt = min(rtt, time.monotonic() - t0)
                 sock.settimeout(max(0.01, deadline - time.monotonic()))
                 t0 = time.monotonic()
                 sock.sendall(pack(ProbeOp.TO_RANK, size) + payload)
@@ -97,7 +107,8 @@ def time_link(address: str, payload: bytes, tries: int = TRIES, timeout_s: float
             # Slower than the whole budget: what is known is that it took at least that long.
             to_rank = to_rank if to_rank != float("inf") else timeout_s
             from_rank = from_rank if from_rank != float("inf") else timeout_s
-    return to_rank, from_rank
+            rtt = rtt if rtt != float("inf") else 0.0
+    return to_rank, from_rank, rtt
 
 
 class LinkProber:
@@ -127,11 +138,11 @@ class LinkProber:
             t0 = time.monotonic()
             for (group, rank), address in sorted(targets.items()):
                 try:
-                    to_rank, from_rank = time_link(address, self._payload)
+                    to_rank, from_rank, rtt = time_link(address, self._payload)
                 except (OSError, ValueError):
                     rnd.unanswered.append((group, rank))
                     continue
-                rnd.probes.append(LinkProbe(group, rank, to_rank, from_rank))
+                rnd.probes.append(LinkProbe(group, rank, to_rank, from_rank, rtt))
             rnd.took_s = time.monotonic() - t0
             with self._lock:
                 self._done = rnd

@@ -427,17 +427,28 @@ def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: Stragg
 
 @dataclass(frozen=True)
 class LinkProbe:
-    """One rank's link, timed: seconds for :data:`PROBE_BYTES` to the rank and from it."""
+    """One rank's link, timed: seconds for :data:`PROBE_BYTES` to the rank and from it, and for
+    an empty request's round trip on the same connection (``rtt_s``: 0 when not timed)."""
 
     group: int
     rank: int
     to_rank_s: float
     from_rank_s: float
+    rtt_s: float = 0.0
 
     @property
     def seconds(self) -> float:
-        """The slower way (a link may be slow one way only)."""
-        return max(self.to_rank_s, self.from_rank_s)
+        """The slower way (a link may be slow one way only), net of the round trip.
+
+        Why net: what a transfer waits for besides the link is the rank's probe thread: woken,
+        scheduled, given the interpreter lock, once per request whatever its size. On a loaded
+        machine that wait was the whole figure: a healthy rank starved of CPU beside two hogs and
+        a second job answered in 26 and 18 ms two rounds in a row against its peers' 0.4 ms, and
+        was named a link straggler and evicted. An empty request waits the same; a slow link
+        delays only the bytes (a token bucket passes a few bytes at once). So the figure is what
+        the payload took beyond that round trip: the starved rank's 26 ms less its ~20 ms, a
+        20 Mbit/s link's 0.51 s less a fraction of a millisecond."""
+        return max(0.0, max(self.to_rank_s, self.from_rank_s) - self.rtt_s)
 
 
 class ProbeReason(StrEnum):

@@ -7,8 +7,8 @@ from each rank (monarch_ft.controller.link_probe) and compares the groups. The s
 on the address the rank advertises to its peers (``advertise_host``), so the probe crosses the
 same link the rank's collectives do.
 
-One daemon thread, idle but for a probe (a few hundred KiB each way, now and then). The
-payload is read with one ``recv(MSG_WAITALL)`` and sent from a buffer allocated once, with a
+One daemon thread, idle but for a probe (a few hundred KiB each way, and an empty request, now
+and then). The payload is read with one ``recv(MSG_WAITALL)`` and sent from a buffer allocated once, with a
 send buffer as large as the kernel allows: the probe waits on the link, not on this rank's
 interpreter lock, so a busy training loop does not read as a slow link. The wire format is
 :mod:`monarch_ft.records.probe_wire`.
@@ -45,6 +45,11 @@ class LinkProbeServer:
 
     def __init__(self, host: str) -> None:
         self._sock = socket.create_server((host, 0))
+        # A receive buffer that holds a whole payload (accepted connections inherit it): a
+        # payload that has arrived is read at once, so a probe waits for this thread once per
+        # request, as an empty request does (controller.stragglers.LinkProbe.seconds nets that
+        # wait out), not again part-way through the bytes.
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         self.host = host
         self.port = self._sock.getsockname()[1]
         self._buf = bytearray(MAX_BYTES)

@@ -90,7 +90,8 @@ class EventKind(StrEnum):
     seconds per step, the iteration less its waits for the peers, over the steps judged) or link (a probe's seconds for
     ``probe_bytes``, with Mbit/s); its slowest rank, its figure, the peers' median, the ratio."""
     LINK_PROBED = "link_probed"
-    """A probe round timed every rank's link (controller.link_probe): why it ran (ProbeReason), each rank's seconds each way, the unanswered."""
+    """A probe round timed every rank's link (controller.link_probe): why it ran (ProbeReason), each rank's seconds each
+    way and its empty request's round trip (``rtt_s``), the unanswered."""
     STRAGGLER_CLEARED = "straggler_cleared"
     """A group named a straggler is back to its peers' pace (or was replaced)."""
     STRAGGLER_EVICTED = "straggler_evicted"

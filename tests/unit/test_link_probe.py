@@ -9,19 +9,56 @@ import time
 
 from monarch_ft.common.net import free_port
 from monarch_ft.controller.link_probe import LinkProber, time_link
-from monarch_ft.controller.stragglers import PROBE_BYTES, ProbeReason
+from monarch_ft.controller.stragglers import PROBE_BYTES, PROBE_MIN_EXCESS_S, LinkProbe, ProbeReason
 from monarch_ft.rank.link_probe import LinkProbeServer
-from monarch_ft.records.probe_wire import MAX_BYTES, ProbeOp, pack
+from monarch_ft.records.probe_wire import HEADER, MAX_BYTES, ProbeOp, pack
 
 
 def test_a_probe_times_the_payload_each_way_and_the_server_serves_several():
     server = LinkProbeServer("127.0.0.1")
     try:
         for _ in range(2):
-            to_rank, from_rank = time_link(server.address, bytes(PROBE_BYTES))
-            assert 0 < to_rank < 1.0 and 0 < from_rank < 1.0, (to_rank, from_rank)
+            to_rank, from_rank, rtt = time_link(server.address, bytes(PROBE_BYTES))
+            assert 0 < to_rank < 1.0 and 0 < from_rank < 1.0 and 0 < rtt < 1.0, (to_rank, from_rank, rtt)
     finally:
         server.close()
+
+
+class _Starved(LinkProbeServer):
+    """A probe server whose thread gets a core ``wait_s`` after each request arrives: what a rank
+    starved of CPU (or waiting for its interpreter lock) does to every request, whatever its size."""
+
+    wait_s = 0.03
+
+    def _answer(self, conn: socket.socket) -> None:
+        wait_s = self.wait_s
+
+        class Late:
+            def __getattr__(self, name):
+                return getattr(conn, name)
+
+            def recv_into(self, buf, n=0, flags=0):
+                if n == HEADER.size:
+                    time.sleep(wait_s)  # the request's wake-up
+                return conn.recv_into(buf, n, flags)
+
+        super()._answer(Late())
+
+
+def test_a_starved_probe_server_is_slow_in_raw_time_and_at_its_peers_pace_net_of_the_round_trip():
+    """A rank kept from a core for 30 ms per request reads 30 ms each way, 70x a healthy loopback
+    probe, and would be named a link straggler on that; the empty request's round trip waits as
+    long, so its figure (LinkProbe.seconds) is a few milliseconds at most, like a healthy rank's."""
+    starved, healthy = _Starved("127.0.0.1"), LinkProbeServer("127.0.0.1")
+    try:
+        to_rank, from_rank, rtt = time_link(starved.address, bytes(PROBE_BYTES))
+        assert min(to_rank, from_rank) >= 0.03 and rtt >= 0.03, (to_rank, from_rank, rtt)
+        figure = LinkProbe(0, 0, to_rank, from_rank, rtt).seconds
+        peer = LinkProbe(1, 0, *time_link(healthy.address, bytes(PROBE_BYTES))).seconds
+        assert figure - peer < PROBE_MIN_EXCESS_S, (figure, peer)
+    finally:
+        starved.close()
+        healthy.close()
 
 
 def test_a_round_probes_each_rank_in_turn_and_lists_those_that_do_not_answer():

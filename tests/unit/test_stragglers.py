@@ -369,6 +369,21 @@ def test_a_link_slowed_everywhere_or_by_a_few_milliseconds_names_nobody():
     assert find_link_stragglers(probes({0: 0.002, 1: 0.5}), LIMITS, skip=[0]) == []  # one group has no peers
 
 
+def test_a_rank_starved_of_cpu_is_not_a_slow_link_a_slow_link_still_is():
+    """The hog tier at stop 42: group 0's rank, starved of CPU beside two hogs and a second job,
+    answered in 26 and 18 ms two rounds a second apart against its peers' 0.4 ms (70x) and was
+    named a link straggler and evicted. Its probe thread waited as long for an empty request
+    (the round trip timed beside each transfer): net of that it is at its peers' pace. A
+    20 Mbit/s link (0.51 s here) delays the bytes, not the empty request: still named."""
+    starved = [LinkProbe(0, 0, 0.026, 0.018, rtt_s=0.017), LinkProbe(1, 0, 0.0004, 0.0004, 0.0001), LinkProbe(2, 0, 0.0005, 0.0004, 0.0001)]
+    assert find_link_stragglers(starved, LIMITS) == []
+    assert starved[0].seconds == pytest.approx(0.009)
+    # Without the round trip (rtt_s 0, as before), the same figures name it.
+    assert [s.group for s in find_link_stragglers([LinkProbe(p.group, p.rank, p.to_rank_s, p.from_rank_s) for p in starved], LIMITS)] == [0]
+    slow = [LinkProbe(0, 0, 0.0004, 0.0004, 0.0001), LinkProbe(1, 0, 0.0005, 0.0004, 0.0001), LinkProbe(2, 0, 0.51, 0.0005, 0.0003)]
+    assert [(s.group, round(s.seconds, 4)) for s in find_link_stragglers(slow, LIMITS)] == [(2, 0.5097)]
+
+
 def test_a_link_is_named_only_when_two_rounds_in_a_row_find_it_slow():
     # 16 ranks on 2 cores: one round found healthy links 26-53 ms against peers' 0.3-10 ms (a probe
     # server kept from a core), and the next round found them at their peers' pace.
