@@ -337,8 +337,8 @@ class SemiSync(SyncStrategy):
             return None
         committed = self.manager.current_step() > before
         if not committed and self.manager.heals == heals:
-            # Its quorum failed before it healed (a peer died after asking for that quorum, and
-            # the quorum waited for it: ft.quorum_timeout_s). It has no state of its own to
+            # Its quorum failed before it healed (a peer died after asking for that quorum, was
+            # made a member, and the others waited ft.timeout_s for it). It has no state of its own to
             # train a window on: join again at the peers' next sync. Before, it trained a window
             # from its initial weights, healed at that window's sync and recorded the sync as
             # its own step 9, below the job's 39 (status regressed; a stress run at 56fef4b).
