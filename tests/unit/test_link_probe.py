@@ -39,6 +39,9 @@ class _Starved(LinkProbeServer):
 
             def recv_into(self, buf, n=0, flags=0):
                 if n == HEADER.size:
+                    # The wait starts when the request arrives, not when the last answer went out
+                    # (a sleep from then overlapped the prober's own turnaround: 28.6 ms measured).
+                    conn.recv(1, socket.MSG_PEEK)
                     time.sleep(wait_s)  # the request's wake-up
                 return conn.recv_into(buf, n, flags)
 
@@ -61,8 +64,15 @@ def test_a_starved_probe_server_is_slow_in_raw_time_and_at_its_peers_pace_net_of
         healthy.close()
 
 
+class _Slow(_Starved):
+    wait_s = 0.1
+
+
 def test_a_round_probes_each_rank_in_turn_and_lists_those_that_do_not_answer():
-    servers = [LinkProbeServer("127.0.0.1") for _ in range(2)]
+    # The first rank answers each request 0.1 s late, so the round is surely running when the
+    # second start is refused: with two healthy servers it could end first on a loaded machine
+    # (the main thread descheduled for the round's few milliseconds: 2 of 12 runs beside 2 hogs).
+    servers = [_Slow("127.0.0.1"), LinkProbeServer("127.0.0.1")]
     gone = f"127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens there
     prober = LinkProber()
     try:
