@@ -65,6 +65,10 @@ class ScriptedManager:
         self.step += 1
         return True
 
+    def take_served_past_finish(self) -> bool:
+        served, self.served_past_finish = self.served_past_finish, False
+        return served
+
     def allow_state_dict_read(self) -> None:
         pass
 

@@ -250,7 +250,7 @@ class MonarchManager(Manager):
       healed in this quorum to their step), and what the holders run in the quorum is
       :meth:`commit_nothing`'s vote, not the sync's averages. So its averages run no
       collective and its commit vote is :meth:`commit_nothing`'s, returning False (torchft's
-      sync then keeps the healed weights); ``served_past_finish`` says so once. Running the
+      sync then keeps the healed weights); :meth:`take_served_past_finish` says so once. Running the
       sync's averages against the holders' collective, gloo aborted a holder ("Received data
       size doesn't match expected size") and the group's record of the sync read as a commit
       below the job's step (a job test's localsgd run at dff7bb5; replayed in
@@ -291,6 +291,12 @@ class MonarchManager(Manager):
             self._timing_depth -= 1
             if self._timing_depth == 0:
                 self.seconds[key] += time.perf_counter() - start
+
+    def take_served_past_finish(self) -> bool:
+        """Whether a commit vote since the last call served a quorum its peers held at the finish
+        (``past_finish``), then reset: that sync committed nothing of this group's."""
+        served, self.served_past_finish = self.served_past_finish, False
+        return served
 
     def take_seconds(self) -> Dict[str, float]:
         """The time accrued since the last call, then reset."""

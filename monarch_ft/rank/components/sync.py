@@ -331,8 +331,7 @@ class SemiSync(SyncStrategy):
         start = time.perf_counter()
         self._sync_now()
         self._xgroup += time.perf_counter() - start
-        served, self.manager.served_past_finish = self.manager.served_past_finish, False
-        if served:
+        if self.manager.take_served_past_finish():
             self._take_sums()
             return None
         committed = self.manager.current_step() > before
@@ -392,7 +391,7 @@ class SemiSync(SyncStrategy):
             self._xgroup += time.perf_counter() - start
         # Healed to the finish in a sync it missed (MonarchManager.past_finish): its window is
         # the peers' now, and nothing of it was committed.
-        served, self.manager.served_past_finish = self.manager.served_past_finish, False
+        served = self.manager.take_served_past_finish()
         committed = synced and self.manager.current_step() > before and not served
         return StepResult(
             # A committed sync is the sync point it reached: this window's end, or, when this
