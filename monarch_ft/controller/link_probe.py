@@ -74,6 +74,15 @@ def _recv_exactly(sock: socket.socket, n: int, buf: memoryview) -> None:
         got += k
 
 
+def _timed(sock: socket.socket, deadline: float, request: bytes, reply: int, buf: memoryview) -> float:
+    """Seconds from sending ``request`` to the last of ``reply`` bytes back."""
+    sock.settimeout(max(0.01, deadline - time.monotonic()))
+    t0 = time.monotonic()
+    sock.sendall(request)
+    _recv_exactly(sock, reply, buf)
+    return time.monotonic() - t0
+
+
 def time_link(address: str, payload: bytes, tries: int = TRIES, timeout_s: float = RANK_TIMEOUT_S) -> tuple[float, float, float]:
     """Seconds for ``payload`` to the server at ``address`` (until its acknowledgement) and from
     it (until its last byte), and for an empty request's round trip just before them, each the
@@ -88,21 +97,9 @@ def time_link(address: str, payload: bytes, tries: int = TRIES, timeout_s: float
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
         try:
             for _ in range(tries):
-                sock.settimeout(max(0.01, deadline - time.monotonic()))
-                t0 = time.monotonic()
-                sock.sendall(pack(ProbeOp.TO_RANK, 0))
-                _recv_exactly(sock, len(ACK), buf)
-                rtt = min(rtt, time.monotonic() - t0)
-                sock.settimeout(max(0.01, deadline - time.monotonic()))
-                t0 = time.monotonic()
-                sock.sendall(pack(ProbeOp.TO_RANK, size) + payload)
-                _recv_exactly(sock, len(ACK), buf)
-                to_rank = min(to_rank, time.monotonic() - t0)
-                sock.settimeout(max(0.01, deadline - time.monotonic()))
-                t0 = time.monotonic()
-                sock.sendall(pack(ProbeOp.FROM_RANK, size))
-                _recv_exactly(sock, size, buf)
-                from_rank = min(from_rank, time.monotonic() - t0)
+                rtt = min(rtt, _timed(sock, deadline, pack(ProbeOp.TO_RANK, 0), len(ACK), buf))
+                to_rank = min(to_rank, _timed(sock, deadline, pack(ProbeOp.TO_RANK, size) + payload, len(ACK), buf))
+                from_rank = min(from_rank, _timed(sock, deadline, pack(ProbeOp.FROM_RANK, size), size, buf))
         except socket.timeout:
             # Slower than the whole budget: what is known is that it took at least that long.
             to_rank = to_rank if to_rank != float("inf") else timeout_s
