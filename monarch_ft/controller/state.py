@@ -409,8 +409,11 @@ class WatchState:
     hangs_seen: dict[int, tuple[float, int, Any]] = field(default_factory=dict)
     # When each group was last judged by the hang model.
     judged_at: dict[int, float] = field(default_factory=dict)
-    # The CPU stragglers found at the last step taken (controller.decide.slow; None: not yet).
+    # The CPU stragglers found at the last judgement (controller.decide.slow; None: not yet),
+    # when it was made, and whether steps came in since.
     cpu_stragglers: Optional[list] = None
+    stragglers_judged_at: float = 0.0
+    steps_unjudged: bool = False
     # The state hashes of steps below this were pruned (controller.decide.reports._record_commit).
     hashes_pruned_below: int = -1
     # The shared start gate this controller opened last ("" : none yet).

@@ -234,6 +234,8 @@ class StragglerWatch:
     link_found: dict[int, Straggler] = field(default_factory=dict)
     # Links the last round found slow and no round has confirmed yet (confirm_link_stragglers).
     link_suspects: dict[int, Straggler] = field(default_factory=dict)
+    # Whether the job's collective rose past its floor, at the last look at its pace (probe_due).
+    collective_rose: bool = False
     # (group, rank, attempt) -> the (step, time) of its newest step record (own_seconds).
     last_record: dict[tuple[int, int, int], tuple[int, float]] = field(default_factory=dict)
 
@@ -465,11 +467,28 @@ def _newest_median(times: dict[int, float], steps: int) -> Optional[float]:
     return _median_of(newest) if len(newest) >= steps else None
 
 
+def _collective_rose(watch: StragglerWatch, active: list[int], limits: StragglerLimits) -> bool:
+    """Whether the job's collective time now rose past its floor, unexplained by its compute
+    (:func:`probe_due`'s first rule); lowers the floors to the pace now."""
+    pace = job_pace(watch, active)
+    rose = False
+    if pace is not None:
+        coll, comp = pace
+        if watch.collective_floor_s is not None and watch.compute_floor_s is not None:
+            floor, compute_floor = watch.collective_floor_s, max(watch.compute_floor_s, limits.min_excess_s)
+            explained = comp > limits.factor * compute_floor and (coll - floor) < TRIGGER_DOMINANCE * (comp - compute_floor)
+            rose = coll > limits.factor * floor and coll - floor > TRIGGER_MIN_RISE_S and not explained
+        watch.collective_floor_s = coll if watch.collective_floor_s is None else min(watch.collective_floor_s, coll)
+        watch.compute_floor_s = comp if watch.compute_floor_s is None else min(watch.compute_floor_s, comp)
+    return rose
+
+
 def job_pace(watch: StragglerWatch, active: Iterable[int], steps: int = TRIGGER_STEPS) -> Optional[tuple[float, float]]:
     """The job's collective and compute seconds per step now: the median over the groups among
     ``active`` of each one's median over its newest ``steps`` steps; None while fewer than two
     groups have that many."""
-    groups = [t for g, t in watch.groups.items() if g in set(active)]
+    wanted = set(active)
+    groups = [t for g, t in watch.groups.items() if g in wanted]
     coll = [m for m in (_newest_median(t.collective, steps) for t in groups) if m is not None]
     comp = [m for m in (_newest_median(t.compute, steps) for t in groups) if m is not None]
     if len(coll) < 2 or len(comp) < 2:
@@ -512,7 +531,7 @@ def cpu_suspects(watch: StragglerWatch, active: Iterable[int], limits: Straggler
     return out
 
 
-def probe_due(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits, now: float, interval_s: float) -> Optional[ProbeReason]:
+def probe_due(watch: StragglerWatch, active: Iterable[int], limits: StragglerLimits, now: float, interval_s: float, pace: bool = True) -> Optional[ProbeReason]:
     """Whether to time every group's link now, and why; also lowers the job's floors of
     collective and compute time to its pace now (:func:`job_pace`).
 
@@ -529,18 +548,13 @@ def probe_due(watch: StragglerWatch, active: Iterable[int], limits: StragglerLim
 
     Its cost: a round moves :data:`PROBE_BYTES` each way per rank (twice: the faster counts),
     one rank at a time: 20-60 ms for three ranks on healthy links here, 1.7 s with one at 20 Mbit/s.
+
+    ``pace``: look at the job's pace now (False: the last look's verdict stands; the pace
+    changes only with new steps, and a look costs groups x steps).
     """
-    active = list(active)
-    pace = job_pace(watch, active)
-    rose = False
-    if pace is not None:
-        coll, comp = pace
-        if watch.collective_floor_s is not None and watch.compute_floor_s is not None:
-            floor, compute_floor = watch.collective_floor_s, max(watch.compute_floor_s, limits.min_excess_s)
-            explained = comp > limits.factor * compute_floor and (coll - floor) < TRIGGER_DOMINANCE * (comp - compute_floor)
-            rose = coll > limits.factor * floor and coll - floor > TRIGGER_MIN_RISE_S and not explained
-        watch.collective_floor_s = coll if watch.collective_floor_s is None else min(watch.collective_floor_s, coll)
-        watch.compute_floor_s = comp if watch.compute_floor_s is None else min(watch.compute_floor_s, comp)
+    if pace:
+        watch.collective_rose = _collective_rose(watch, list(active), limits)
+    rose = watch.collective_rose
     if watch.link_suspects and now - watch.last_probe_at >= CONFIRM_GAP_S:
         return ProbeReason.CONFIRM
     if now - watch.last_probe_at < PROBE_GAP_S:

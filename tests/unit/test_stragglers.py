@@ -579,3 +579,11 @@ def test_eight_healthy_groups_on_two_cores_name_nobody():
         watch.observe(rec, LIMITS.window)
         if rec["group"] == 7:
             assert find_stragglers(watch, groups, LIMITS) == [], rec["step"]
+
+
+def test_the_step_times_are_judged_every_tick_of_a_small_job_and_about_once_a_second_at_a_thousand_groups():
+    from monarch_ft.controller.decide.slow import judge_gap_s
+    from monarch_ft.controller.loop import TICK_S
+
+    assert judge_gap_s(16) < TICK_S  # every tick with new steps, as before the bound
+    assert 0.5 <= judge_gap_s(1024) <= 2.0

@@ -29,6 +29,9 @@ from monarch_ft.controller.stragglers import (
 )
 from monarch_ft.records.events import EventKind, ExclusionReason, GroupStatus
 
+# The least time between two judgements of the step times, per running group (judge_gap_s).
+JUDGE_S_PER_GROUP = 0.001
+
 
 def check_stragglers(t: Tick) -> None:
     """Name, clear, keep or evict stragglers (see the module docstring)."""
@@ -43,12 +46,16 @@ def check_stragglers(t: Tick) -> None:
     limits = StragglerLimits(ft.straggler_factor, ft.straggler_window)
     running = [g.index for g in state.groups if g.status == GroupStatus.RUNNING and not g.train_done]
     # The step-time judgements change only with new steps: worked out again only then (every
-    # group every tick is groups x window of work a tick, for the same answer).
-    fresh = t.steps_seen or state.watch.cpu_stragglers is None
+    # group every tick is groups x window of work a tick, for the same answer), and at most once
+    # per judge_gap_s (a judgement costs groups x window: bounded per tick on average).
+    w = state.watch
+    w.steps_unjudged = w.steps_unjudged or t.steps_seen
+    fresh = w.cpu_stragglers is None or (w.steps_unjudged and t.now - w.stragglers_judged_at >= judge_gap_s(len(running)))
     if fresh:
-        state.watch.cpu_stragglers = find_stragglers(watch, running, limits)
-    found = {s.group: s for s in state.watch.cpu_stragglers or () if s.group in running}
-    probe_links(t, running, limits)
+        w.cpu_stragglers = find_stragglers(watch, running, limits)
+        w.stragglers_judged_at, w.steps_unjudged = t.now, False
+    found = {s.group: s for s in w.cpu_stragglers or () if s.group in running}
+    probe_links(t, running, limits, fresh)
     for g, s in watch.link_found.items():
         if g in running and g not in found:
             found[g] = s
@@ -93,9 +100,23 @@ def check_stragglers(t: Tick) -> None:
         )
 
 
-def probe_links(t: Tick, running: list[int], limits: StragglerLimits) -> None:
+def judge_gap_s(groups: int) -> float:
+    """The least time between two judgements of the groups' step times: :data:`JUDGE_S_PER_GROUP`
+    per running group. Below about 50 groups that is under a tick (every tick with new steps is
+    judged, as before); at 1,024 groups about once a second, where judging every tick took a
+    fifth of the controller's CPU. A straggler is named from a window of
+    ``ft.straggler_window`` steps, so a judgement a second late changes little.
+
+    Args:
+        groups: the running groups.
+    """
+    return JUDGE_S_PER_GROUP * groups
+
+
+def probe_links(t: Tick, running: list[int], limits: StragglerLimits, fresh: bool = True) -> None:
     """Take a finished probe round's verdicts (``link_probed``; ``watch.link_found``) and start a
-    round when stragglers.probe_due says one is due (controller.link_probe)."""
+    round when stragglers.probe_due says one is due (controller.link_probe); ``fresh``: the step
+    times were judged this tick (the job's pace is worked out again only then)."""
     state, watch = t.state, t.state.stragglers
     done = t.obs.probe
     if done is not None:
@@ -114,7 +135,7 @@ def probe_links(t: Tick, running: list[int], limits: StragglerLimits) -> None:
             stragglers=[s.group for s in verdicts],
             suspects=sorted(watch.link_suspects),
         )
-    reason = probe_due(watch, running, limits, t.now, t.cfg.ft.link_probe_s)
+    reason = probe_due(watch, running, limits, t.now, t.cfg.ft.link_probe_s, pace=fresh)
     if reason is None or t.obs.probe_busy:
         return
     targets = {(g.index, rs.rank): rs.link_probe for g in state.groups if g.index in running for rs in g.ranks if rs.link_probe and rs.exited is None}
