@@ -52,7 +52,9 @@ class JobControl:
 
     @property
     def last_commit(self) -> dict[int, dict]:
-        """Each group's newest committed step record (rank 0)."""
+        """Each group's newest committed step (rank 0): its record's step, time, attempt,
+        quorum_id, quorum_size, participating_groups and loss
+        (monarch_ft.controller.decide.reports.COMMIT_FIELDS)."""
         return self._sup.state.last_commit
 
     @property

@@ -457,7 +457,8 @@ class JobState:
     redone_seen: set[tuple[int, int]] = field(default_factory=set)
     # Recent committed state hashes: step -> {(group, rank): hash} (Supervisor.consistent_at).
     step_hashes: dict[int, dict[tuple[int, int], str]] = field(default_factory=dict)
-    # The newest committed step record of each group's rank 0 (hooks such as chaos read it).
+    # The newest committed step of each group's rank 0: its record's COMMIT_FIELDS
+    # (controller.decide.reports; hooks such as chaos read it).
     last_commit: dict[int, dict] = field(default_factory=dict)
     # The newest quorum's participating groups, and which (group, rank) owns each transport
     # address (a healing rank names its peer by address only).

@@ -23,6 +23,12 @@ from monarch_ft.records.report_records import Heartbeat, Liveness, RankEvent, Re
 # Commits kept for the redone-step check and the consistency check: this many steps back.
 HASHES_KEPT = 200
 
+# What a group's newest commit keeps of its rank 0's record (``state.last_commit``: what hooks,
+# the Prometheus endpoint and the outage accounting read). The whole record was kept before, and
+# the takeover save diffed every field of it for every group at every step: a third of the
+# save's CPU at 1,024 groups.
+COMMIT_FIELDS = ("step", "time", "attempt", "quorum_id", "quorum_size", "participating_groups", "loss")
+
 
 def absorb_reports(t: Tick) -> None:
     """Every active group's new records, group by group, each rank's in file order."""
@@ -86,7 +92,7 @@ def _step(t: Tick, g: GroupState, rs: RankState, rec: StepRecord, metrics: list[
             g.first_loss = rec.loss
         g.last_loss = rec.loss
     if rec.rank == 0 and rec.committed:
-        state.last_commit[g.index] = raw
+        state.last_commit[g.index] = {k: raw[k] for k in COMMIT_FIELDS if k in raw}
     # Fingerprints and gradient votes; the verdicts are acted on once per pass.
     t.verdicts += t.rules.judge.observe(g.index, raw)
     if g.status == GroupStatus.STARTING:
