@@ -28,7 +28,7 @@ from monarch_ft.controller.hangs import CpuSample, OsSample, StepTimeLearner
 from monarch_ft.controller.integrity import IntegrityState
 from monarch_ft.controller.ledger import CommitLedger
 from monarch_ft.controller.placement import NodePool, Suspect
-from monarch_ft.controller.snapshot import live, own
+from monarch_ft.controller.snapshot import Tracked, live, note_changed, own
 from monarch_ft.controller.standby_pool import StandbyPoolState
 from monarch_ft.controller.stragglers import StragglerWatch
 from monarch_ft.launcher.base import RankLaunch, RankProcess
@@ -117,7 +117,7 @@ class Failure:
 
 
 # ---------------------------------------------------------------- a rank
-@dataclass
+@dataclass(frozen=True)
 class LaunchRecord:
     """A rank's :class:`RankLaunch` as the job's state keeps it: all but its environment and
     launcher extras (the environment is the controller's own, and may hold secrets; a new
@@ -139,14 +139,16 @@ class LaunchRecord:
 
     @classmethod
     def of(cls, launch: RankLaunch) -> "LaunchRecord":
-        return cls(**{f.name: getattr(launch, f.name) for f in dataclasses.fields(cls)})
+        fields = {f.name: getattr(launch, f.name) for f in dataclasses.fields(cls)}
+        fields["argv"] = list(fields["argv"])  # its own copy: a record is never changed in place
+        return cls(**fields)
 
     def launch(self) -> RankLaunch:
         return RankLaunch(env={}, extra={}, **dataclasses.asdict(self))
 
 
 @dataclass
-class RankState:
+class RankState(Tracked):
     """One rank of a group (or of a standby), as the controller knows it."""
 
     # ---- who it is, and how a new controller finds it again
@@ -204,7 +206,7 @@ class RankState:
 
 
 # ---------------------------------------------------------------- a group
-@dataclass
+@dataclass(frozen=True)
 class LaunchPlan:
     """How a group's next attempt starts: set where its launch is scheduled (the job's start or
     resume, a relaunch after a failure, a full restart), read once, at its launch.
@@ -226,7 +228,7 @@ class LaunchPlan:
 
 
 @dataclass
-class GroupState:
+class GroupState(Tracked):
     """One replica group. Its status changes through :meth:`move` only."""
 
     index: int
@@ -271,13 +273,14 @@ class GroupState:
         # The status is set once by the constructor (or a restore), then by move() only.
         if name == "status" and "status" in self.__dict__:
             raise IllegalTransition(f"group {self.index}: set its status with move(), not directly")
-        object.__setattr__(self, name, value)
+        super().__setattr__(name, value)
 
     def move(self, status: GroupStatus) -> None:
         """Change the status; raises :class:`IllegalTransition` for one :data:`TRANSITIONS` refuses."""
         if not can_transition(self.status, status):
             raise IllegalTransition(f"group {self.index}: {self.status} -> {status} is not an allowed transition")
         self.__dict__["status"] = GroupStatus(status)
+        note_changed(self, "status")
 
     @property
     def active(self) -> bool:

@@ -398,7 +398,7 @@ class Takeover:
             if action is AttachAction.FAIL:
                 failed.append((g, [rs.rank for rs, a, e in zip(g.ranks, alive, exited) if not a and e != 0]))
             if g.status == GroupStatus.WAITING:
-                g.plan.at = now
+                g.plan = dataclasses.replace(g.plan, at=now)
         return decisions, failed
 
     def lost(self, events: EventLog, previous_pid: Optional[int], job_step: int, now: float) -> dict:

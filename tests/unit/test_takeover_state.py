@@ -267,3 +267,41 @@ def test_diff_and_apply_agree():
     assert apply(json.loads(json.dumps(old)), json.loads(json.dumps(ops))) == new
     with pytest.raises(ValueError, match="does not apply"):
         apply({"a": 1}, [[["b", "c"], 1]])
+
+
+def test_a_group_is_written_field_by_field_whatever_way_it_changed(tmp_path):
+    """Groups and ranks note the fields set on them (snapshot.Tracked): a save encodes those, the
+    fields that change in place (a list appended to) and a replaced or added rank whole. Every
+    kind of change reads back as the whole snapshot does."""
+    import dataclasses
+
+    from monarch_ft.controller.state import LaunchPlan
+    from monarch_ft.records.events import GroupStatus
+
+    layout = RunLayout(str(tmp_path))
+    takeover = Takeover(ControllerConfig(), layout)
+    takeover.verify = True  # every save checked against the whole snapshot
+    state = populated_groups(3)
+    takeover.save(state)
+    g0, g1, g2 = state.groups
+    changes = [
+        lambda: setattr(g0, "last_step", 5),  # a set
+        lambda: g0.move(GroupStatus.STARTING),  # a status, set around __setattr__
+        lambda: setattr(g0.ranks[0], "report_offset", 123),  # a rank's field
+        lambda: g1.restart_times.append(4.5),  # a list changed in place
+        lambda: setattr(g1, "plan", dataclasses.replace(g1.plan, at=9.0)),  # a frozen value replaced
+        lambda: setattr(g1, "plan", LaunchPlan(load_step=3)),
+        lambda: g2.ranks.append(RankState(LaunchRecord(2, 1, 0, ["python"], "/r/l", "/r"))),  # a rank added in place
+        lambda: setattr(g2.ranks[1], "last_step", 3),  # ... then changed
+        lambda: g2.ranks.__setitem__(0, RankState(LaunchRecord(2, 0, 1, ["python"], "/r/l", "/r"), last_step=8)),  # replaced in place
+        lambda: setattr(g2, "ranks", g2.ranks[:1]),  # a new list
+        lambda: state.groups.__setitem__(0, GroupState(0, last_step=2)),  # a group replaced
+        lambda: setattr(state.groups[0], "attempt", 1),
+    ]
+    for change in changes:
+        change()
+        takeover.save(state)
+        assert whole(layout.read_controller_state()) == whole(to_record(state))
+    # A frozen record cannot change in place by mistake.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        g1.plan.at = 1.0  # type: ignore[misc]
