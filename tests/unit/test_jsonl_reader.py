@@ -56,3 +56,15 @@ def test_a_tail_gives_each_record_with_its_line_as_written(tmp_path):
     assert [line for _, line in got] == [json.dumps(r).encode() for r in recs]
     assert b"\n".join(line for _, line in got) + b"\n" + b'{"type": "st' == path.read_bytes()
     tail.close()
+
+
+def test_a_batch_read_at_once_gives_each_line_its_own_record_whatever_a_bad_line_holds():
+    """A tail's new lines are decoded in one go: a line that is not one record (damaged, two
+    values, blank) falls back to a line-by-line read, each good line keeping its own record."""
+    from monarch_ft.records.reports import parse_lines_kept
+
+    good = [json.dumps({"step": s}).encode() for s in range(3)]
+    assert list(parse_lines_kept(good)) == [({"step": s}, good[s]) for s in range(3)]
+    for bad in (b'{"step": 9', b"1, 2", b"", b"{}{}"):
+        lines = [good[0], bad, good[2]]
+        assert list(parse_lines_kept(lines)) == [({"step": 0}, good[0]), ({"step": 2}, good[2])], bad
