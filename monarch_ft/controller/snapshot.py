@@ -71,34 +71,41 @@ def not_saved(cls_or_obj: Any) -> dict[str, str]:
     return {f.name: f.metadata[NOT_SAVED] for f in dataclasses.fields(cls_or_obj) if NOT_SAVED in f.metadata}
 
 
-# Where a Tracked value keeps the names of the fields set since its record was last written.
+# Where a Tracked value keeps the names of the fields set since its record was last written,
+# and whom it tells of its first change (RecordMirror's set of changed items, and its position).
 CHANGED = "_snapshot_changed"
+NOTIFY = "_snapshot_notify"
 
 
 class Tracked:
-    """A dataclass whose field assignments are noted, so that :class:`RecordMirror` encodes only
-    the fields set since the last save (and those that can change in place: see
-    :class:`_Fields`), not the whole value.
+    """A dataclass whose field assignments are noted, so that :class:`RecordMirror` visits only
+    the items that changed and encodes only the fields that were set, not every item whole.
 
-    Why: at every step of a 1,024-group job each group's progress fields change (its step, its
-    loss, its ranks' report offsets); encoding and diffing every group whole each tick was a
-    third of the controller's CPU. Noting starts once the mirror has written the value
-    (before that, and for a value it did not write, it encodes it whole). A field changed
-    without an assignment (``self.__dict__[name] = ...``) must call :func:`note_changed`."""
+    Why: a tick of a 1,024-group job changes a few fields of each group that stepped (its step,
+    its loss, its ranks' report offsets) and nothing of the others; encoding and diffing every
+    group whole each tick was a third of the controller's CPU, whether anything changed or not.
+
+    The rule that makes noting enough: a Tracked value's fields are **replaced, never changed
+    in place** (a list or dict field gets a new list or dict; a nested dataclass is frozen).
+    A field changed without an assignment (``self.__dict__[name] = ...``) calls
+    :func:`note_changed`. Noting starts once the mirror has written the value (a value it did
+    not write is encoded whole). The test suites check every save against the whole snapshot
+    (``Takeover.verify``), which finds a change the rule missed."""
 
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
-        changed = self.__dict__.get(CHANGED)
-        if changed is not None:
-            changed.add(name)
+        note_changed(self, name)
 
 
 def note_changed(value: Any, name: str) -> None:
     """Note that ``value``'s field ``name`` changed (a :class:`Tracked` value's field set around
     its ``__setattr__``)."""
-    changed = value.__dict__.get(CHANGED)
+    d = value.__dict__
+    changed = d.get(CHANGED)
     if changed is not None:
         changed.add(name)
+        items, position = d[NOTIFY]
+        items.add(position)
 
 
 @functools.lru_cache(maxsize=None)
@@ -337,7 +344,8 @@ class _Part(Enum):
 
     ITEMS = "items"  # a list of dataclasses: item by item, only those it is told may have changed
     KEYED = "keyed"  # a dict: key by key
-    WHOLE = "whole"  # anything else: encoded and compared whole
+    NESTED = "nested"  # a dataclass (not frozen): a mirror of its own, field by field
+    WHOLE = "whole"  # anything else: encoded and compared whole (plain data: compared first)
 
 
 class _Check(Enum):
@@ -424,13 +432,12 @@ class _Fields:
     """How :class:`RecordMirror` brings the record of a dataclass item up to date.
 
     A :class:`Tracked` value it wrote before is updated field by field: the fields set since
-    (its noted names), the fields that can change in place without a set (lists, dicts and
-    dataclasses that are not frozen: :attr:`always`), and its lists of Tracked values item by
-    item. Any other value (not Tracked, or not the one the record was written from) is encoded
-    whole and compared.
+    (its noted names), and its lists of Tracked values item by item (an item replaced, added or
+    gone: the list whole). Any other value (not Tracked, or not the one the record was written
+    from) is encoded whole and compared.
 
     Args:
-        cls: the item's dataclass.
+        kind: the item's dataclass.
     """
 
     _made: dict[type, "_Fields"] = {}
@@ -447,7 +454,6 @@ class _Fields:
         self.encode = _encoder(kind)
         self.tracked = issubclass(kind, Tracked)
         self.fields: dict[str, Callable[[Any], Any]] = {}
-        self.always: list[str] = []
         self.lists: dict[str, _Fields] = {}
         for f in saved_fields(kind):
             hint = hints[f.name]
@@ -455,18 +461,18 @@ class _Fields:
             args = typing.get_args(hint)
             if typing.get_origin(hint) is list and args and isinstance(args[0], type) and issubclass(args[0], Tracked):
                 self.lists[f.name] = _Fields.of(args[0])
-            elif not _set_only(hint):
-                self.always.append(f.name)
         self.names = frozenset(self.fields) - frozenset(self.lists)
 
-    def watch(self, value: Any) -> Optional[_Seen]:
-        """Start noting ``value``'s changes (its record was just written whole)."""
+    def watch(self, value: Any, notify: tuple[set, int]) -> Optional[_Seen]:
+        """Start noting ``value``'s changes (its record was just written whole); its first
+        change adds ``notify[1]`` to the set ``notify[0]``."""
         if not self.tracked:
             return None
         value.__dict__[CHANGED] = set()
-        return _Seen(value, {name: (getattr(value, name), [sub.watch(x) for x in getattr(value, name)]) for name, sub in self.lists.items()})
+        value.__dict__[NOTIFY] = notify
+        return _Seen(value, {name: (getattr(value, name), [sub.watch(x, notify) for x in getattr(value, name)]) for name, sub in self.lists.items()})
 
-    def update(self, value: Any, seen: Optional[_Seen], old: Any, path: list, ops: list[list]) -> tuple[Any, Optional[_Seen]]:
+    def update(self, value: Any, seen: Optional[_Seen], old: Any, path: list, ops: list[list], notify: tuple[set, int]) -> tuple[Any, Optional[_Seen]]:
         """``value``'s record now, and what it was written from, given ``old`` (its record last
         written, from ``seen``); the operations that did it appended to ``ops`` (at ``path``)."""
         changed = value.__dict__.get(CHANGED) if self.tracked else None
@@ -474,42 +480,31 @@ class _Fields:
             enc = self.encode(value)
             if type(enc) is not type(old) or enc != old:
                 diff(old, enc, path, ops)
-            return enc, self.watch(value)
-        value.__dict__[CHANGED] = set()
-        fields = self.fields
-        for name in (self.names & changed).union(self.always):
-            enc = fields[name](getattr(value, name))
-            was = old[name]
-            if type(enc) is not type(was) or enc != was:
-                diff(was, enc, path + [name], ops)
-                old[name] = enc
+            return enc, self.watch(value, notify)
+        if changed:
+            value.__dict__[CHANGED] = set()
+            fields = self.fields
+            for name in self.names & changed:
+                enc = fields[name](getattr(value, name))
+                was = old[name]
+                if type(enc) is not type(was) or enc != was:
+                    diff(was, enc, path + [name], ops)
+                    old[name] = enc
         for name, sub in self.lists.items():
             items = getattr(value, name)
             known, kept = seen.lists[name]
             written = old[name]
             if items is known and len(items) == len(kept) == len(written) and all(k.value is x for k, x in zip(kept, items)):
                 for j, x in enumerate(items):
-                    written[j], kept[j] = sub.update(x, kept[j], written[j], path + [name, j], ops)
+                    if x.__dict__.get(CHANGED):
+                        written[j], kept[j] = sub.update(x, kept[j], written[j], path + [name, j], ops, notify)
             else:
-                enc = fields[name](items)
+                enc = self.fields[name](items)
                 if enc != written:
                     diff(written, enc, path + [name], ops)
                     old[name] = enc
-                seen.lists[name] = (items, [sub.watch(x) for x in items])
+                seen.lists[name] = (items, [sub.watch(x, notify) for x in items])
         return old, seen
-
-
-def _set_only(kind: Any) -> bool:
-    """A field of ``kind`` changes only by a set (noted by :class:`Tracked`): immutable values,
-    and frozen dataclasses (replaced, never changed in place)."""
-    if _immutable(kind):
-        return True
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        return bool(kind.__dataclass_params__.frozen)  # type: ignore[attr-defined]
-    origin = typing.get_origin(kind)
-    if origin is Union or (hasattr(types, "UnionType") and isinstance(kind, getattr(types, "UnionType"))):
-        return all(_set_only(a) for a in typing.get_args(kind))
-    return False
 
 
 class RecordMirror:
@@ -521,11 +516,15 @@ class RecordMirror:
     little of it changed. So only what may have changed is encoded:
 
     - a field holding a list of dataclasses (the groups): item by item, and :meth:`update` may
-      be told which items may have changed (the others are not looked at);
+      be told which items may have changed (the others are not looked at). Items that are
+      :class:`Tracked` are visited only when they noted a change (or were replaced), and then
+      only their noted fields are encoded;
     - a field holding a dict: key by key. A value of plain data (no dataclass in its type) is
       compared as it is with a copy of what was written (``==``, in C) and encoded only when
       it differs; a value holding dataclasses is encoded and compared;
-    - any other field: encoded and compared whole (against a copy).
+    - a field holding a dataclass that is not frozen: the same, field by field (a mirror of its own);
+    - any other field: encoded and compared whole (against a copy); plain data is first compared as
+      it is with a copy of what was written, and encoded only when it differs.
 
     A value annotated as a bare ``dict``, ``list`` or ``Any`` (a rank's record, an error) is
     taken to be replaced when it changes, never changed in place: the mirror's record holds it
@@ -544,8 +543,12 @@ class RecordMirror:
         # itself for SAME), and each raw key's object key (encoding a tuple key costs).
         self._raw: dict[str, dict[str, Any]] = {}
         self._keys: dict[str, dict[Any, str]] = {}
-        # Per ITEMS field: which value each item's record was written from (_Seen).
+        # Per ITEMS field: which value each item's record was written from (_Seen), and the
+        # items that noted a change since (Tracked).
         self._seen: dict[str, list[Optional[_Seen]]] = {}
+        self._touched: dict[str, set[int]] = {}
+        # Per WHOLE field of plain data: a copy of the value last written (compared before encoding).
+        self._whole: dict[str, Any] = {}
         hints = _hints(cls)
         self._plan: list[tuple[str, _Part, Any]] = []
         for f in saved_fields(cls):
@@ -562,8 +565,10 @@ class RecordMirror:
                 else:
                     check, copy = _Check.ENCODED, _same
                 self._plan.append((f.name, _Part.KEYED, (_key_text(args[0]), _encoder(val), check, copy)))
+            elif isinstance(kind, type) and dataclasses.is_dataclass(kind) and not kind.__dataclass_params__.frozen:  # type: ignore[attr-defined]
+                self._plan.append((f.name, _Part.NESTED, RecordMirror(kind)))
             else:
-                self._plan.append((f.name, _Part.WHOLE, _encoder(kind)))
+                self._plan.append((f.name, _Part.WHOLE, (_encoder(kind), _copier(kind) if _is_plain(kind) else None)))
 
     @property
     def names(self) -> list[str]:
@@ -586,20 +591,43 @@ class RecordMirror:
             raw = getattr(value, name)
             if part is _Part.ITEMS:
                 old = rec.get(name)
+                touched = self._touched.setdefault(name, set())
                 if old is None or len(old) != len(raw):
                     new = [how.encode(x) for x in raw]
                     if old is not None:
                         ops.append([[name], new])
                     rec[name] = new
-                    self._seen[name] = [how.watch(x) for x in raw]
+                    touched.clear()
+                    self._seen[name] = [how.watch(x, (touched, i)) for i, x in enumerate(raw)]
                     continue
-                seen = self._seen.setdefault(name, [None] * len(raw))
-                for i in range(len(raw)) if items is None else sorted({i for i in items if 0 <= i < len(raw)}):
-                    old[i], seen[i] = how.update(raw[i], seen[i], old[i], [name, i], ops)
+                seen = self._seen[name]
+                # The items that may have changed: those that noted a change, and any not
+                # written from the value in its place now (replaced, or not Tracked).
+                due = touched | {i for i, (k, x) in enumerate(zip(seen, raw)) if k is None or k.value is not x}
+                if items is not None:
+                    due &= set(items)
+                touched -= due
+                for i in sorted(due):
+                    old[i], seen[i] = how.update(raw[i], seen[i], old[i], [name, i], ops, (touched, i))
             elif part is _Part.KEYED:
                 self._update_keyed(name, raw, how, ops, first)
+            elif part is _Part.NESTED:
+                inner = how.update(raw)
+                if name not in rec:
+                    if not first:
+                        ops.append([[name], how.record])
+                    rec[name] = how.record  # the child's record, kept up to date by it
+                else:
+                    ops += [[[name, *op[0]], *op[1:]] for op in inner]
             else:
-                enc = how(raw)
+                encode, copier = how
+                if copier is not None and name in rec:
+                    # Plain data: compared as it is with a copy of what was written (in C), and
+                    # encoded only when it differs (a set of a thousand keys is sorted to encode).
+                    kept = self._whole.get(name, _MISSING)
+                    if type(kept) is type(raw) and kept == raw:
+                        continue
+                enc = encode(raw)
                 if first or name not in rec:
                     if not first:
                         ops.append([[name], enc])
@@ -607,6 +635,8 @@ class RecordMirror:
                 elif not (type(enc) is type(rec[name]) and enc == rec[name]):
                     diff(rec[name], enc, [name], ops)
                     rec[name] = _copy(enc)
+                if copier is not None:
+                    self._whole[name] = copier(raw)
         return ops
 
     def _update_keyed(self, name: str, raw: dict, how: tuple, ops: list[list], first: bool) -> None:

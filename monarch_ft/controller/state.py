@@ -149,7 +149,8 @@ class LaunchRecord:
 
 @dataclass
 class RankState(Tracked):
-    """One rank of a group (or of a standby), as the controller knows it."""
+    """One rank of a group (or of a standby), as the controller knows it. Its fields are set,
+    never changed in place (:class:`~monarch_ft.controller.snapshot.Tracked`)."""
 
     # ---- who it is, and how a new controller finds it again
     launch: LaunchRecord
@@ -200,8 +201,11 @@ class RankState(Tracked):
         """Copy what the live handles know into the saved fields (before a snapshot):
         ``identity`` the process's :class:`~monarch_ft.common.process.ProcessIdentity` (None: not known)."""
         running = self.exited is None and identity is not None
-        self.pid, self.start = (identity.pid, identity.start) if running else (None, None)
-        if self.tail is not None:
+        pid, start = (identity.pid, identity.start) if running else (None, None)
+        # Set only what differs: a set is a change to save (snapshot.Tracked).
+        if (self.pid, self.start) != (pid, start):
+            self.pid, self.start = pid, start
+        if self.tail is not None and self.report_offset != self.tail.position:
             self.report_offset = self.tail.position
 
 
@@ -229,7 +233,9 @@ class LaunchPlan:
 
 @dataclass
 class GroupState(Tracked):
-    """One replica group. Its status changes through :meth:`move` only."""
+    """One replica group. Its status changes through :meth:`move` only; its other fields are
+    set, never changed in place (``g.ranks = [...]``, not ``g.ranks.append``): the takeover
+    save writes what was set (:class:`~monarch_ft.controller.snapshot.Tracked`)."""
 
     index: int
     status: GroupStatus = GroupStatus.WAITING

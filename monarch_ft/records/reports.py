@@ -50,11 +50,11 @@ class ReportTail:
         controller relays to ``metrics.jsonl`` without encoding it again."""
         if self._f is None:
             try:
-                self._f = open(self.path, "rb")
+                self._f = open(self.path, "rb", buffering=0)
             except FileNotFoundError:
                 return []
             self._f.seek(self._offset)
-        chunk = self._f.read()
+        chunk = _read_on(self._f.fileno())
         if not chunk:
             return []
         self._offset += len(chunk)
@@ -67,6 +67,24 @@ class ReportTail:
         if self._f is not None:
             self._f.close()
             self._f = None
+
+
+# How much one read asks for (a tail reads on until a read returns less).
+READ_CHUNK = 1 << 16
+
+
+def _read_on(fd: int) -> bytes:
+    """Everything from ``fd``'s offset to its end, by plain reads: one read for a file that did
+    not grow (a buffered reader's ``read()`` also asks the file's size first: a thousand tails'
+    idle reads were a seventh of a quiet tick at 1,024 groups)."""
+    chunk = os.read(fd, READ_CHUNK)
+    if len(chunk) < READ_CHUNK:
+        return chunk
+    parts = [chunk]
+    while len(chunk) == READ_CHUNK:
+        chunk = os.read(fd, READ_CHUNK)
+        parts.append(chunk)
+    return b"".join(parts)
 
 
 def parse_lines(lines: Iterable[bytes]) -> Iterator[dict[str, Any]]:

@@ -138,7 +138,8 @@ def probe_links(t: Tick, running: list[int], limits: StragglerLimits, fresh: boo
     reason = probe_due(watch, running, limits, t.now, t.cfg.ft.link_probe_s, pace=fresh)
     if reason is None or t.obs.probe_busy:
         return
-    targets = {(g.index, rs.rank): rs.link_probe for g in state.groups if g.index in running for rs in g.ranks if rs.link_probe and rs.exited is None}
+    stepping = set(running)
+    targets = {(g.index, rs.rank): rs.link_probe for g in state.groups if g.index in stepping for rs in g.ranks if rs.link_probe and rs.exited is None}
     if len({group for group, _ in targets}) >= 2:
         t.out.do(StartProbe(targets, reason, state.job_step))
         watch.last_probe_at = t.now
