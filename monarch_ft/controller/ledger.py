@@ -8,8 +8,11 @@ late, and :func:`redone_commit` a step trained twice, from records read in any o
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Optional
+
+from monarch_ft.controller.snapshot import own
 
 
 @dataclass
@@ -30,19 +33,36 @@ class CommitLedger:
     job_step: int = 0
     # Quorum id -> the newest step committed in it.
     newest: dict[int, int] = field(default_factory=dict)
+    # The quorum ids in order and the highest step committed up to each (prefix maxima): what
+    # an earlier quorum committed, by bisection. Worked out again when a quorum id is new or a
+    # quorum other than the newest commits a higher step (a scan of every quorum per commit
+    # record grew with the job: 7% of the controller's CPU at 1,024 groups, 200 quorums).
+    _ids: Optional[list[int]] = own(None)
+    _highest: list[int] = own(default_factory=list)
 
     def record(self, step: int, quorum_id: int) -> Optional[int]:
         """Take a commit of ``step`` in quorum ``quorum_id``; returns the higher step an
         earlier quorum committed (a regression), or None."""
         self.job_step = max(self.job_step, step + 1)
-        self.newest[quorum_id] = max(step, self.newest.get(quorum_id, step))
-        earlier = max((s for q, s in self.newest.items() if q < quorum_id), default=-1)
+        was = self.newest.get(quorum_id)
+        now = step if was is None else max(was, step)
+        self.newest[quorum_id] = now
+        ids = self._ids
+        if ids is None or was is None or (now != was and quorum_id != ids[-1]):
+            ids = self._ids = sorted(self.newest)
+            self._highest = []
+            for q in ids:
+                self._highest.append(max(self.newest[q], self._highest[-1] if self._highest else -1))
+        # Only the quorums before this one: the prefix maxima up to the one before it.
+        before = bisect.bisect_left(ids, quorum_id)
+        earlier = self._highest[before - 1] if before else -1
         return earlier if earlier > step else None
 
     def rollback(self, step: int) -> None:
         """The job explicitly went back to a checkpoint at ``step`` (its state was lost)."""
         self.job_step = step
         self.newest.clear()
+        self._ids = None
 
 
 def redone_commit(seen: dict[int, tuple[int, str]], quorum_id: int, group: int, state_hash: str) -> Optional[dict]:

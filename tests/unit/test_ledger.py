@@ -56,3 +56,22 @@ def test_a_redone_step_is_told_whichever_commit_is_read_first():
     seen: dict = {}
     assert redone_commit(seen, 4, 1, "bbb") is None  # the later quorum's report read first
     assert redone_commit(seen, 3, 0, "aaa") == {"quorum_id": 4, "group": 1}  # the caller orders them by quorum id
+
+
+def test_the_ledger_answers_as_a_scan_of_every_earlier_quorum_would_in_any_order():
+    """CommitLedger keeps prefix maxima over the quorum ids instead of scanning every quorum per
+    record: commits read in any order, late ones in old quorums, rollbacks, all answer alike."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        ledger, newest = CommitLedger(), {}
+        for _ in range(rng.randint(1, 60)):
+            if rng.random() < 0.03:
+                ledger.rollback(rng.randint(0, 5))
+                newest.clear()
+                continue
+            step, quorum = rng.randint(0, 30), rng.randint(0, 12)
+            newest[quorum] = max(step, newest.get(quorum, step))
+            earlier = max((s for q, s in newest.items() if q < quorum), default=-1)
+            assert ledger.record(step, quorum) == (earlier if earlier > step else None)
