@@ -43,6 +43,7 @@ import sys
 import threading
 from typing import IO, Any, Callable, Iterable, Optional, Protocol
 
+from monarch_ft.common.heap import survivors_frozen
 from monarch_ft.common import proctitle
 from monarch_ft.common.clock import SYSTEM_CLOCK, Clock
 from monarch_ft.common.data import prepare_data
@@ -78,10 +79,22 @@ from monarch_ft.records.exits import describe_exit
 from monarch_ft.records.layout import RunLayout, atomic_write, read_jsonl
 from monarch_ft.records.lease import lower_finish
 
-# How long the watch loop sleeps between ticks.
+# The watch loop's period: a tick starts every TICK_S, or at once (after MIN_PAUSE_S) when the
+# last one took longer.
 TICK_S = 0.05
+MIN_PAUSE_S = 0.002
 # A tick's decision passes at most: the first, and the ones that take the facts a pass asked for.
 MAX_PASSES = 3
+
+
+def pause_after(tick_s: float) -> float:
+    """How long the watch loop sleeps after a tick that took ``tick_s``: what is left of its
+    period (:data:`TICK_S`), and at least :data:`MIN_PAUSE_S` (the helper threads' turn).
+
+    Args:
+        tick_s: the tick's duration on the controller's clock.
+    """
+    return max(MIN_PAUSE_S, TICK_S - tick_s)
 
 
 class SupervisorHook(Protocol):
@@ -427,12 +440,21 @@ class Supervisor:
     def _watch(self) -> int:
         cost = self.state.watch.cost
         cost.start(self.clock.time())
+        with survivors_frozen():
+            return self._watch_loop(cost)
+
+    def _watch_loop(self, cost) -> int:
         while True:
-            code = self.tick(self.clock.time())
+            began = self.clock.time()
+            code = self.tick(began)
             cost.tick(self.clock.time())
             if code is not None:
                 return code
-            self.clock.sleep(TICK_S)
+            # A period, not a pause: a pause of TICK_S after every tick let a controller whose
+            # ticks take longer (a thousand groups stepping ten times a second) fall behind by
+            # its own pause, and an exit waited for the pause, then for a tick that read the
+            # steps of the whole pause and more.
+            self.clock.sleep(pause_after(self.clock.time() - began))
 
     def tick(self, now: float) -> Optional[int]:
         """One turn of the watch loop at ``now``: observe, decide, act (then the passes that take
