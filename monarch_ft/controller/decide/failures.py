@@ -72,11 +72,14 @@ def take_exits(t: Tick) -> None:
 def beating_groups(t: Tick, limits: HangLimits) -> set[int]:
     """The active groups with a rank heard from within the suspicion's silence: once per tick (a
     rank silent and asleep is frozen by itself only while ranks elsewhere beat)."""
-    state, now = t.state, t.now
+    state, now, silence = t.state, t.now, limits.suspect_silence_s
+    # now - last_progress bounds the watched time from above (watched leaves the blind windows
+    # out): heard from within the silence by the clock is heard from within it watched, and
+    # only the others need the windows summed (a thousand ranks a tick).
     return {
         g.index
         for g in state.groups
-        if g.active and any(rs.exited is None and watched(state, rs.last_progress, now) < limits.suspect_silence_s for rs in g.ranks)
+        if g.active and any(rs.exited is None and (now - rs.last_progress < silence or watched(state, rs.last_progress, now) < silence) for rs in g.ranks)
     }
 
 
