@@ -363,8 +363,16 @@ def _verdict(own: dict[int, float], table: dict[int, list[float]], limits: Strag
     for 50 and 70 of its steps in two recorded drills (60% of what it used); 14 of 20 slow at 2x
     names it over two windows, where a burst of load on one group (a few steps at a time) does not
     last (docs/design/stragglers.md, "Replays")."""
+    # The newest steps of the longest rule, worked out once: each rule judges their tail (a
+    # group's newest steps are the same whichever rule looks; three passes over them were most
+    # of a judgement, 65 ms a second at 1,024 groups).
+    longest = _slow_steps(own, table, limits, max(w for w, _, _ in VERDICT_RULES))
     for windows, share, ratio in VERDICT_RULES:
-        found = _slow_steps(own, table, limits, windows)
+        if longest is not None:
+            n = windows * limits.window
+            found: Optional[tuple[list[int], list[float], list[bool]]] = (longest[0][-n:], longest[1][-n:], longest[2][-n:])
+        else:
+            found = _slow_steps(own, table, limits, windows)
         if found is None:
             continue
         aligned, medians, slow = found
