@@ -35,8 +35,9 @@ steps per group count. The fake world acts between two ticks and fake time also 
 own CPU time (a slow tick delays the next, as on a core of its own; see ``BenchClock``), so the
 figures are the controller's whatever else the machine runs: its CPU per tick (p50, p99, max: every tick, the first launch's included), the time
 from group 0's rank exiting at the middle step to the decision pass that failed its group (fake time:
-the wait for the next tick and the processing before the action), and the bytes of its takeover
-state at the end. The closing line is the largest count's
+the wait for the next tick and the processing before the action; the world's steps fall half a
+tick period after a tick starts, the mean wait of an exit at a random time), the bytes of its takeover
+state at the end, and how busy it kept its core (its ticks' CPU over the job's fake time). The closing line is the largest count's
 (``tick_cpu_p50_ms_N=… tick_cpu_p99_ms_N=… act_latency_ms_N=… state_bytes_N=…``).
 """
 
@@ -352,7 +353,7 @@ def controller_cell(n: int, steps: int, exit_step: int) -> dict[str, Any]:
     import numpy as np
 
     from monarch_ft.controller import actions as A
-    from monarch_ft.controller.loop import Supervisor
+    from monarch_ft.controller.loop import TICK_S, Supervisor
     from monarch_ft.testing.fakes import FakeLauncher, Script, fake_job_config
 
     with tempfile.TemporaryDirectory(prefix=f"scale_fake{n}_") as d, socket.create_server(("127.0.0.1", 0)) as lighthouse:
@@ -364,10 +365,23 @@ def controller_cell(n: int, steps: int, exit_step: int) -> dict[str, Any]:
         # The tiny model's shape (model=tiny): nothing is built, but the memory check sizes the job by it.
         cfg.model.dim, cfg.model.n_layers, cfg.model.n_heads, cfg.model.vocab_size = 64, 2, 4, 2048
         clock = BenchClock()
+        began = clock.now
         run_dir = os.path.join(d, "run")
         launcher = FakeLauncher(clock, run_dir, step_s=0.1)
         clock.world = launcher
         launcher.script(0, 0, Script(exit_at_step=exit_step))
+        # The fake world's steps (and the exit) fall half a period after a tick starts: the mean
+        # wait of an exit at a random time. Without it, a loop of short ticks at a fixed period
+        # ticks exactly as each step falls due, and the exit's wait reads as nothing.
+        joined = launcher.joined
+
+        def joined_off_grid(rank, peer: bool) -> None:
+            idle = launcher.next_step_at is None
+            joined(rank, peer)
+            if idle and launcher.next_step_at is not None:
+                launcher.next_step_at += TICK_S / 2
+
+        launcher.joined = joined_off_grid  # type: ignore[method-assign]
         journal: list = []
         sup = Supervisor(cfg, run_dir, launcher=launcher, echo=False, clock=clock, fork_server=launcher.fork_server, journal=journal)
         cpu: list[float] = []
@@ -393,6 +407,7 @@ def controller_cell(n: int, steps: int, exit_step: int) -> dict[str, Any]:
         state_bytes = sum(os.path.getsize(os.path.join(run_dir, f)) for f in os.listdir(run_dir) if f.startswith("controller.json"))
         failed_at = next((t for t, hit in acted if hit), None)
         due = launcher.step_due.get(exit_step)
+    elapsed = clock.now - began
     cpu_ms = sorted(1000.0 * c for c in cpu)
     return {
         "groups": n,
@@ -402,21 +417,22 @@ def controller_cell(n: int, steps: int, exit_step: int) -> dict[str, Any]:
         "tick_cpu_max_ms": round(cpu_ms[-1], 3),
         "act_latency_ms": round(1000.0 * (failed_at - due), 1) if failed_at is not None and due is not None else None,
         "state_bytes": state_bytes,
+        "busy_share": round(sum(cpu) / elapsed, 3) if elapsed > 0 else None,
     }
 
 
 def controller_only(counts: list[int], steps: int) -> None:
     """The controller alone on the fakes, per group count (see the module docstring): a table,
     then one line for the largest count."""
-    print("| groups | ticks | tick CPU p50 (ms) | p99 (ms) | max (ms) | exit -> action (ms, fake time) | takeover state (bytes) |")
-    print("|---|---|---|---|---|---|---|")
+    print("| groups | ticks | tick CPU p50 (ms) | p99 (ms) | max (ms) | exit -> action (ms, fake time) | takeover state (bytes) | busy (share of a core) |")
+    print("|---|---|---|---|---|---|---|---|")
     rows = []
     for n in counts:
         row = controller_cell(n, steps, exit_step=steps // 2)
         rows.append(row)
         print(
             f"| {n} | {row['ticks']} | {row['tick_cpu_p50_ms']:.2f} | {row['tick_cpu_p99_ms']:.2f} | {row['tick_cpu_max_ms']:.1f} | "
-            f"{row['act_latency_ms']} | {row['state_bytes']} |",
+            f"{row['act_latency_ms']} | {row['state_bytes']} | {row['busy_share']} |",
             flush=True,
         )
     last = rows[-1]
