@@ -109,6 +109,26 @@ class FTConfig:
     quorum_timeout_s: float = 30.0
     """Seconds the Manager waits for a quorum (retried across Lighthouse restarts within it)."""
 
+    @property
+    def vote_timeout_s(self) -> float:
+        """Seconds a rank waits in ``should_commit`` for the other ranks of its group to vote:
+        2 x ``timeout_s``. A peer rank may still be in the step's collective, bounded by
+        ``timeout_s`` from when it started it, and it may have started it later than this rank
+        (a slower backward): with one timeout for both, a rank whose collective failed at once
+        (its peer group's rank died) timed out of the vote just before its group peer, whose
+        collective partner was alive but stuck, reached it; the rank raised, exited 1, and took
+        its group, the job's only holder, with it (a Monarch job test beside two CPU hogs).
+        Twice the timeout covers a peer that started up to a whole timeout later."""
+        return 2 * self.timeout_s
+
+    @property
+    def sync_budget_s(self) -> float:
+        """The longest a rank's TorchFT sync (quorum, collective, vote) lasts by TorchFT's own
+        bounds: ``quorum_timeout_s`` + ``timeout_s`` + :attr:`vote_timeout_s`; the hang model
+        gives a rank in that phase this much more than its silence limit
+        (monarch_ft.controller.hangs.HangLimits)."""
+        return self.quorum_timeout_s + self.timeout_s + self.vote_timeout_s
+
     connect_timeout_s: float = 10.0
     """Seconds the Manager waits to connect to the Lighthouse and its peers."""
 

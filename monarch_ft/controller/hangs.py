@@ -153,7 +153,7 @@ class HangLimits:
         startup_timeout_s: the same for a rank that has not stepped yet (imports, model build).
         save_timeout_s: the rank-side save watchdog's bound; a save gets this plus a margin.
         sync_budget_s: TorchFT's own bound on a quorum plus a collective and a commit
-            (quorum_timeout + 2 x timeout): a rank waiting in TorchFT for a slow peer is not
+            (``ft.sync_budget_s``: quorum_timeout + timeout + the vote's 2 x timeout): a rank waiting in TorchFT for a slow peer is not
             hung before TorchFT itself gives up.
         os_stall_s: ``ft.os_stall_s``: a rank stopped, a zombie, or in disk-sleep (outside
             its I/O phases) this long without a break is hung at once.

@@ -129,9 +129,23 @@ def test_what_the_adapter_relies_on_publicly(torchft_job):
     ours = {name for name in vars(MonarchManager) if not name.startswith("__")} - overrides
     # and the names set in MonarchManager.__init__
     ours |= {"before_quorum", "before_commit", "heals", "seconds", "_timing_depth", "closed_after_failure", "close_failed_step", "_cross_pg"}
-    ours |= {"quorum", "count_healing", "sync_trace"}
+    ours |= {"quorum", "count_healing", "sync_trace", "vote_timeout"}
     theirs = set(dir(Manager)) | set(vars(torchft_job["plain"]))
     assert not ours & theirs, f"torchft's Manager now has {sorted(ours & theirs)}, which MonarchManager (components/ft.py) uses for its own"
+
+
+def test_a_rank_waits_for_its_groups_vote_longer_than_a_peer_can_spend_in_the_collective(torchft_job, monkeypatch):
+    """should_commit waits FTConfig.vote_timeout_s (2 x ft.timeout_s) for the group's other ranks:
+    a peer's collective is bounded by ft.timeout_s from when it started it, and it may start later.
+    The controller's sync budget covers the quorum, the collective and that wait."""
+    manager = torchft_job["parts"].manager
+    cfg = FTConfig(timeout_s=10, quorum_timeout_s=10, connect_timeout_s=10)
+    assert manager.vote_timeout == timedelta(seconds=cfg.vote_timeout_s) == timedelta(seconds=20)
+    assert cfg.sync_budget_s == cfg.quorum_timeout_s + cfg.timeout_s + cfg.vote_timeout_s
+    asked = []
+    monkeypatch.setattr("torchft.manager.Manager.should_commit", lambda self, timeout=None: asked.append(timeout) or True)
+    assert manager.should_commit() and asked == [timedelta(seconds=20)]
+    assert manager.should_commit(timedelta(seconds=3)) and asked[-1] == timedelta(seconds=3)  # a caller's own stands
 
 
 def test_the_lighthouse_console_script_is_the_extension_the_controller_starts():

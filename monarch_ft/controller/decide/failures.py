@@ -161,14 +161,13 @@ def hang_timeout_s(t: Tick) -> float:
 
 def hang_limits(t: Tick) -> HangLimits:
     """The hang model's bounds, from the config and what was learned: the one place the
-    timeouts are composed (a collective's own bound: TorchFT's quorum timeout plus two of
-    its op timeouts)."""
+    timeouts are composed (a sync's own bound: ``ft.sync_budget_s``)."""
     ft = t.cfg.ft
     return HangLimits(
         hang_timeout_s(t),
         ft.startup_timeout_s,
         t.cfg.checkpoint.save_timeout_s,
-        ft.quorum_timeout_s + 2 * ft.timeout_s,
+        ft.sync_budget_s,
         os_stall_s=ft.os_stall_s,
         asleep_s=ft.asleep_s,
         asleep_compute_s=asleep_compute_timeout(t.state.step_times.p99(), ft.asleep_s, t.rules.compute_on_cpu),

@@ -273,6 +273,9 @@ class MonarchManager(Manager):
         self.quorums = 0  # quorums started by this process: what a once-per-quorum exchange keys on
         self.served_past_finish = False
         self._serving = False
+        # How long should_commit waits for the group's other ranks (FTConfig.vote_timeout_s);
+        # None: the Manager's timeout, as torchft does.
+        self.vote_timeout: Optional[timedelta] = None
         super().__init__(*args, **kwargs)
 
     def _healed_past_finish(self) -> bool:
@@ -332,7 +335,7 @@ class MonarchManager(Manager):
         if self.before_commit is not None:
             self.before_commit()
         with self._timed("commit"):
-            return super().should_commit(timeout)
+            return super().should_commit(timeout or self.vote_timeout)
 
     def load_state_dict(self, state_dict: Dict[str, int]) -> None:
         self.heals += 1
@@ -590,6 +593,7 @@ def build_manager(
         quorum_retries=quorum_retries(cfg.quorum_timeout_s),
     )
     manager.close_failed_step = cfg.close_failed_collective
+    manager.vote_timeout = timedelta(seconds=cfg.vote_timeout_s)
     if lighthouse_epoch_path:
         offset_quorum_ids(manager, LighthouseEpoch(lighthouse_epoch_path).quorum_id_offset)
     watch_quorums(manager, lambda quorum: setattr(manager, "quorum", quorum))
