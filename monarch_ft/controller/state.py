@@ -205,6 +205,11 @@ class RankState(Tracked):
         # Set only what differs: a set is a change to save (snapshot.Tracked).
         if (self.pid, self.start) != (pid, start):
             self.pid, self.start = pid, start
+        self.mirror_offset()
+
+    def mirror_offset(self) -> None:
+        """Copy the report tail's position into ``report_offset`` (all a running rank whose
+        identity is mirrored needs before a snapshot: its identity holds while it runs)."""
         if self.tail is not None and self.report_offset != self.tail.position:
             self.report_offset = self.tail.position
 

@@ -295,12 +295,9 @@ class Takeover:
                 if rs.proc is None:
                     continue
                 if rs.exited is None and rs.pid is not None:
-                    # Its identity is mirrored and holds while it runs: only its report offset moves.
-                    tail = rs.tail
-                    if tail is not None and rs.report_offset != tail.position:
-                        rs.report_offset = tail.position
-                    continue
-                rs.mirror(self.identity(rs.proc) if rs.exited is None else None)
+                    rs.mirror_offset()  # its identity is mirrored and holds while it runs
+                else:
+                    rs.mirror(self.identity(rs.proc) if rs.exited is None else None)
 
     def save(self, state: JobState, finished: bool = False, groups: Optional[Iterable[int]] = None, partial: bool = False) -> None:
         """Write what changed since the last save: one journal line (nothing when nothing
