@@ -104,17 +104,6 @@ def parse_lines_kept(lines: Iterable[bytes]) -> Iterator[tuple[dict[str, Any], b
     Args:
         lines: the lines, without or with their newline (kept as given).
     """
-    lines = list(lines)
-    if len(lines) > 1:
-        # One decode for the whole batch (a thousand ranks' lines a tick: json.loads per line was
-        # most of reading them); a batch with a line that is not one record is read line by line.
-        try:
-            records = json.loads(b"[" + b",".join(lines) + b"]")
-        except (ValueError, TypeError):
-            records = None
-        if records is not None and len(records) == len(lines):
-            yield from zip(records, lines)
-            return
     for line in lines:
         try:
             yield json.loads(line), line

@@ -58,9 +58,9 @@ def test_a_tail_gives_each_record_with_its_line_as_written(tmp_path):
     tail.close()
 
 
-def test_a_batch_read_at_once_gives_each_line_its_own_record_whatever_a_bad_line_holds():
-    """A tail's new lines are decoded in one go: a line that is not one record (damaged, two
-    values, blank) falls back to a line-by-line read, each good line keeping its own record."""
+def test_each_line_keeps_its_own_record_whatever_a_bad_line_beside_it_holds():
+    """A line that is not one record (damaged, two values, blank) is skipped alone: each good
+    line beside it keeps its own record and its own bytes."""
     from monarch_ft.records.reports import parse_lines_kept
 
     good = [json.dumps({"step": s}).encode() for s in range(3)]
