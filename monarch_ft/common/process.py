@@ -62,7 +62,14 @@ def is_zombie(pid: int) -> bool:
 
 def is_running(pid: Optional[int], start: Optional[str]) -> bool:
     """The process ``pid`` that started at ``start`` is still running (not a later one, not a zombie)."""
-    return bool(pid) and start is not None and start_ticks(pid) == start and not is_zombie(pid)
+    if not pid or start is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return len(fields) > 19 and fields[19] == start and fields[0] not in ("Z", "X")
 
 
 @dataclass(frozen=True)

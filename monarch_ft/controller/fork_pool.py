@@ -73,6 +73,10 @@ PRELOAD = (
 )
 # How long the supervisor waits for the server to answer one fork.
 FORK_REPLY_TIMEOUT_S = 10.0
+# How long a poll that finds a forked rank gone waits for the server's report of its exit
+# (ForkServer.wait_exit): the server reaps on SIGCHLD and writes at once, so this is the
+# controller's own reader thread catching up, or the server's next turn on a busy machine.
+EXIT_REPORT_WAIT_S = 1.0
 # A server that dies before it is ready this many times in a row on one host is not restarted.
 MAX_FAILED_STARTS = 3
 # How long a job's first launch waits for its host's server to be ready before it starts the
@@ -182,6 +186,8 @@ class ForkServer:
         self._next_id = 0
         self._cond = threading.Condition()
         self._send_lock = threading.Lock()
+        # A wait for an exit report timed out: none waits again until the next report arrives.
+        self._late = False
         # numpy's OpenBLAS starts its thread pool when it loads, sized from OMP_NUM_THREADS
         # (the ranks' training.threads_per_rank): one thread, no pool, in the server. A forked
         # rank keeps it (numpy only slices token batches; torch's own threads are set by the
@@ -233,6 +239,7 @@ class ForkServer:
                         self.state = ServerState.READY
                     elif msg["op"] is ForkOp.EXITED and msg["id"] is not None:
                         self._exits[msg["id"]] = msg["code"]
+                        self._late = False
                     elif msg["op"] in (ForkOp.FORKED, ForkOp.REFUSED):
                         self._replies[msg["id"]] = msg
                     self._cond.notify_all()
@@ -246,6 +253,32 @@ class ForkServer:
     def exit_code(self, rid: int) -> Optional[int]:
         """The exit code the server reported for fork ``rid``, or None (running, or unknown)."""
         with self._cond:
+            return self._exits.get(rid)
+
+    def wait_exit(self, rid: int, timeout: float) -> Optional[int]:
+        """The exit code of fork ``rid``, a child known to be gone, waited for up to ``timeout``
+        seconds (None: not reported by then, or the server is gone without a report).
+
+        The server has reaped it, or soon will, and its report may still be in the channel,
+        unread by this process's reader thread: after a pause of the controller (a SIGSTOP, a
+        starved machine) the reports of ranks that died together are read one at a time,
+        while the tick goes on. A tick that saw one of them exited and took the other for
+        alive would count a dead group as a live peer to heal from. A wait that times out
+        marks the server late (stopped or starved): no wait on it again until its next report
+        arrives, so a hung server costs one wait, not one per tick.
+
+        Args:
+            rid: the fork's request id.
+            timeout: the longest wait, in seconds.
+        """
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while rid not in self._exits and self.state is not ServerState.GONE and not self._late:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    self._late = True
+                    break
+                self._cond.wait(left)
             return self._exits.get(rid)
 
     def fork(
@@ -325,12 +358,16 @@ class ForkedProcess(RankProcess):
         return self._pid
 
     def poll(self) -> Optional[int]:
+        """The exit code, as :meth:`RankProcess.poll`. A rank found gone has its code read in
+        this very poll (:meth:`ForkServer.wait_exit`): ranks that died together are then seen
+        exited in one tick, as the local launcher's own children are (CI at 4d09a38: a group's
+        standby was told to heal from the other group, dead, its exit not yet read)."""
         if self._code is None:
             self._code = self.server.exit_code(self.rid)
-        if self._code is None and self.server.state is ServerState.GONE and not is_running(self._pid, self._start):
-            # The exit may still be on its way: the server's last words are read before GONE.
-            self._code = self.server.exit_code(self.rid)
-            if self._code is None:
+        if self._code is None and not is_running(self._pid, self._start):
+            # The server's last words are read before GONE, so a gone server's silence is final.
+            self._code = self.server.wait_exit(self.rid, EXIT_REPORT_WAIT_S)
+            if self._code is None and self.server.state is ServerState.GONE:
                 self._code = 0 if self.report_path and report_finished(self.report_path) else LOST_EXIT
         return self._code
 

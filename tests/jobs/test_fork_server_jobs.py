@@ -7,13 +7,14 @@ import dataclasses
 import os
 import signal
 import sys
+import threading
 import time
 
 import psutil
 import pytest
 
 from monarch_ft.common.process import die_with_parent
-from monarch_ft.controller.fork_pool import ForkError, ForkServer, ServerState
+from monarch_ft.controller.fork_pool import EXIT_REPORT_WAIT_S, ForkError, ForkServer, ServerState
 from monarch_ft.launcher.base import ForkHost, RankLaunch
 from monarch_ft.common.cpu_priority import may_raise_priority
 
@@ -92,5 +93,53 @@ def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
             server.fork(_launch(tmp_path, "c", str(fifos[1])), die_with_parent=False)
         b.kill()
         assert b.wait(10) == 255  # gone without rank_finished: LOST_EXIT, as an adopted rank
+    finally:
+        server.close()
+
+
+@pytest.mark.slow
+def test_ranks_that_died_together_are_seen_exited_in_one_pass_however_late_the_reader(tmp_path):
+    """The replay of CI at 4d09a38: the controller, continued after a pause, read one forked
+    rank's exit while the other's report still sat in the server's channel, took that group
+    for a live peer and told the first group's standby to heal from it. A rank found gone
+    is seen exited, with its code, by the poll that finds it so."""
+    env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONUNBUFFERED="1")
+    server = ForkServer(ForkHost("localhost", [], die_with_parent), env, str(tmp_path / "logs" / "fs.log"), str(tmp_path), [])
+    try:
+        _wait(lambda: server.state is ServerState.READY, 30, "the fork server ready")
+        ranks = [server.fork(_launch(tmp_path, f"r{n}", str(tmp_path / f"missing{n}.json")), die_with_parent=False) for n in range(2)]
+        # The reader held back (the controller paused) while both ranks die and the server
+        # reaps them and writes their reports; let go only once this thread polls.
+        held, polling = threading.Event(), threading.Event()
+
+        def hold_reader() -> None:
+            with server._cond:
+                held.set()
+                _wait(lambda: not any(psutil.pid_exists(r.pid) for r in ranks), 30, "both ranks reaped by the server")
+                polling.wait(30)
+                time.sleep(0.05)
+
+        holder = threading.Thread(target=hold_reader)
+        holder.start()
+        held.wait(30)
+        _wait(lambda: not any(psutil.pid_exists(r.pid) for r in ranks), 30, "both ranks reaped by the server")
+        polling.set()
+        assert [r.poll() for r in ranks] == [1, 1], "both exits seen in one pass"
+        holder.join()
+        # A server that never reports (stopped) costs one bounded wait, then none.
+        fifo = tmp_path / "blocks.json"
+        os.mkfifo(fifo)  # nobody writes it: the rank blocks opening its spec, alive
+        late = server.fork(_launch(tmp_path, "late", str(fifo)), die_with_parent=False)
+        assert late.poll() is None
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            os.kill(late.pid, signal.SIGKILL)
+            _wait(lambda: psutil.Process(late.pid).status() == psutil.STATUS_ZOMBIE, 30, "the rank dead, unreaped")
+            started = time.monotonic()
+            assert late.poll() is None and late.poll() is None
+            assert time.monotonic() - started < 2 * EXIT_REPORT_WAIT_S
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+        _wait(lambda: late.poll() == -signal.SIGKILL, 30, "the late report read once the server goes on")
     finally:
         server.close()
