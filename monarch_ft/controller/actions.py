@@ -29,6 +29,9 @@ class Emit:
 
     kind: EventKind | str
     fields: dict[str, Any] = field(default_factory=dict)
+    # A rank's own event relayed as it wrote it (a new controller relays it no second time:
+    # controller.takeover.ResumedTail), not one the controller decided.
+    relay: bool = False
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ from monarch_ft.controller.standby_pool import STANDBY_NICENESS, resolve_standby
 from monarch_ft.controller.state import JobState
 from monarch_ft.controller.wandb_run import start_wandb
 from monarch_ft.controller.summary import job_outcome, job_summary, rollback_lines
-from monarch_ft.controller.takeover import DETACH_SIGNAL, Takeover, relayed_records
+from monarch_ft.controller.takeover import DETACH_SIGNAL, PROGRESS_SAVE_S, Takeover, progress_only, relayed_records
 from monarch_ft.launcher import Launcher, build_launcher, launcher_options
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus, JobStatus
@@ -155,6 +155,8 @@ class Supervisor:
         self._fork_server = fork_server
         self.journal = journal
         self._opened = False
+        # When the last whole save was (the clock's time; a tick's own save may wait for a later one).
+        self._saved_at = float("-inf")
         # Built by open(): they act on the run directory, the launcher's resources, the console.
         self.events: EventLog
         self.console: Console
@@ -306,22 +308,39 @@ class Supervisor:
             clear_detach=self.takeover.clear_detach,
         )
 
-    def _save(self, groups: Optional[Iterable[int]] = None) -> None:
+    def _save(self, groups: Optional[Iterable[int]] = None, progress: bool = False, now: float = 0.0) -> None:
         """Write controller.json (the launcher's and the Lighthouse's handles mirrored first);
         ``groups``: only these groups may have changed since the last save (the rest of this
-        pass's changes go with the tick's own save, at its end)."""
+        pass's changes go with the tick's own save, at its end). ``progress``: the tick only
+        took the ranks' records in (takeover.progress_only): its save waits for a later tick,
+        up to PROGRESS_SAVE_S after the last one, unless a handle changed meanwhile (the
+        launcher's or the Lighthouse's, which change on their own)."""
         state = self.state
-        state.launcher_handles = self.launcher.handles()
+        handles = self.launcher.handles()
         lh = self.lighthouse
         ident = lh.identity()
-        state.lighthouse.address, state.lighthouse.port = lh.address, ident["port"]
-        state.lighthouse.guard_pid, state.lighthouse.guard_start = ident["guard_pid"], ident["guard_start"]
-        state.lighthouse.server_pid, state.lighthouse.server_start = ident["server_pid"], ident["server_start"]
+        mine = state.lighthouse
+        same = handles == state.launcher_handles and (mine.address, mine.port, mine.guard_pid, mine.guard_start, mine.server_pid, mine.server_start) == (
+            lh.address,
+            ident["port"],
+            ident["guard_pid"],
+            ident["guard_start"],
+            ident["server_pid"],
+            ident["server_start"],
+        )
+        if progress and same and now - self._saved_at < PROGRESS_SAVE_S:
+            return
+        state.launcher_handles = handles
+        mine.address, mine.port = lh.address, ident["port"]
+        mine.guard_pid, mine.guard_start = ident["guard_pid"], ident["guard_start"]
+        mine.server_pid, mine.server_start = ident["server_pid"], ident["server_start"]
         try:
             self.takeover.save(state, groups=groups, partial=groups is not None)
         except OSError as e:
             e.filename = e.filename or self.layout.controller_state
             raise OwnWriteFailed(e.filename, e) from None
+        if groups is None:
+            self._saved_at = now
 
     # ---------------------------------------------------------------- what hooks and operators use
     @property
@@ -463,11 +482,13 @@ class Supervisor:
         try:
             obs = self.observer.observe(now)
             decision = decide(self.rules, self.state, obs)
+            progress = progress_only(decision.actions)
             acted = self._act(now, decision.actions)
             end = acted.end
             passes = 1
             while decision.waiting and end is None and passes < MAX_PASSES:
                 decision = decide_pending(self.rules, self.state, obs, acted.facts)
+                progress = progress and progress_only(decision.actions)
                 acted = self._act(now, decision.actions)
                 end = acted.end
                 passes += 1
@@ -475,7 +496,7 @@ class Supervisor:
                 return end.code
             for hook in self.hooks:
                 hook.tick(self.control, now)
-            self._save()
+            self._save(progress=progress and end is None, now=now)
         except OwnWriteFailed as e:
             return self._own_write_failed(e)
         if end is not None:

@@ -34,7 +34,7 @@ from monarch_ft.common.process import process_sample
 from monarch_ft.controller.fork_pool import ServerState
 from monarch_ft.controller.link_probe import ProbeRound
 from monarch_ft.launcher.base import Capability
-from monarch_ft.records.report_records import ReportRecord, parse_record
+from monarch_ft.records.report_records import ReportRecord
 
 if TYPE_CHECKING:
     from monarch_ft.controller.checkpoints import CheckpointScrub
@@ -221,9 +221,9 @@ class Observer:
                     obs.standby_os[(sb.number, rs.rank)] = process_sample(rs.proc.pid)[0]
         # 3. reports, each read to its end.
         for g in active:
-            obs.reports[g.index] = [(rs.rank, parse_record(raw, line)) for rs in g.ranks for raw, line in rs.tail.read_lines()]
+            obs.reports[g.index] = [(rs.rank, rec) for rs in g.ranks for rec in rs.tail.read_records()]
         for sb in state.standby.standbys:
-            obs.standby_reports[sb.number] = [(rs.rank, parse_record(raw, line)) for rs in sb.ranks for raw, line in rs.tail.read_lines()]
+            obs.standby_reports[sb.number] = [(rs.rank, rec) for rs in sb.ranks for rec in rs.tail.read_records()]
         # 4. control files.
         layout = self.layout
         obs.control = ControlFiles(

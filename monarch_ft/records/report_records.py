@@ -38,6 +38,9 @@ class StepRecord:
     line: Optional[bytes] = field(default=None, compare=False, repr=False)
     """The line as the rank wrote it (``json.dumps`` of ``raw``), relayed to ``metrics.jsonl`` as
     is: encoding every step record again was a third of the controller's tick at 1,024 groups."""
+    relayed: bool = field(default=False, compare=False)
+    """Already in ``metrics.jsonl``: relayed by a controller that died before it saved past it
+    (:class:`~monarch_ft.controller.takeover.ResumedTail`); taken in, not relayed again."""
 
     @property
     def step(self) -> int:
@@ -88,6 +91,8 @@ class RankEvent:
 
     kind: Union[EventKind, str]
     raw: dict[str, Any]
+    relayed: bool = field(default=False, compare=False)
+    """Already in ``events.jsonl`` (as :attr:`StepRecord.relayed`)."""
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.raw.get(key, default)
@@ -125,15 +130,16 @@ class UnknownRecord:
 ReportRecord = Union[StepRecord, RankEvent, Heartbeat, Liveness, UnknownRecord]
 
 
-def parse_record(raw: dict[str, Any], line: Optional[bytes] = None) -> ReportRecord:
-    """The typed form of one report line's object (``line``: the line itself, kept by a step)."""
+def parse_record(raw: dict[str, Any], line: Optional[bytes] = None, relayed: bool = False) -> ReportRecord:
+    """The typed form of one report line's object (``line``: the line itself, kept by a step;
+    ``relayed``: a step or event already relayed, see :attr:`StepRecord.relayed`)."""
     kind = raw.get("type")
     if kind == RecordType.STEP and "step" in raw:
-        return StepRecord(raw, line)
+        return StepRecord(raw, line, relayed) if relayed else StepRecord(raw, line)
     if kind == RecordType.EVENT and "event" in raw:
         fields = {k: v for k, v in raw.items() if k not in ("type", "event")}
         name = raw["event"]
-        return RankEvent(EventKind(name) if name in EventKind._value2member_map_ else str(name), fields)
+        return RankEvent(EventKind(name) if name in EventKind._value2member_map_ else str(name), fields, relayed)
     if kind == RecordType.HEARTBEAT:
         return Heartbeat(raw)
     if kind == RecordType.LIVENESS:

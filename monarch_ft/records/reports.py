@@ -16,6 +16,7 @@ import traceback
 from typing import Any, BinaryIO, Iterable, Iterator, Optional
 
 from monarch_ft.paths import REPO_ROOT
+from monarch_ft.records.report_records import ReportRecord, parse_record
 
 
 class ReportTail:
@@ -44,6 +45,10 @@ class ReportTail:
 
     def read(self) -> list[dict[str, Any]]:
         return [record for record, _ in self.read_lines()]
+
+    def read_records(self) -> list[ReportRecord]:
+        """The new whole lines' records, typed (what the controller's tick observes)."""
+        return [parse_record(raw, line) for raw, line in self.read_lines()]
 
     def read_lines(self) -> list[tuple[dict[str, Any], bytes]]:
         """The new whole lines' records, each with its line as written (no newline): what the

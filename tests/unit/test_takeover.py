@@ -180,12 +180,14 @@ def test_a_zombie_is_not_alive():
     child.wait()
 
 
-def test_records_relayed_before_a_kill_are_relayed_once(tmp_path):
-    """A controller killed between relaying a tick's records and saving its report offsets:
-    the next one reads from the saved offset but drops what it finds already relayed."""
+def test_records_relayed_before_a_kill_are_taken_in_and_relayed_once(tmp_path):
+    """A controller killed between relaying records and saving its report offsets (a tick
+    that only took records in saves up to PROGRESS_SAVE_S later): the next one reads from
+    the saved offset and marks what it finds already relayed, to take in but not relay."""
     import json
 
     from monarch_ft.controller.takeover import ResumedTail, relayed_records
+    from monarch_ft.records.report_records import RankEvent, StepRecord
 
     report, metrics = tmp_path / "g0r0.a0.jsonl", tmp_path / "metrics.jsonl"
     recs = [{"type": "step", "group": 0, "rank": 0, "pid": 7, "step": s, "committed": True, "time": 100.0 + s} for s in range(4)]
@@ -195,16 +197,14 @@ def test_records_relayed_before_a_kill_are_relayed_once(tmp_path):
     # Relayed after that save (then the kill): steps 1 (metrics.jsonl) and the event (events.jsonl).
     metrics.write_text(json.dumps(recs[0]) + "\n" + json.dumps(recs[1]) + "\n")
     events = [{"time": 101.5, "event": "checkpoint_saved", "group": 0, "rank": 0, "pid": 7}, {"time": 99.0, "event": "job_started"}]
-    # Read as the tick's observe stage reads a report (read_lines: each record with its line, relayed as written).
+    # Read as the tick's observe stage reads a report (read_records: typed, each step with its line, relayed as written).
     tail = ResumedTail(str(report), relayed_records(events, str(metrics)))
     tail.seek(saved)
-    kept = tail.read_lines()
-    assert [(r["type"], r.get("step")) for r, _ in kept] == [("step", 2), ("step", 3)]
-    assert [json.loads(line) for _, line in kept] == [recs[3], recs[4]]
-    with open(report, "a") as f:  # later records are never dropped, whatever their time
-        f.write(json.dumps({**recs[1], "time": 200.0}) + "\n")
-    assert [r["time"] for r in tail.read()] == [200.0]
-    # read (built on read_lines) drops them too.
-    again = ResumedTail(str(report), relayed_records(events, str(metrics)))
-    again.seek(saved)
-    assert [r.get("step") for r in again.read()] == [2, 3, 1]
+    kept = tail.read_records()
+    assert [type(r) for r in kept] == [StepRecord, RankEvent, StepRecord, StepRecord]
+    assert [r.relayed for r in kept] == [True, True, False, False], "the relayed step and event are marked, the rest not"
+    assert [r.step for r in kept if isinstance(r, StepRecord)] == [1, 2, 3]
+    assert [json.loads(r.line) for r in kept if isinstance(r, StepRecord)] == [recs[1], recs[3], recs[4]]
+    with open(report, "a") as f:  # later records are never marked, whatever their time
+        f.write(json.dumps({**recs[1], "time": 101.0}) + "\n")
+    assert [(r.step, r.relayed) for r in tail.read_records()] == [(1, False)]

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from monarch_ft.config.controller import ControllerConfig
+from monarch_ft.controller import loop
 from monarch_ft.controller.loop import Supervisor
 from monarch_ft.controller.snapshot import from_record, to_record
 from monarch_ft.controller.state import GroupState, JobState, LaunchRecord, RankState
-from monarch_ft.controller.takeover import Takeover
+from monarch_ft.controller.takeover import PROGRESS_SAVE_S, Takeover
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.journal import JournalDamaged, StateJournal, StateReader, apply, diff, read_state
 from monarch_ft.records.layout import RunLayout
@@ -31,10 +32,17 @@ def whole(record: dict) -> dict:
     return {k: v for k, v in json.loads(json.dumps(record, default=str)).items() if k not in FILE_FIELDS}
 
 
-def test_a_journal_replayed_equals_the_snapshot_at_every_save_of_a_job(tmp_path):
+@pytest.mark.parametrize("progress_save_s", [0.0, PROGRESS_SAVE_S])
+def test_a_journal_replayed_equals_the_snapshot_at_every_save_of_a_job(tmp_path, monkeypatch, progress_save_s):
     """A fake job with a rank killed, a standby promoted, state hashes every step: after every
     save the base with its journal reads back as the whole snapshot, and restores a JobState
-    equal to the live one; small compaction thresholds make it compact many times on the way."""
+    equal to the live one; small compaction thresholds make it compact many times on the way.
+    With a save every tick, and with the ticks that only took records in saved at most every
+    PROGRESS_SAVE_S (then a save holds several ticks' changes)."""
+    monkeypatch.setattr(loop, "PROGRESS_SAVE_S", progress_save_s)
+    ticks = []
+    real_tick = Supervisor.tick
+    monkeypatch.setattr(Supervisor, "tick", lambda self, now: ticks.append(now) or real_tick(self, now))
     tokens = tmp_path / "tokens.npy"
     np.save(tokens, (np.arange(4096) % 1000).astype(np.uint16))
     with socket.create_server(("127.0.0.1", 0)) as server:
@@ -69,7 +77,11 @@ def test_a_journal_replayed_equals_the_snapshot_at_every_save_of_a_job(tmp_path)
         takeover.save = save
         assert sup.run() == 0
     assert sup.events.events and any(e["event"] == "group_failed" for e in sup.events.events)
-    assert len(saves) > 100 and takeover.journal.compactions > 3, (len(saves), takeover.journal.compactions)
+    if progress_save_s:
+        # Fewer saves than ticks, yet every save whole (above); compactions still happen.
+        assert 10 < len(saves) < len(ticks) / 3 and takeover.journal.compactions >= 1, (len(saves), len(ticks), takeover.journal.compactions)
+    else:
+        assert len(saves) > 100 and takeover.journal.compactions > 3, (len(saves), takeover.journal.compactions)
     assert max(saves) > 0  # the journal was used between compactions
     assert len(partials) >= 3  # the three first launches (the killed rank's group: a standby promoted)
 

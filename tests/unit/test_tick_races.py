@@ -11,9 +11,12 @@ is brought back (checked by reintroducing each one; see docs/design/controller.m
   the job's step: a rank had begun the very step it names);
 - two integrity verdict rounds of the same attempts in one tick (two rollbacks for one divergence);
 - two exits read in one look (two groups die together; the first one's standby was told to heal
-  from the second, dead but not yet read);
+  from the second, dead but not yet read); for forked ranks the look itself must see both, their
+  exits coming through the fork server's channel (tests/jobs/test_fork_server_jobs.py);
 - a whole-job freeze (the machine, the controller with it, stopped for longer than the hang
-  timeout: every rank looked silent at once on waking, and every group was killed).
+  timeout: every rank looked silent at once on waking, and every group was killed);
+- records read twice across a takeover (relayed by a controller killed before its save: taken
+  in by the next, relayed once).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from monarch_ft.controller.integrity import IntegrityJudge
 from monarch_ft.controller.observe import ControlFiles, Observations, ProcessSample
 from monarch_ft.controller.planner import DiskFact, RecoveryPlanner, RecoveryPolicy
 from monarch_ft.controller.standby_pool import Standby
+from monarch_ft.controller.takeover import progress_only
 from monarch_ft.controller.state import JobState, LaunchRecord, RankState
 from monarch_ft.records.decisions import StateSource
 from monarch_ft.records.events import EventKind, GroupStatus, StandbyStatus
@@ -220,6 +224,30 @@ def test_two_groups_dead_in_one_look_promote_a_standby_from_disk_not_from_the_ot
     # The other group goes back to disk too: a relaunch that loads the checkpoint, never a heal from a dead peer.
     (relaunch,) = [e for e in emitted(actions, EventKind.RESTART_SCHEDULED) if e.fields["group"] == 1]
     assert relaunch.fields["action"] == "disk_rollback"
+
+
+# ---------------------------------------------------------------- 6. records read twice across a takeover
+def test_records_a_killed_controller_relayed_are_taken_in_and_relayed_once(tmp_path):
+    job = Replay(tmp_path, groups=2, job_step=20)
+    job.state.groups[1].ranks[0].model_ready = False
+    # The ticks since the dead controller's last save only took records in (progress_only: saved
+    # up to PROGRESS_SAVE_S later); the next controller reads them again, marked relayed.
+    again = {
+        0: [(0, StepRecord(step(0, 0, 20)[1].raw, relayed=True))],
+        1: [(0, RankEvent(EventKind.MODEL_READY, {"group": 1, "rank": 0, "attempt": 0, "time": T0, "transport_metadata": "m"}, relayed=True))],
+    }
+    actions = job.tick(job.observe(reports=again))
+    # Taken in: the job's step and the rank's readiness, as the dead controller had them...
+    assert job.state.job_step == 21 and job.state.groups[1].ranks[0].model_ready
+    # ...relayed no second time: no metrics line, no event.
+    assert not [a for a in actions if isinstance(a, A.WriteMetrics)] and not emitted(actions), actions
+    # A record read for the first time is relayed, as the rank's own (a relay: progress only).
+    actions = job.tick(job.observe(reports={0: [step(0, 0, 21)], 1: [event(1, 0, EventKind.CHECKPOINT_SAVED, step=20)]}))
+    assert [a.records[0]["step"] for a in actions if isinstance(a, A.WriteMetrics)] == [21]
+    assert [(e.kind, e.relay) for e in emitted(actions)] == [(EventKind.CHECKPOINT_SAVED, True)] and progress_only(actions)
+    # The controller's own event is a decision: saved at the end of its tick.
+    actions = job.tick(job.observe(exits={(1, 0): 1}))
+    assert any(isinstance(a, A.Emit) and not a.relay for a in actions) and not progress_only(actions)
 
 
 # ---------------------------------------------------------------- 5. a whole-job freeze

@@ -73,6 +73,11 @@ class Decision:
         self.actions.append(Emit(_kind, fields))
         return fields
 
+    def relay(self, _kind: EventKind | str, **fields: Any) -> dict[str, Any]:
+        """A rank's own event, relayed to the event log (:attr:`Emit.relay`); returns its fields."""
+        self.actions.append(Emit(_kind, fields, relay=True))
+        return fields
+
     def error(self, message: str) -> None:
         self.actions.append(PrintError(message))
 

@@ -83,7 +83,8 @@ def _step(t: Tick, g: GroupState, rs: RankState, rec: StepRecord, metrics: list[
     state.stragglers.observe(raw, t.cfg.ft.straggler_window)
     if state.first_step_time is None:
         state.first_step_time = t.now
-    metrics.append(rec)
+    if not rec.relayed:
+        metrics.append(rec)
     if rec.committed:
         g.last_step = max(g.last_step, rec.step + 1)
         _record_commit(t, g, rec)
@@ -126,7 +127,7 @@ def _event(t: Tick, g: GroupState, rs: RankState, rec: RankEvent) -> None:
         g.load_failure = dict(fields)
     elif kind == EventKind.RANK_ERROR:
         rs.error = dict(fields)
-    record = t.out.emit(kind, **fields)
+    record = fields if rec.relayed else t.out.relay(kind, **fields)
     state.ckpt_health.observe({"event": str(kind), **record, "time": record.get("time") or t.now})
 
 
