@@ -40,10 +40,11 @@ def absorb_reports(t: Tick) -> None:
 
 def absorb_group(t: Tick, g: GroupState, records: list[tuple[int, ReportRecord]]) -> None:
     """``g``'s new records (rank, record), in order."""
-    by_rank = {rs.rank: rs for rs in g.ranks}
+    ranks = g.ranks
     metrics: list[StepRecord] = []
     for rank, rec in records:
-        rs = by_rank.get(rank)
+        # Ranks are kept in rank order: a dict of them built per group per tick cost more than the lookups.
+        rs = ranks[rank] if 0 <= rank < len(ranks) and ranks[rank].launch.rank == rank else next((r for r in ranks if r.launch.rank == rank), None)
         if rs is None:
             continue
         if isinstance(rec, StepRecord):
