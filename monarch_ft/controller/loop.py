@@ -319,21 +319,13 @@ class Supervisor:
         handles = self.launcher.handles()
         lh = self.lighthouse
         ident = lh.identity()
+        seen = (lh.address, ident["port"], ident["guard_pid"], ident["guard_start"], ident["server_pid"], ident["server_start"])
         mine = state.lighthouse
-        same = handles == state.launcher_handles and (mine.address, mine.port, mine.guard_pid, mine.guard_start, mine.server_pid, mine.server_start) == (
-            lh.address,
-            ident["port"],
-            ident["guard_pid"],
-            ident["guard_start"],
-            ident["server_pid"],
-            ident["server_start"],
-        )
-        if progress and same and now - self._saved_at < PROGRESS_SAVE_S:
+        saved = (mine.address, mine.port, mine.guard_pid, mine.guard_start, mine.server_pid, mine.server_start)
+        if progress and handles == state.launcher_handles and seen == saved and now - self._saved_at < PROGRESS_SAVE_S:
             return
         state.launcher_handles = handles
-        mine.address, mine.port = lh.address, ident["port"]
-        mine.guard_pid, mine.guard_start = ident["guard_pid"], ident["guard_start"]
-        mine.server_pid, mine.server_start = ident["server_pid"], ident["server_start"]
+        mine.address, mine.port, mine.guard_pid, mine.guard_start, mine.server_pid, mine.server_start = seen
         try:
             self.takeover.save(state, groups=groups, partial=groups is not None)
         except OSError as e:
