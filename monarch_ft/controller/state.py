@@ -414,8 +414,12 @@ class WatchState:
     printed_save_failures: set[Optional[str]] = field(default_factory=set)
     # The job step last written to control/commit_floor.
     floor_written: int = -1
-    # The transport peers last written for the ranks (RunLayout.transport_peers).
+    # The transport peers last written for the ranks (RunLayout.transport_peers), and what they
+    # were made from: the running groups, and how many owners were known (JobState.transport_owner
+    # only grows; owners_set counts its assignments).
     peers_published: Optional[dict] = None
+    peers_made_from: Optional[tuple[tuple[int, ...], int]] = None
+    owners_set: int = 0
     # When each group's first launch began to wait for its host's fork server.
     first_wait: dict[int, float] = field(default_factory=dict)
     # Each group's last hang verdict (when, its attempt, the verdict): what a group not sampled

@@ -374,3 +374,18 @@ def test_the_job_control_only_tells_a_returned_host(tmp_path):
     control.return_host("h")
     assert sup.state.excluded_hosts == {"h": "slow"}  # the state is the tick's to change
     assert control.take_returned_hosts() == ["h"] and control.take_returned_hosts() == []
+
+
+# ---------------------------------------------------------------- where the ranks serve their state
+def test_the_transport_peers_are_written_when_a_ready_rank_or_the_running_groups_change_and_only_then(tmp_path):
+    job = Replay(tmp_path, groups=2, job_step=20)
+    peers = lambda actions: [a.peers for a in actions if isinstance(a, A.WriteTransportPeers)]  # noqa: E731
+    ready = lambda g, m: (0, RankEvent(EventKind.MODEL_READY, {"group": g, "rank": 0, "attempt": 0, "time": T0, "transport_metadata": m}))  # noqa: E731
+    assert peers(job.tick(job.observe(reports={0: [ready(0, "m0")], 1: [ready(1, "m1")]}))) == [{"0": {"0": "m0"}, "1": {"0": "m1"}}]
+    # Steps only: nothing they are made from changed, nothing written.
+    assert peers(job.tick(job.observe(reports={0: [step(0, 0, 20)], 1: [step(1, 0, 20)]}))) == []
+    # A rank ready at the address another rank had (its port reused): written, though no new address was seen.
+    assert peers(job.tick(job.observe(reports={0: [ready(0, "m1")]}))) == [{"0": {"0": "m1"}, "1": {}}]
+    # A group no longer running leaves the map.
+    written = peers(job.tick(job.observe(exits={(1, 0): 1}))) + peers(job.tick(job.observe()))
+    assert written == [{"0": {"0": "m1"}}], written

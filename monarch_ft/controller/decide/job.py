@@ -180,15 +180,17 @@ def transport_peers(t: Tick) -> None:
     """Where each stepping group's ranks serve their state (RunLayout.transport_peers), when it
     changed: a healing rank fetches a chunk that failed its checksum again from another."""
     state = t.state
+    running = tuple(g.index for g in state.groups if g.status == GroupStatus.RUNNING)
+    made_from = (running, state.watch.owners_set)
+    if made_from == state.watch.peers_made_from:
+        return  # nothing they are made from changed: the map of every group is not made again each tick
+    state.watch.peers_made_from = made_from
     newest: dict[tuple[int, int], str] = {}
     for metadata, owner in state.transport_owner.items():
         if metadata:
             newest[owner] = metadata
-    peers = {
-        str(g.index): {str(r): newest[(g.index, r)] for r in range(t.cfg.ft.ranks_per_group) if (g.index, r) in newest}
-        for g in state.groups
-        if g.status == GroupStatus.RUNNING
-    }
+    ranks = range(t.cfg.ft.ranks_per_group)
+    peers = {str(g): {str(r): newest[(g, r)] for r in ranks if (g, r) in newest} for g in running}
     if peers != state.watch.peers_published:
         t.out.do(WriteTransportPeers(peers))
         state.watch.peers_published = peers

@@ -119,6 +119,7 @@ def _event(t: Tick, g: GroupState, rs: RankState, rec: RankEvent) -> None:
         rs.model_ready = True
         rs.link_probe = fields.get("link_probe")
         state.transport_owner[fields.get("transport_metadata")] = (fields["group"], fields["rank"])
+        state.watch.owners_set += 1
         names = fields.pop("fingerprint_names", None)  # long: kept out of events.jsonl
         t.rules.judge.tensor_names(fields["rank"], names)
     elif kind in (EventKind.WEIGHTS_RECOVERED, EventKind.RECOVERY_STARTED, EventKind.RECOVERY_FAILED):
