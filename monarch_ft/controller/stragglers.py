@@ -257,7 +257,9 @@ class StragglerWatch:
         if (group, rank, attempt) not in self.seen:
             self.seen.add((group, rank, attempt))
             return
-        times = self.groups.setdefault(group, GroupTimes())
+        times = self.groups.get(group)
+        if times is None:  # not setdefault: that built a GroupTimes (four dicts) for every record
+            times = self.groups[group] = GroupTimes()
         if attempt != times.attempt:
             if attempt < times.attempt:
                 return  # a late record of an attempt already replaced

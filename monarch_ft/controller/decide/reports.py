@@ -78,7 +78,8 @@ def _step(t: Tick, g: GroupState, rs: RankState, rec: StepRecord, metrics: list[
     state = t.state
     raw = rec.raw
     rs.last_progress, rs.last_step = t.now, rec.step
-    rs.first_step_seen = True
+    if not rs.first_step_seen:
+        rs.first_step_seen = True
     t.steps_seen = True
     state.step_times.observe(raw)
     state.stragglers.observe(raw, t.cfg.ft.straggler_window)
