@@ -12,7 +12,6 @@ acted on later in the same pass (:mod:`.recovery`).
 from __future__ import annotations
 
 
-from monarch_ft.controller.actions import WriteMetrics
 from monarch_ft.controller.decide.base import Tick
 from monarch_ft.controller.ledger import redone_commit
 from monarch_ft.controller.state import GroupState, RankState
@@ -59,19 +58,15 @@ def absorb_group(t: Tick, g: GroupState, records: list[tuple[int, ReportRecord]]
         elif isinstance(rec, RankEvent):
             if metrics:
                 # Steps before an event stay before it in the files (metrics, then the event).
-                t.out.do(_write(metrics))
+                t.out.relay_steps(metrics)
                 metrics = []
             _event(t, g, rs, rec)
     if metrics:
-        t.out.do(_write(metrics))
+        t.out.relay_steps(metrics)
     if g.ranks and all(r.train_done for r in g.ranks) and not g.train_done:
         g.train_done = True
         if g.status == GroupStatus.STARTING:
             g.move(GroupStatus.RUNNING)
-
-
-def _write(steps: list[StepRecord]) -> WriteMetrics:
-    return WriteMetrics(tuple(s.raw for s in steps), tuple(s.line for s in steps))
 
 
 def _step(t: Tick, g: GroupState, rs: RankState, rec: StepRecord, metrics: list[StepRecord]) -> None:
