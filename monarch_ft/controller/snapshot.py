@@ -123,7 +123,7 @@ def to_record(value: Any, kind: Any = None) -> Any:
     return _encoder(type(value) if kind is None else kind)(value)
 
 
-# One encoder per annotation, built once (every tick saves the state: walking the type hints
+# One encoder per annotation, built once (the state is saved many times a second: walking the type hints
 # each time would cost more than the rest of the tick). Keyed by identity: typing generics
 # are slow to hash; the annotations live as long as the classes (kept in _KEPT).
 _ENCODERS: dict[int, Callable[[Any], Any]] = {}
