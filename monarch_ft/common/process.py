@@ -41,35 +41,34 @@ def outlive_parent() -> None:
         pass
 
 
-def start_ticks(pid: int) -> Optional[str]:
-    """When ``pid`` started (clock ticks since boot, /proc/<pid>/stat field 22), or None
-    if it is gone: with the pid it names one process, never a later one reusing the pid."""
+def _stat_fields(pid: int) -> Optional[list[str]]:
+    """/proc/<pid>/stat's fields after the command name (the state is [0], the start time
+    [19]), or None if the process is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
+            return f.read().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
 
 
+def start_ticks(pid: int) -> Optional[str]:
+    """When ``pid`` started (clock ticks since boot, /proc/<pid>/stat field 22), or None
+    if it is gone: with the pid it names one process, never a later one reusing the pid."""
+    fields = _stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
 def is_zombie(pid: int) -> bool:
     """Exited but not reaped yet (an orphan waits for whatever init the machine has)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except (OSError, IndexError):
-        return False
+    fields = _stat_fields(pid)
+    return bool(fields) and fields[0] in ("Z", "X")
 
 
 def is_running(pid: Optional[int], start: Optional[str]) -> bool:
-    """The process ``pid`` that started at ``start`` is still running (not a later one, not a zombie)."""
-    if not pid or start is None:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return len(fields) > 19 and fields[19] == start and fields[0] not in ("Z", "X")
+    """The process ``pid`` that started at ``start`` is still running (not a later one, not a
+    zombie): one read of its stat file (a forked rank's poll asks every tick)."""
+    fields = _stat_fields(pid) if pid and start is not None else None
+    return bool(fields) and len(fields) > 19 and fields[19] == start and fields[0] not in ("Z", "X")
 
 
 @dataclass(frozen=True)
