@@ -294,7 +294,9 @@ def _median_of(values: Iterable[float]) -> float:
 
 class StepTable:
     """Every compared group's time at each step, sorted, made for a step when it is first asked
-    for (:func:`_by_step`).
+    for: one table per judgement, so that judging G groups costs G x (steps looked at) and not
+    G x G x (steps kept) (each group's peers looked up step by step, as it first was: 16 groups
+    spent a tenth of the controller's tick there; benchmarks/scale_bench.py).
 
     Why on demand: a judgement looks at each group's newest steps (two windows), which are
     the same few steps for groups in one quorum, while each group keeps ten windows (a slow
@@ -320,14 +322,6 @@ class StepTable:
         return self.get(step)
 
 
-def _by_step(times: Iterable[dict[int, float]]) -> StepTable:
-    """Every compared group's time at each step, sorted: one table per judgement, so that
-    judging G groups costs G x (steps looked at) and not G x G x (steps kept) (each group's
-    peers looked up step by step, as it first was: 16 groups spent a tenth of the controller's
-    tick there; benchmarks/scale_bench.py)."""
-    return StepTable(times)
-
-
 def _median_without(values: list[float], own: float) -> float:
     """The median of sorted ``values`` with one ``own`` taken out (its peers' median at a step):
     what ``statistics.median`` gives for the list without it, without copying it."""
@@ -346,7 +340,7 @@ def _slow_steps(own: dict[int, float], table: StepTable, limits: StragglerLimits
 
     Args:
         own: the group's times per step.
-        table: every compared group's times per step, the group's own among them (:func:`_by_step`).
+        table: every compared group's times per step, the group's own among them (:class:`StepTable`).
         limits: the window, factor and floor.
         windows: how many windows of steps.
     """
@@ -430,7 +424,7 @@ def back_to_pace(watch: "StragglerWatch", group: int, active: Iterable[int], lim
     groups = {g: t for g, t in watch.groups.items() if g in active}
     if group not in groups or len(groups) < 2:
         return True
-    found = _slow_steps(groups[group].own, _by_step(t.own for t in groups.values()), limits)
+    found = _slow_steps(groups[group].own, StepTable(t.own for t in groups.values()), limits)
     return found is None or not any(found[2])
 
 
@@ -462,7 +456,7 @@ def find_stragglers(watch: StragglerWatch, active: Iterable[int], limits: Stragg
         return Straggler(g, rank, kind, found[0], found[1], (first, last))
 
     out = []
-    own = _by_step(t.own for t in groups.values())
+    own = StepTable(t.own for t in groups.values())
     for g in sorted(groups):
         found = _verdict(groups[g].own, own, limits)
         if found is not None:

@@ -135,7 +135,7 @@ def parse_record(raw: dict[str, Any], line: Optional[bytes] = None, relayed: boo
     ``relayed``: a step or event already relayed, see :attr:`StepRecord.relayed`)."""
     kind = raw.get("type")
     if kind == RecordType.STEP and "step" in raw:
-        return StepRecord(raw, line, relayed) if relayed else StepRecord(raw, line)
+        return StepRecord(raw, line, relayed)
     if kind == RecordType.EVENT and "event" in raw:
         fields = {k: v for k, v in raw.items() if k not in ("type", "event")}
         name = raw["event"]

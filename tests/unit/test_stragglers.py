@@ -330,7 +330,7 @@ def test_slow_steps_against_peers_step_by_step():
     peer step by step gives, on groups with gaps (steps a peer missed) and ties."""
     import statistics
 
-    from monarch_ft.controller.stragglers import _by_step, _slow_steps
+    from monarch_ft.controller.stragglers import StepTable, _slow_steps
 
     def reference(own, peers, limits):
         aligned = [s for s in sorted(own) if any(s in p for p in peers)][-limits.window :]
@@ -343,7 +343,7 @@ def test_slow_steps_against_peers_step_by_step():
     limits = StragglerLimits(window=5)
     for _ in range(50):
         groups = [{s: rng.choice([0.1, 0.2, 0.5, rng.random()]) for s in range(30) if rng.random() > 0.3} for _ in range(rng.randint(2, 9))]
-        table = _by_step(groups)
+        table = StepTable(groups)
         for i, own in enumerate(groups):
             assert _slow_steps(own, table, limits) == reference(own, groups[:i] + groups[i + 1 :], limits)
 

@@ -67,8 +67,7 @@ class Decision:
         self._disk: set[Optional[int]] = set()
         # Step records relayed since the last other action: one WriteMetrics once another
         # action comes (or the actions are read).
-        self._steps: list[dict[str, Any]] = []
-        self._lines: list[Optional[bytes]] = []
+        self._steps: list[StepRecord] = []
 
     @property
     def actions(self) -> list[Action]:
@@ -77,8 +76,8 @@ class Decision:
 
     def _flush(self) -> None:
         if self._steps:
-            self._actions.append(WriteMetrics(tuple(self._steps), tuple(self._lines)))
-            self._steps, self._lines = [], []
+            steps, self._steps = self._steps, []
+            self._actions.append(WriteMetrics(tuple(s.raw for s in steps), tuple(s.line for s in steps)))
 
     def do(self, action: Action) -> None:
         self._flush()
@@ -90,9 +89,7 @@ class Decision:
         tick, where a write per group was a thousand writes (each line-buffered: a system call)
         a tick at 1,024 groups. An event still follows the steps before it (the steps a rank
         wrote before an event are in the metrics when the event is)."""
-        for s in steps:
-            self._steps.append(s.raw)
-            self._lines.append(s.line)
+        self._steps.extend(steps)
 
     def emit(self, _kind: EventKind | str, **fields: Any) -> dict[str, Any]:
         """An event, written in its place among the actions; returns its fields."""
