@@ -2,11 +2,11 @@
 
     .venv/bin/python scripts/race_reintroductions.py
 
-For each of the five races this project's history found, it edits the controller back into the
-shape the race lived in (the edits below: the reports read after the exits are judged, the stop's
-margin of two steps, the integrity judge not condemning a diverged round's attempts at once,
-exits read one group at a time with each failure answered at once, no blind window for the
-controller's own stall), runs the replays, prints which failed, and restores the files (also on
+For each of the six decide-layer races this project's history found, it edits the controller back
+into the shape the race lived in (the edits below: the reports read after the exits are judged,
+the stop's margin of two steps, the integrity judge not condemning a diverged round's attempts at
+once, exits read one group at a time with each failure answered at once, no blind window for the
+controller's own stall, the quorum's members taken from any commit), runs the replays, prints which failed, and restores the files (also on
 an error or Ctrl-C). Exits non-zero unless each race's own replay failed. Run it from the
 repository root, on a tree whose replays pass.
 """
@@ -58,6 +58,10 @@ CASES = {
     "a whole-job freeze": (
         "test_a_freeze_of_the_whole_machine",
         [(FAILURES, "    blind = sum(max(0.0, min(end, now) - max(start, since)) for start, end in state.watch.blind)\n", "    blind = 0.0\n")],
+    ),
+    "a quorum change read group after group": (
+        "test_a_quorum_change_read_group_after_group",
+        [("monarch_ft/controller/decide/reports.py", " or rec.step + 1 < t.state.job_step:", ":")],
     ),
 }
 

@@ -16,7 +16,9 @@ is brought back (checked by reintroducing each one; see docs/design/controller.m
 - a whole-job freeze (the machine, the controller with it, stopped for longer than the hang
   timeout: every rank looked silent at once on waking, and every group was killed);
 - records read twice across a takeover (relayed by a controller killed before its save: taken
-  in by the next, relayed once).
+  in by the next, relayed once);
+- a quorum change read group after group (each group's commits of the steps before and after
+  it in one read: the membership flapped twice per group).
 """
 
 from __future__ import annotations
@@ -389,3 +391,24 @@ def test_the_transport_peers_are_written_when_a_ready_rank_or_the_running_groups
     # A group no longer running leaves the map.
     written = peers(job.tick(job.observe(exits={(1, 0): 1}))) + peers(job.tick(job.observe()))
     assert written == [{"0": {"0": "m1"}}], written
+
+
+# ---------------------------------------------------------------- 7. the quorum's members, read group after group
+def test_a_quorum_change_read_group_after_group_in_one_tick_is_said_once(tmp_path):
+    """A tick reads group after group; where a quorum changed between steps s and s+1 and one
+    read holds both steps of every group, each group's commit of s named the old members after
+    the commit of s+1 named the new ones: the membership flapped twice per group (2,046
+    ``quorum_change`` events for one change in the 1,024-group scale bench). Only a commit of
+    the newest committed step names the quorum now."""
+    job = Replay(tmp_path, groups=3, job_step=20)
+    old, new = [0, 1, 2], [0, 1]
+    reports = {g: [step(g, 0, 20, quorum_id=1, participating_groups=old), step(g, 0, 21, quorum_id=2, participating_groups=new)] for g in (0, 1)}
+    changes = emitted(job.tick(job.observe(reports=reports)), EventKind.QUORUM_CHANGE)
+    assert [c.fields["participating_groups"] for c in changes] == [new]
+    assert job.state.membership == (0, 1)
+    # A straggling group's commit of the older step, read a tick later, names no quorum now.
+    assert emitted(job.tick(job.observe(reports={2: [step(2, 0, 20, quorum_id=1, participating_groups=old)]})), EventKind.QUORUM_CHANGE) == []
+    assert job.state.membership == (0, 1)
+    # The quorum changes again at the next step: said.
+    changes = emitted(job.tick(job.observe(reports={0: [step(0, 0, 22, quorum_id=3, participating_groups=old)]})), EventKind.QUORUM_CHANGE)
+    assert [c.fields["participating_groups"] for c in changes] == [old]
