@@ -61,7 +61,7 @@ CASES = {
     ),
     "a quorum change read group after group": (
         "test_a_quorum_change_read_group_after_group",
-        [("monarch_ft/controller/decide/reports.py", " or rec.step + 1 < t.state.job_step:", ":")],
+        [("monarch_ft/controller/decide/reports.py", "    if rec.step + 1 < t.state.job_step:\n        return\n", "")],
     ),
 }
 

@@ -205,6 +205,7 @@ class IntegrityJudge:
         # Whether every open round must be looked at again (a new attempt, a condemnation, or a
         # state just restored); else only the round a record touched can have become complete.
         self._recheck_all = True
+        self._last_key: Optional[RoundKey] = None
 
     # The state's parts, by their short names (the rules below read them).
     @property
@@ -246,21 +247,33 @@ class IntegrityJudge:
             self.attempts[group] = attempt
             self._silenced, self._recheck_all = None, True
         out: list[Verdict] = []
-        self._time(record)
+        if self.auto:
+            self._time(record)
         suspect = self._vote(group, rank, attempt, record)
         fp = record.get("fingerprint")
         if fp:
-            key = RoundKey(int(fp["step"]), bool(fp.get("vetoed")), int(record.get("quorum_id") or 0))
+            key = self._round_key(int(fp["step"]), bool(fp.get("vetoed")), int(record.get("quorum_id") or 0))
             rnd = self.rounds.get(key)
             if rnd is None:
                 # Its members are its quorum's: every record of a round names the same ones.
                 rnd = self.rounds[key] = Round(key, int(record["step"]), set(members_of(record)))
             rnd.members.add(group)
-            rnd.prints.setdefault((group, rank), Print(group, rank, attempt, str(fp["digest"]), str(fp.get("tensors") or "")))
+            if (group, rank) not in rnd.prints:
+                rnd.prints[(group, rank)] = Print(group, rank, attempt, str(fp["digest"]), str(fp.get("tensors") or ""))
             out += self._settle(key)
         if suspect is not None and (group, attempt) not in self.condemned:
             out.append(suspect)
         return out
+
+    def _round_key(self, step: int, vetoed: bool, quorum: int) -> RoundKey:
+        """The round's key, the one made for the record before when it names the same round:
+        every group's record of a step does, and a frozen dataclass made and hashed per record
+        was a tenth of the judge's time at 1,024 groups."""
+        last = self._last_key
+        if last is not None and last.step == step and last.vetoed == vetoed and last.quorum == quorum:
+            return last
+        key = self._last_key = RoundKey(step, vetoed, quorum)
+        return key
 
     def _vote(self, group: int, rank: int, attempt: int, record: dict[str, Any]) -> Optional[Suspect]:
         """Count a group's vetoes in a row on its rank 0's records; a commit ends the streak."""
@@ -327,6 +340,9 @@ class IntegrityJudge:
             self._recheck_all = False
             keys = sorted(self.rounds)
         else:
+            rnd = self.rounds.get(touched)
+            if (rnd is None or not self._complete(rnd)) and len(self.rounds) <= KEEP_ROUNDS:
+                return []  # most records: the round is still open, nothing to drop
             keys = [touched]
         out: list[Verdict] = []
         for key in keys:

@@ -161,7 +161,7 @@ def _mbit_s(seconds: float) -> Optional[float]:
     return round(PROBE_BYTES * 8 / seconds / 1e6, 2) if seconds > 0 else None
 
 
-def own_seconds(rec: dict, previous: Optional[tuple[int, float]]) -> float:
+def own_seconds(rec: dict, previous: Optional[tuple[int, float]], compute: Optional[float] = None) -> float:
     """A step record's own seconds: the rank's whole loop iteration (from its previous step
     record to this one) less the time it waited for the other groups (``quorum_s``, ``xgroup_s``);
     :func:`~monarch_ft.records.reports.compute_seconds` (the step's wall time less the same)
@@ -179,8 +179,10 @@ def own_seconds(rec: dict, previous: Optional[tuple[int, float]]) -> float:
     Args:
         rec: a committed step record.
         previous: the (step, time) of the same rank's step record before it, any commit state.
+        compute: ``compute_seconds(rec)`` where the caller has it already.
     """
-    compute = compute_seconds(rec)
+    if compute is None:
+        compute = compute_seconds(rec)
     if previous is None or rec.get("time") is None or int(rec["step"]) != previous[0] + 1:
         return compute
     waited = float(rec.get("quorum_s") or 0.0) + float(rec.get("xgroup_s") or 0.0)
@@ -197,14 +199,20 @@ class GroupTimes:
     compute: dict[int, float] = field(default_factory=dict)
     collective: dict[int, float] = field(default_factory=dict)
     slowest: dict[int, int] = field(default_factory=dict)
+    # Whether every step was added in increasing order (StragglerWatch.observe's records, as
+    # a rank writes them), and the newest: the dicts' first key is then the oldest step.
+    ordered: bool = field(default=False, compare=False, repr=False)
+    newest: int = field(default=-1, compare=False, repr=False)
 
     def trim(self, keep: int) -> None:
         # The oldest steps past ``keep``: usually one, once the window is full (a sort of the
-        # hundred kept steps at every record was a fiftieth of a tick at 1,024 groups).
+        # hundred kept steps at every record was a fiftieth of a tick at 1,024 groups; a look
+        # for the smallest of them, a tenth of the detector's time).
         extra = len(self.own) - keep
         if extra <= 0:
             return
-        for step in heapq.nsmallest(extra, self.own):
+        oldest = (next(iter(self.own)),) if extra == 1 and self.ordered else heapq.nsmallest(extra, self.own)
+        for step in oldest:
             self.own.pop(step, None)
             self.compute.pop(step, None)
             self.collective.pop(step, None)
@@ -249,27 +257,36 @@ class StragglerWatch:
         """Take one step record of a rank (its group, rank, attempt, step and timings), in the
         order the rank wrote them: every one, committed or not, marks where its next iteration began."""
         group, rank, attempt = int(rec["group"]), int(rec["rank"]), int(rec.get("attempt") or 0)
-        previous = self.last_record.get((group, rank, attempt))
-        if rec.get("time") is not None:
-            self.last_record[(group, rank, attempt)] = (int(rec["step"]), float(rec["time"]))
+        key = (group, rank, attempt)
+        previous = self.last_record.get(key)
+        written = rec.get("time")
+        if written is not None:
+            self.last_record[key] = (int(rec["step"]), float(written))
         if not rec.get("committed") or rec.get("step_time_s") is None:
             return
-        if (group, rank, attempt) not in self.seen:
-            self.seen.add((group, rank, attempt))
+        if key not in self.seen:
+            self.seen.add(key)
             return
         times = self.groups.get(group)
         if times is None:  # not setdefault: that built a GroupTimes (four dicts) for every record
-            times = self.groups[group] = GroupTimes()
+            times = self.groups[group] = GroupTimes(ordered=True)
         if attempt != times.attempt:
             if attempt < times.attempt:
                 return  # a late record of an attempt already replaced
-            times = self.groups[group] = GroupTimes(attempt)
+            times = self.groups[group] = GroupTimes(attempt, ordered=True)
         step = int(rec["step"])
-        own = own_seconds(rec, previous)
-        if own >= times.own.get(step, -1.0):
+        compute = compute_seconds(rec)
+        own = own_seconds(rec, previous, compute)
+        was = times.own.get(step)
+        if was is None:
+            if step < times.newest:
+                times.ordered = False
+            else:
+                times.newest = step
+        if was is None or own >= was:
             times.own[step] = own
             times.slowest[step] = rank
-        times.compute[step] = max(times.compute.get(step, 0.0), compute_seconds(rec))
+        times.compute[step] = max(times.compute.get(step, 0.0), compute)
         times.collective[step] = max(times.collective.get(step, 0.0), float(rec.get("xgroup_s") or 0.0))
         # Many windows kept: a slow group falls behind and out of quorums (TorchFT goes on
         # without a group that does not join in time), so its steps are compared with its

@@ -68,3 +68,21 @@ def test_each_line_keeps_its_own_record_whatever_a_bad_line_beside_it_holds():
     for bad in (b'{"step": 9', b"1, 2", b"", b"{}{}"):
         lines = [good[0], bad, good[2]]
         assert list(parse_lines_kept(lines)) == [({"step": 0}, good[0]), ({"step": 2}, good[2])], bad
+
+
+def test_a_line_is_read_as_json_loads_reads_it():
+    """The reader hands the usual line (``{"``...) straight to json's decoder: for every line, odd
+    ones included, it gives what ``json.loads`` gives, and skips what json.loads refuses."""
+    from monarch_ft.records.reports import parse_lines
+
+    lines = [b'{"a": 1}', b' {"a": 1}', b'{"a": 1} ', b'{"a": 1', b'{"a": "\xff"}', b'{"a": "\xed\xa0\x80"}', b"\xef\xbb\xbf" + b'{"a": 1}']
+    lines += [b"[1]", b'{"a": 1}{"b": 2}', b"", b'{"', '{"é": "ü"}'.encode(), '{"a": 1}'.encode("utf-16")]
+
+    def loads(line):
+        try:
+            return [json.loads(line)]
+        except ValueError:
+            return []
+
+    for line in lines:
+        assert list(parse_lines([line])) == loads(line), line

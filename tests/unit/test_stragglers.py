@@ -84,6 +84,25 @@ def test_one_cpu_slow_group_is_named_and_its_waiting_peers_are_not_link_straggle
     assert s.fields()["slow_kind"] == "cpu" and s.fields()["steps"] == [2, 11]
 
 
+def test_a_group_keeps_its_newest_steps_whatever_order_its_records_come_in():
+    """The window kept per group is its newest KEEP_WINDOWS x window steps, records in order (the
+    oldest is then found without a look at every kept step) or not (a late record of a past step)."""
+    from monarch_ft.controller.stragglers import KEEP_WINDOWS
+
+    rng = random.Random(7)
+    window, seen = 3, set()
+    keep = KEEP_WINDOWS * window
+    steps = list(range(0, 80)) + [rng.randrange(0, 120) for _ in range(60)] + list(range(120, 160))
+    watch = StragglerWatch()
+    watch.observe(record(0, 0, -1, 0.1, 0.1), window)  # a rank's first step is left out
+    for step in steps:
+        watch.observe(record(0, 0, step, 0.1, 0.1), window)
+        seen.add(step)
+        times = watch.groups[0]
+        newest = sorted(seen)[-keep:]
+        assert sorted(times.own) == sorted(times.compute) == sorted(times.collective) == sorted(times.slowest) == newest, step
+
+
 def test_machine_wide_load_slows_every_group_alike_and_names_nobody():
     watch = StragglerWatch()
     # Three CPU hogs: every rank 2-4x slower, with heavy step-to-step jitter (a loaded 2-core box).

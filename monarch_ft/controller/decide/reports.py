@@ -71,8 +71,9 @@ def absorb_group(t: Tick, g: GroupState, records: list[tuple[int, ReportRecord]]
 
 def _step(t: Tick, g: GroupState, rs: RankState, rec: StepRecord, metrics: list[StepRecord]) -> None:
     state = t.state
-    raw = rec.raw
-    rs.last_progress, rs.last_step = t.now, rec.step
+    # The record's fields read once (its properties convert on every read; a thousand records a tick).
+    raw, step, committed, lead = rec.raw, rec.step, rec.committed, rec.rank == 0
+    rs.last_progress, rs.last_step = t.now, step
     if not rs.first_step_seen:
         rs.first_step_seen = True
     t.steps_seen = True
@@ -82,21 +83,23 @@ def _step(t: Tick, g: GroupState, rs: RankState, rec: StepRecord, metrics: list[
         state.first_step_time = t.now
     if not rec.relayed:
         metrics.append(rec)
-    if rec.committed:
-        g.last_step = max(g.last_step, rec.step + 1)
+    if committed:
+        g.last_step = max(g.last_step, step + 1)
         _record_commit(t, g, rec)
-    if rec.rank == 0 and rec.loss is not None:
+    loss = rec.loss if lead else None
+    if loss is not None:
         if g.first_loss is None:
-            g.first_loss = rec.loss
-        g.last_loss = rec.loss
-    if rec.rank == 0 and rec.committed:
+            g.first_loss = loss
+        g.last_loss = loss
+    if lead and committed:
         state.last_commit[g.index] = {k: raw[k] for k in COMMIT_FIELDS if k in raw}
     # Fingerprints and gradient votes; the verdicts are acted on once per pass.
     t.verdicts += t.rules.judge.observe(g.index, raw)
     if g.status == GroupStatus.STARTING:
         g.move(GroupStatus.RUNNING)
-        t.out.emit(EventKind.GROUP_STEPPING, group=g.index, attempt=g.attempt, step=rec.step)
-    _track_membership(t, rec)
+        t.out.emit(EventKind.GROUP_STEPPING, group=g.index, attempt=g.attempt, step=step)
+    if lead and committed:
+        _track_membership(t, rec)
 
 
 def _event(t: Tick, g: GroupState, rs: RankState, rec: RankEvent) -> None:
@@ -144,8 +147,7 @@ def _record_commit(t: Tick, g: GroupState, rec: StepRecord) -> None:
         state.step_hashes.setdefault(step, {})[(g.index, rec.rank)] = rec.state_hash
         quorum = rec.quorum_id
         other = redone_commit(state.commit_hashes.setdefault((step, rec.rank), {}), quorum, g.index, rec.state_hash)
-        this = {"quorum_id": quorum, "group": g.index}
-        earlier, later = sorted((this, other), key=lambda c: c["quorum_id"]) if other is not None else (None, None)
+        earlier, later = sorted(({"quorum_id": quorum, "group": g.index}, other), key=lambda c: c["quorum_id"]) if other is not None else (None, None)
         if later is not None and (step, later["quorum_id"]) not in state.redone_seen:
             state.redone_seen.add((step, later["quorum_id"]))
             redo = {"step": step, "group": later["group"], "quorum_id": later["quorum_id"], "earlier": earlier}
@@ -162,13 +164,13 @@ def _record_commit(t: Tick, g: GroupState, rec: StepRecord) -> None:
 
 
 def _track_membership(t: Tick, rec: StepRecord) -> None:
-    """The quorum's members, from a commit of the newest committed step (the job's step less
+    """The quorum's members, from a rank 0's commit of the newest committed step (the job's step less
     one, after :func:`_record_commit` took this one in). An older commit names an older
     quorum's members: a tick reads group after group, each group's records of steps s and s+1,
     and where the quorum changed between them, taking every commit in turn made the
     membership flap twice per group (2,046 ``quorum_change`` events for one change at 1,024
     groups, each encoding the members again)."""
-    if rec.rank != 0 or not rec.committed or rec.step + 1 < t.state.job_step:
+    if rec.step + 1 < t.state.job_step:
         return
     members = rec.participating_groups
     if members is t.state.membership or members == t.state.membership:
