@@ -71,7 +71,7 @@ from monarch_ft.controller.standby_pool import STANDBY_NICENESS, resolve_standby
 from monarch_ft.controller.state import JobState
 from monarch_ft.controller.wandb_run import start_wandb
 from monarch_ft.controller.summary import job_outcome, job_summary, rollback_lines
-from monarch_ft.controller.takeover import DETACH_SIGNAL, PROGRESS_SAVE_S, Takeover, progress_only, relayed_records
+from monarch_ft.controller.takeover import DETACH_SIGNAL, Takeover, progress_only, progress_save_due, relayed_records
 from monarch_ft.launcher import Launcher, build_launcher, launcher_options
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.events import EventKind, EventLog, GroupStatus, JobStatus
@@ -308,13 +308,13 @@ class Supervisor:
             clear_detach=self.takeover.clear_detach,
         )
 
-    def _save(self, groups: Optional[Iterable[int]] = None, progress: bool = False, now: float = 0.0) -> None:
+    def _save(self, groups: Optional[Iterable[int]] = None, progress: bool = False, now: float = 0.0, quiet: bool = False) -> None:
         """Write controller.json (the launcher's and the Lighthouse's handles mirrored first);
         ``groups``: only these groups may have changed since the last save (the rest of this
         pass's changes go with the tick's own save, at its end). ``progress``: the tick only
-        took the ranks' records in (takeover.progress_only): its save waits for a later tick,
-        up to PROGRESS_SAVE_S after the last one, unless a handle changed meanwhile (the
-        launcher's or the Lighthouse's, which change on their own)."""
+        took the ranks' records in (takeover.progress_only): its save waits for a later tick
+        (takeover.progress_save_due; ``quiet``: this tick read no step record), unless a handle
+        changed meanwhile (the launcher's or the Lighthouse's, which change on their own)."""
         state = self.state
         handles = self.launcher.handles()
         lh = self.lighthouse
@@ -322,7 +322,7 @@ class Supervisor:
         seen = (lh.address, ident["port"], ident["guard_pid"], ident["guard_start"], ident["server_pid"], ident["server_start"])
         mine = state.lighthouse
         saved = (mine.address, mine.port, mine.guard_pid, mine.guard_start, mine.server_pid, mine.server_start)
-        if progress and handles == state.launcher_handles and seen == saved and now - self._saved_at < PROGRESS_SAVE_S:
+        if progress and handles == state.launcher_handles and seen == saved and not progress_save_due(now - self._saved_at, quiet):
             return
         state.launcher_handles = handles
         mine.address, mine.port, mine.guard_pid, mine.guard_start, mine.server_pid, mine.server_start = seen
@@ -488,7 +488,7 @@ class Supervisor:
                 return end.code
             for hook in self.hooks:
                 hook.tick(self.control, now)
-            self._save(progress=progress and end is None, now=now)
+            self._save(progress=progress and end is None, now=now, quiet=not any(obs.reports.values()) and not any(obs.standby_reports.values()))
         except OwnWriteFailed as e:
             return self._own_write_failed(e)
         if end is not None:

@@ -606,3 +606,14 @@ def test_the_step_times_are_judged_every_tick_of_a_small_job_and_about_once_a_se
 
     assert judge_gap_s(16) < TICK_S  # every tick with new steps, as before the bound
     assert 0.5 <= judge_gap_s(1024) <= 2.0
+
+
+def test_a_judgement_due_waits_for_a_tick_that_read_no_step_but_at_most_one_gap():
+    from monarch_ft.controller.decide.slow import judgement_due
+
+    gap = 1.0
+    assert not judgement_due(0.9, gap, quiet=True)  # not before one gap
+    assert not judgement_due(1.2, gap, quiet=False)  # a tick that read steps: not yet
+    assert judgement_due(1.2, gap, quiet=True)  # the next quiet one
+    assert judgement_due(2.0, gap, quiet=False)  # no quiet tick: two gaps at the latest
+    assert judgement_due(0.0, 0.0, quiet=False)  # a small job: every tick (judge_gap_s under a tick)

@@ -208,3 +208,13 @@ def test_records_relayed_before_a_kill_are_taken_in_and_relayed_once(tmp_path):
     with open(report, "a") as f:  # later records are never marked, whatever their time
         f.write(json.dumps({**recs[1], "time": 101.0}) + "\n")
     assert [(r.step, r.relayed) for r in tail.read_records()] == [(1, False)]
+
+
+def test_a_tick_that_only_took_records_in_saves_at_a_quiet_tick_within_its_bounds():
+    from monarch_ft.controller.takeover import PROGRESS_SAVE_MAX_S, PROGRESS_SAVE_S, progress_save_due
+
+    assert PROGRESS_SAVE_S < PROGRESS_SAVE_MAX_S
+    assert not progress_save_due(PROGRESS_SAVE_S - 0.01, quiet=True)
+    assert not progress_save_due(PROGRESS_SAVE_S, quiet=False)  # the tick read steps: a later one
+    assert progress_save_due(PROGRESS_SAVE_S, quiet=True)
+    assert progress_save_due(PROGRESS_SAVE_MAX_S, quiet=False)  # steps every tick: saved all the same

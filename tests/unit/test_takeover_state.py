@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from monarch_ft.config.controller import ControllerConfig
-from monarch_ft.controller import loop
 from monarch_ft.controller.loop import Supervisor
 from monarch_ft.controller.snapshot import from_record, to_record
 from monarch_ft.controller.state import GroupState, JobState, LaunchRecord, RankState
-from monarch_ft.controller.takeover import PROGRESS_SAVE_S, Takeover
+from monarch_ft.controller import takeover as takeover_module
+from monarch_ft.controller.takeover import PROGRESS_SAVE_MAX_S, PROGRESS_SAVE_S, Takeover
 from monarch_ft.records.errors import ConfigError
 from monarch_ft.records.journal import JournalDamaged, StateJournal, StateReader, apply, diff, read_state
 from monarch_ft.records.layout import RunLayout
@@ -32,14 +32,15 @@ def whole(record: dict) -> dict:
     return {k: v for k, v in json.loads(json.dumps(record, default=str)).items() if k not in FILE_FIELDS}
 
 
-@pytest.mark.parametrize("progress_save_s", [0.0, PROGRESS_SAVE_S])
+@pytest.mark.parametrize("progress_save_s", [(0.0, 0.0), (PROGRESS_SAVE_S, PROGRESS_SAVE_MAX_S)])
 def test_a_journal_replayed_equals_the_snapshot_at_every_save_of_a_job(tmp_path, monkeypatch, progress_save_s):
     """A fake job with a rank killed, a standby promoted, state hashes every step: after every
     save the base with its journal reads back as the whole snapshot, and restores a JobState
     equal to the live one; small compaction thresholds make it compact many times on the way.
-    With a save every tick, and with the ticks that only took records in saved at most every
-    PROGRESS_SAVE_S (then a save holds several ticks' changes)."""
-    monkeypatch.setattr(loop, "PROGRESS_SAVE_S", progress_save_s)
+    With a save every tick, and with the ticks that only took records in saved every
+    PROGRESS_SAVE_S to PROGRESS_SAVE_MAX_S (then a save holds several ticks' changes)."""
+    monkeypatch.setattr(takeover_module, "PROGRESS_SAVE_S", progress_save_s[0])
+    monkeypatch.setattr(takeover_module, "PROGRESS_SAVE_MAX_S", progress_save_s[1])
     ticks = []
     real_tick = Supervisor.tick
     monkeypatch.setattr(Supervisor, "tick", lambda self, now: ticks.append(now) or real_tick(self, now))
@@ -77,7 +78,7 @@ def test_a_journal_replayed_equals_the_snapshot_at_every_save_of_a_job(tmp_path,
         takeover.save = save
         assert sup.run() == 0
     assert sup.events.events and any(e["event"] == "group_failed" for e in sup.events.events)
-    if progress_save_s:
+    if progress_save_s[0]:
         # Fewer saves than ticks, yet every save whole (above); compactions still happen.
         assert 10 < len(saves) < len(ticks) / 3 and takeover.journal.compactions >= 1, (len(saves), len(ticks), takeover.journal.compactions)
     else:
