@@ -441,14 +441,14 @@ class Takeover:
         }
 
 
-# The longest a tick that only took the ranks' records in leaves its save to a later tick. A
-# save per tick was a quarter of the tick's CPU at 1,024 groups (each group's steps encoded at
-# each step); over this, a group's several steps are one change. What a SIGKILL costs: a new
-# controller reads this much of the reports again (ResumedTail), well inside the 4 MB of
-# metrics.jsonl that relayed_records looks back over at 1,024 groups (about 3 MB a second).
+# A tick that only took the ranks' records in leaves its save to a later tick: from this long
+# after the last save, a tick that read no step saves (progress_save_due). A save per tick was a quarter
+# of the tick's CPU at 1,024 groups (each group's steps encoded at each step); over this, a
+# group's several steps are one change. What a SIGKILL costs: a new controller reads up to
+# PROGRESS_SAVE_MAX_S of the reports again (ResumedTail), well inside the METRICS_LOOK_BACK of
+# metrics.jsonl that relayed_records looks back over (about 3 MB a second at 1,024 groups).
 PROGRESS_SAVE_S = 0.5
-# ... and from PROGRESS_SAVE_S on, it saves at a tick that read no step record, or at the latest
-# at this (progress_save_due).
+# ... and from this long after it, any tick saves.
 PROGRESS_SAVE_MAX_S = 1.0
 
 
@@ -482,16 +482,21 @@ def progress_only(actions: Iterable[Any]) -> bool:
     return True
 
 
+# How much of metrics.jsonl's end relayed_records reads: what a controller killed before its
+# save relayed since (PROGRESS_SAVE_MAX_S and a tick: about 3 MB at 1,024 groups), twice over.
+METRICS_LOOK_BACK = 8 << 20
+
+
 # controller.json's own fields, beside the job state's.
 _FILE_FIELDS = ("version", "finished", "controller_pid")
 
 
 # ---------------------------------------------------------------- relayed once
-def relayed_records(events: list[dict], metrics_path: str, tail_bytes: int = 4 << 20) -> set[tuple]:
+def relayed_records(events: list[dict], metrics_path: str, tail_bytes: int = METRICS_LOOK_BACK) -> set[tuple]:
     """(rank pid, record time) of every rank record already relayed to events.jsonl and
     (the newest ``tail_bytes`` of) metrics.jsonl. A controller killed between relaying a
     tick's records and saving its report offsets leaves them to be read again by the next:
-    :class:`ResumedTail` drops them, so each record is relayed once."""
+    :class:`ResumedTail` marks them relayed, so each record is relayed once."""
     keys = {(e.get("pid"), e.get("time")) for e in events if "rank" in e and "pid" in e}
     keys.update((rec.get("pid"), rec.get("time")) for rec in tail_records(metrics_path, tail_bytes))
     return keys
