@@ -182,7 +182,7 @@ def test_a_zombie_is_not_alive():
 
 def test_records_relayed_before_a_kill_are_taken_in_and_relayed_once(tmp_path):
     """A controller killed between relaying records and saving its report offsets (a tick
-    that only took records in saves up to PROGRESS_SAVE_S later): the next one reads from
+    that only took records in saves up to PROGRESS_SAVE_MAX_S later): the next one reads from
     the saved offset and marks what it finds already relayed, to take in but not relay."""
     import json
 

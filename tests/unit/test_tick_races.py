@@ -233,7 +233,7 @@ def test_records_a_killed_controller_relayed_are_taken_in_and_relayed_once(tmp_p
     job = Replay(tmp_path, groups=2, job_step=20)
     job.state.groups[1].ranks[0].model_ready = False
     # The ticks since the dead controller's last save only took records in (progress_only: saved
-    # up to PROGRESS_SAVE_S later); the next controller reads them again, marked relayed.
+    # up to PROGRESS_SAVE_MAX_S later); the next controller reads them again, marked relayed.
     again = {
         0: [(0, StepRecord(step(0, 0, 20)[1].raw, relayed=True))],
         1: [(0, RankEvent(EventKind.MODEL_READY, {"group": 1, "rank": 0, "attempt": 0, "time": T0, "transport_metadata": "m"}, relayed=True))],
