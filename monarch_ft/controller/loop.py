@@ -488,7 +488,7 @@ class Supervisor:
                 return end.code
             for hook in self.hooks:
                 hook.tick(self.control, now)
-            self._save(progress=progress and end is None, now=now, quiet=not any(obs.reports.values()) and not any(obs.standby_reports.values()))
+            self._save(progress=progress and end is None, now=now, quiet=not obs.read_steps())
         except OwnWriteFailed as e:
             return self._own_write_failed(e)
         if end is not None:

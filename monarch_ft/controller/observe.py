@@ -34,7 +34,7 @@ from monarch_ft.common.process import process_sample
 from monarch_ft.controller.fork_pool import ServerState
 from monarch_ft.controller.link_probe import ProbeRound
 from monarch_ft.launcher.base import Capability
-from monarch_ft.records.report_records import ReportRecord
+from monarch_ft.records.report_records import ReportRecord, StepRecord
 
 if TYPE_CHECKING:
     from monarch_ft.controller.checkpoints import CheckpointScrub
@@ -143,6 +143,12 @@ class Observations:
     def exited(self, group: int) -> dict[int, int]:
         """``group``'s ranks that exited this tick: rank -> code."""
         return {r: code for (g, r), code in self.exits.items() if g == group}
+
+    def read_steps(self) -> bool:
+        """Whether the groups' reports held a step record. A tick that read none is quiet: work
+        that may wait (a save of records taken in, the straggler judgement) is done there. Not
+        merely no record: ranks write heartbeats and liveness between their steps."""
+        return any(isinstance(rec, StepRecord) for records in self.reports.values() for _, rec in records)
 
 
 class Observer:

@@ -12,8 +12,9 @@ process dies (a laptop sleeps, an OOM, a SIGKILL), the job must not die with it.
   (:mod:`monarch_ft.records.journal`: a base and a redo log). A SIGKILL at any instant leaves
   a state a new controller can take over (a torn last journal line is the save that never
   happened). A tick that decided anything saves at its end; one that only took the ranks'
-  records in saves at most every :data:`PROGRESS_SAVE_S` to :data:`PROGRESS_SAVE_MAX_S`
-  (:func:`progress_only`, :func:`progress_save_due`): a new
+  records in leaves its save to a tick that read no step, from :data:`PROGRESS_SAVE_S` after
+  the last save, or at the latest :data:`PROGRESS_SAVE_MAX_S` (:func:`progress_only`,
+  :func:`progress_save_due`): a new
   controller reads those records again from the saved offsets, takes them in, and relays
   none a second time (:class:`ResumedTail`).
 - ``controller.attach=true`` takes the job over (:meth:`Takeover.load` and

@@ -218,3 +218,15 @@ def test_a_tick_that_only_took_records_in_saves_at_a_quiet_tick_within_its_bound
     assert not progress_save_due(PROGRESS_SAVE_S, quiet=False)  # the tick read steps: a later one
     assert progress_save_due(PROGRESS_SAVE_S, quiet=True)
     assert progress_save_due(PROGRESS_SAVE_MAX_S, quiet=False)  # steps every tick: saved all the same
+
+
+def test_a_look_that_read_heartbeats_only_is_quiet():
+    """Ranks write heartbeats and liveness between their steps: a tick that read only those is
+    still one between two steps, where a deferred save goes."""
+    from monarch_ft.controller.observe import Observations
+    from monarch_ft.records.report_records import Heartbeat, Liveness, StepRecord
+
+    beats = [(0, Heartbeat({"type": "heartbeat", "group": 0, "rank": 0})), (0, Liveness({"type": "liveness", "group": 0, "rank": 0, "phase": "step"}))]
+    assert not Observations(0.0).read_steps() and not Observations(0.0, reports={0: beats, 1: []}).read_steps()
+    step = (0, StepRecord({"type": "step", "group": 1, "rank": 0, "step": 3, "committed": True}))
+    assert Observations(0.0, reports={0: beats, 1: [step]}).read_steps()
