@@ -40,6 +40,7 @@ import shutil
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -130,10 +131,39 @@ def enter_host(netns: str, hostname: str) -> Callable[[], None]:
     return preexec
 
 
-def set_veth(veth: str, up: bool) -> None:
+# The longest set_veth waits for a link brought up to forward.
+LINK_SETTLE_S = 3.0
+# A bridge port's state that forwards (BR_STATE_FORWARDING).
+BR_STATE_FORWARDING = "3"
+
+
+def set_veth(veth: str, up: bool, settle_s: float = LINK_SETTLE_S) -> None:
     """A host's root-side veth up or down: down, the host is cut off the bridge (packets to
-    and from it dropped silently, as in a real partition or a machine that lost power)."""
+    and from it dropped silently, as in a real partition or a machine that lost power).
+
+    Up returns once the bridge forwards the host's packets again (at most ``settle_s``): the
+    kernel takes a carrier change in a little later (its link watch runs up to a second
+    behind), and a partition said restored while the bridge still dropped the host's packets
+    (a connection tried at once failed, CI) made the recorded restore early."""
     _run("ip", "link", "set", veth, "up" if up else "down")
+    if up:
+        deadline = time.monotonic() + settle_s
+        while not _forwarding(veth) and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+
+def _forwarding(veth: str) -> bool:
+    """The veth is up with its carrier and, as a bridge port, forwarding."""
+    try:
+        with open(f"/sys/class/net/{veth}/operstate") as f:
+            if f.read().strip() != "up":
+                return False
+        with open(f"/sys/class/net/{veth}/brport/state") as f:
+            return f.read().strip() == BR_STATE_FORWARDING
+    except FileNotFoundError:
+        return True  # not a bridge port (or gone): nothing to wait for
+    except OSError:
+        return True
 
 
 def netns_pids(netns: str) -> list[int]:

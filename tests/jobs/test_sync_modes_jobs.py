@@ -112,7 +112,13 @@ def test_mode_trains_and_survives_process_kill_in_step_with_every_batch_once(run
         at_rank = {m["group"]: m for m in rejoin_sync if m["rank"] == r}
         counted = at_rank[1]["participating_groups"]
         assert 1 not in counted and at_rank[1]["sync_sent_sum"] == 0.0, at_rank[1]
-        assert set(counted) == set(at_rank) - {1} == set(everyone) - {1}, (counted, sorted(at_rank))
+        assert set(counted) == set(at_rank) - {1} and counted, (counted, sorted(at_rank))
+        # A survivor missing from that sync was still in its failed one: gloo's ring tells only the
+        # dead group's neighbours at once, the others wait out the collective's timeout, and the new
+        # quorum formed without it (CI: group 2's failed sync took 1.2 s, group 0's 0.2 s). It
+        # healed at the next sync it joined: nothing of it lost, it was not counted twice.
+        for g in set(everyone) - set(at_rank):
+            assert any(e["event"] == "weights_recovered" and e["group"] == g and e["time"] > rejoin["time"] for e in events), (g, counted)
         expected = sum(at_rank[g]["sync_sent_sum"] for g in counted) / len(counted)
         for m in at_rank.values():
             assert m["participating_groups"] == counted and m["quorum_size"] == len(counted)
