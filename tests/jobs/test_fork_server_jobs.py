@@ -45,6 +45,7 @@ def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
     env = dict(os.environ, PYTHONPATH=os.getcwd(), PYTHONUNBUFFERED="1")
     host = ForkHost("localhost", [], die_with_parent)
     server = ForkServer(host, env, str(tmp_path / "logs" / "fs.log"), str(tmp_path), ["monarch_ft.rank.trainer"], niceness=10)
+    forked = []  # killed at the end, whatever failed: two of them block on a FIFO, and outlive the server
     try:
         niced = 10 if may_raise_priority() else 0  # root here: CAP_SYS_NICE
         # Where it may take the foreground back (root), it imports niced and under SCHED_IDLE.
@@ -65,8 +66,10 @@ def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
             fifos.append(tmp_path / f"spec{n}.json")
             os.mkfifo(fifos[-1])
         a = server.fork(_launch(tmp_path, "a", str(fifos[0])), die_with_parent=False)
+        forked.append(a)
         # b as a warm standby is forked: at the launch's niceness, under SCHED_IDLE, as the local launcher starts one.
         b = server.fork(dataclasses.replace(_launch(tmp_path, "b", str(fifos[1])), niceness=10), die_with_parent=False)
+        forked.append(b)
         pa = psutil.Process(a.pid)
         assert pa.nice() == 0 and os.sched_getscheduler(a.pid) == os.SCHED_OTHER, "a forked rank trains at the ranks' priority"
         standby_niced = lambda: psutil.Process(b.pid).nice() == 10 and os.sched_getscheduler(b.pid) == os.SCHED_IDLE  # noqa: E731
@@ -97,6 +100,8 @@ def test_a_real_fork_server_forks_ranks_and_reports_their_exits(tmp_path):
         b.kill()
         assert b.wait(10) == 255  # gone without rank_finished: LOST_EXIT, as an adopted rank
     finally:
+        for child in forked:
+            child.send_signal(signal.SIGKILL)  # only while it runs (its pid is not another's by then)
         server.close()
 
 
