@@ -289,8 +289,9 @@ class IntegrityJudge:
         return None
 
     def _time(self, record: dict[str, Any]) -> None:
+        """auto's measure of one record's fingerprint cost (called with auto on)."""
         st = self.state
-        if not self.auto or st.decided or not record.get("fingerprint") or record.get("fingerprint_s") is None:
+        if st.decided or not record.get("fingerprint") or record.get("fingerprint_s") is None:
             return
         step_s = record.get("step_time_s") or 0.0
         if record["step"] >= AUTO_WARMUP_STEPS and step_s > 0:

@@ -200,9 +200,8 @@ class GroupTimes:
     collective: dict[int, float] = field(default_factory=dict)
     slowest: dict[int, int] = field(default_factory=dict)
     # Whether every step was added in increasing order (StragglerWatch.observe's records, as
-    # a rank writes them), and the newest: the dicts' first key is then the oldest step.
+    # a rank writes them): the dicts' first key is then the oldest step, and the last the newest.
     ordered: bool = field(default=False, compare=False, repr=False)
-    newest: int = field(default=-1, compare=False, repr=False)
 
     def trim(self, keep: int) -> None:
         # The oldest steps past ``keep``: usually one, once the window is full (a sort of the
@@ -278,11 +277,8 @@ class StragglerWatch:
         compute = compute_seconds(rec)
         own = own_seconds(rec, previous, compute)
         was = times.own.get(step)
-        if was is None:
-            if step < times.newest:
-                times.ordered = False
-            else:
-                times.newest = step
+        if was is None and times.ordered and times.own and step < next(reversed(times.own)):
+            times.ordered = False
         if was is None or own >= was:
             times.own[step] = own
             times.slowest[step] = rank

@@ -160,10 +160,8 @@ def _forwarding(veth: str) -> bool:
                 return False
         with open(f"/sys/class/net/{veth}/brport/state") as f:
             return f.read().strip() == BR_STATE_FORWARDING
-    except FileNotFoundError:
-        return True  # not a bridge port (or gone): nothing to wait for
     except OSError:
-        return True
+        return True  # not a bridge port (or gone): nothing to wait for
 
 
 def netns_pids(netns: str) -> list[int]:

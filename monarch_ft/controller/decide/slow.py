@@ -50,7 +50,7 @@ def check_stragglers(t: Tick) -> None:
     # per judge_gap_s (a judgement costs groups x window: bounded per tick on average).
     w = state.watch
     w.steps_unjudged = w.steps_unjudged or t.steps_seen
-    fresh = w.cpu_stragglers is None or (w.steps_unjudged and judgement_due(t.now - w.stragglers_judged_at, judge_gap_s(len(running)), not t.steps_seen))
+    fresh = w.cpu_stragglers is None or (w.steps_unjudged and judgement_due(t.now - w.stragglers_judged_at, judge_gap_s(len(running)), not t.obs.read_steps()))
     if fresh:
         w.cpu_stragglers = find_stragglers(watch, running, limits)
         w.stragglers_judged_at, w.steps_unjudged = t.now, False
@@ -107,6 +107,8 @@ def judgement_due(waited_s: float, gap_s: float, quiet: bool) -> bool:
     Why wait for a quiet tick: a thousand groups' steps arrive together, and a judgement in the
     tick that reads them (24 ms beside about 50) made the longest ticks; the ticks between steps
     read nothing. Where no tick is quiet (steps never pause), a judgement is one gap late at most.
+    The takeover's save waits the same way (takeover.progress_save_due); a quiet tick is one
+    whose look read no step record (observe.Observations.read_steps), for both.
 
     Args:
         waited_s: since the last judgement.
