@@ -50,7 +50,6 @@ from monarch_ft.rank.components.lease import ControllerLease
 from monarch_ft.rank.components.metrics import Liveness, RankReporter, build_metric_sinks
 from monarch_ft.rank.components.model import build_model, param_name
 from monarch_ft.rank.components.sync import build_sync, checkpoint_interval, uses_async_quorum
-from monarch_ft.rank.components.torchft_compat import quorum_pending
 from monarch_ft.rank.link_probe import start_probe_server
 from monarch_ft.records.decisions import StateDecision, StateSource
 from monarch_ft.records.members import members_field
@@ -727,14 +726,18 @@ class Trainer:
             # known (constant: an absent group's too; none while this group heals in the step).
             # (It waits for the step's quorum: a wait of the sync phase, which may last a join
             # timeout. Marked compute, a promoted standby waiting out its first quorum was judged
-            # asleep in compute: hung. But the hang rules compare the start of the group's ranks'
-            # compute spells to blame the one that stopped first (hangs.asleep_in_compute): a
+            # asleep in compute: hung. A step in which a group heals waits for that heal too, in
+            # the participants' collective: marked compute, each group that waited a second for a
+            # peer healing over a slow link was judged hung in turn, until no group held the
+            # job's state and the job went back to its checkpoint (the straggler drill beside two
+            # CPU hogs; StepSlots.may_wait). But the hang rules compare the start of the group's
+            # ranks' compute spells to blame the one that stopped first (hangs.asleep_in_compute): a
             # wait shorter than the asleep rule's floor, which could never be judged asleep
             # itself, is folded back into the spell it interrupted; only a longer one starts a
             # new compute spell after it. Splitting every step's spell, a rank that stopped
             # before its allreduce lost the blame to a peer waiting in it: the drill's
             # collective hang, 1 run in 3 beside two CPU hogs.)
-            compute_since, waits = self.liveness.since, quorum_pending(manager)
+            compute_since, waits = self.liveness.since, self.step_slots.may_wait(manager)
             if waits:
                 self.liveness.enter(Phase.SYNC)
             slots = self.step_slots.slots(manager, training)

@@ -10,16 +10,20 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 
 import pytest
 
 from monarch_ft.controller.loop import request_finish
 from monarch_ft.records.global_batch import GlobalBatch, consumed, step_tokens
-from monarch_ft.testing.jobs import FAST, NO_STANDBY, console, finish_job, read_jsonl, start_job, wait_for
+from monarch_ft.records.layout import RunLayout
+from monarch_ft.testing.jobs import FAST, NO_STANDBY, console, finish_job, need_netns, read_jsonl, start_job, wait_for
 
 pytestmark = pytest.mark.slow
 
 BATCH, SEQ = 2, 64  # FAST's
+# 8 mbit: the tiny model's state (4.7 MB) takes about 5 s to send.
+SLOW_LINK = ("tbf", "rate", "8mbit", "burst", "32kbit", "latency", "400ms")
 
 
 def _commits(metrics, group):
@@ -68,3 +72,55 @@ def test_constant_global_batch_trains_every_sample_once_through_a_fault(run_dir)
     # while group 1 healed), serving quorums that commit nothing.
     finished = [e for e in events if e["event"] == "rank_finished"]
     assert sorted(e["group"] for e in finished) == [0, 1] and all(e["step"] == final for e in finished), finished
+
+
+def test_a_group_waiting_out_a_peers_slow_heal_is_not_judged_hung(run_dir):
+    """Under constant, the step a group heals in runs one collective (StepSlots.participants) that
+    completes once the healing group has its state: every other group waits for the heal. Here
+    group 2 is killed and its replacement heals from group 0 or 1, each sending over a link
+    slowed to 8 mbit (about 5 s for the tiny model's state). The survivor that is not the source
+    waited marked as compute, and a rank asleep in compute for a second is hung on a CPU: it was
+    failed, then the source, and the job went back to its checkpoint (the straggler drill beside
+    two CPU hogs, where each group that waited for a peer healing over a slow link failed in
+    turn). That wait is the sync phase's now, within the sync budget.
+
+    A batch of 128: each survivor's own slot then takes longer than the step's quorum, so the
+    quorum is in when it reaches the collective, as beside the hogs (with FAST's batch of 2 the
+    quorum, still configuring, was waited for first, in the sync phase, and hid the bug)."""
+    need_netns()
+    overrides = (*FAST, "launcher=local_hosts", "ft.replica_groups=3", "ft.ranks_per_group=1", "training.steps=100000", "training.batch_size=128")
+    proc = start_job(run_dir, *overrides)
+    metrics_path, events_path = run_dir / "metrics.jsonl", run_dir / "events.jsonl"
+    wait_for(lambda: len(_commits(read_jsonl(metrics_path), 2)) >= 5, 150, "group 2 to step")
+    wait_for(lambda: [e for e in read_jsonl(events_path) if e["event"] == "standby_ready"], 150, "the warm standby")
+    launched = {e["group"]: e for e in read_jsonl(events_path) if e["event"] == "rank_launched"}
+    # The survivors' hosts (network namespaces): what each sends leaves through its eth0.
+    shaped = [launched[g]["host"] for g in (0, 1)]
+    for netns in shaped:
+        subprocess.run(["tc", "-n", netns, "qdisc", "replace", "dev", "eth0", "root", *SLOW_LINK], check=True)
+    try:
+        os.kill(launched[2]["pid"], signal.SIGKILL)
+        healed = lambda: [e for e in read_jsonl(events_path) if e["event"] == "weights_recovered" and e["group"] == 2 and e["attempt"] >= 1]
+        wait_for(healed, 180, "group 2's replacement to heal")
+    finally:
+        for netns in shaped:
+            subprocess.run(["tc", "-n", netns, "qdisc", "del", "dev", "eth0", "root"], check=False)
+    request_finish(str(run_dir), max(m["step"] for m in _commits(read_jsonl(metrics_path), 0)) + 5)
+    code = finish_job(proc, run_dir, 240)
+    assert code == 0, console(run_dir)[-3000:]
+
+    events = read_jsonl(events_path)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    heal = [e for e in events if e["event"] == "weights_recovered" and e["group"] == 2 and e["attempt"] >= 1][0]
+    # The heal was slow enough to matter: longer than the asleep rule's second, twice over.
+    assert heal["seconds"] >= 2.0, heal
+    failed = [e for e in events if e["event"] == "group_failed"]
+    assert [e["group"] for e in failed] == [2], failed
+    assert not [e for e in events if e["event"] == "job_rollback"], "the job went back to its checkpoint"
+    assert summary["status"] == "completed" and summary["weights_consistent"] is True
+    # What the survivor that did not send told while it waited: the sync phase, through the heal.
+    waiter = ({0, 1} - {heal["src_group"]}).pop()
+    started = heal["started"]
+    beats = read_jsonl(RunLayout(str(run_dir)).report(waiter, 0, 0))
+    waiting = [r for r in beats if r["type"] == "liveness" and started + 1.0 < r["time"] < started + heal["seconds"] - 0.5]
+    assert waiting and {r["phase"] for r in waiting} == {"sync"}, [(round(r["time"] - started, 2), r["phase"]) for r in waiting]

@@ -34,6 +34,7 @@ import torch
 
 from monarch_ft.records.global_batch import GlobalBatch, step_assignment
 from monarch_ft.rank.components.ft import MonarchManager
+from monarch_ft.rank.components.torchft_compat import quorum_pending
 
 
 class StepSlots:
@@ -75,6 +76,25 @@ class StepSlots:
         if not training or participants is None or self.group not in participants:
             return ()
         return step_assignment(self.policy, self.num_groups, participants)[self.group]
+
+    def may_wait(self, manager: MonarchManager) -> bool:
+        """Whether :meth:`slots` may wait on other groups at this step, told without waiting. Only
+        under ``constant``: for the step's quorum while it still runs, and for the collective of
+        a step in which a group heals (:meth:`participants`). That collective completes only once
+        the healing group has received its state and joined it: the heal's length, seconds on a
+        slow link or for a large model, spent asleep by every other group. Both are waits on
+        other groups, which the trainer marks as its sync phase (the hang rules' budget for
+        them), not as compute.
+
+        Args:
+            manager: the rank's Manager, its quorum for the step started.
+        """
+        if not self.constant:
+            return False
+        if quorum_pending(manager):
+            return True
+        quorum = manager.quorum
+        return quorum is not None and not quorum.all_current and manager.errored() is None
 
     def participants(self, manager: MonarchManager) -> Optional[Tuple[int, ...]]:
         """The groups whose gradients this step sums, ascending; None when the quorum failed."""
