@@ -145,11 +145,16 @@ def test_mode_trains_and_survives_process_kill_in_step_with_every_batch_once(run
         assert m["state_hash"] == peer["state_hash"], (m, peer)
 
     # The mode ran as asked: every record is of it, commits only at sync points (every
-    # window-th step), group 0 never left the quorum, and the loss fell.
+    # window-th step), group 0 was in every sync up to group 1's return (the kill cost the
+    # survivor nothing), and the loss fell. A later sync group 0 fell out of (its steps late on
+    # a loaded machine: the peer synced alone, as beside two CPU hogs at 1afe25e) it healed
+    # into, sending zeros, with the peer's state (the redone check above).
     assert {m["mode"] for m in metrics} == {mode}
     for g in everyone:
         assert all(m["step"] % w == w - 1 for m in _commits(metrics, g)), [m["step"] for m in _commits(metrics, g)]
-    assert all(0 in m["participating_groups"] for m in _commits(metrics, 0))
+    assert all(0 in m["participating_groups"] for m in _commits(metrics, 0) if m["step"] <= rejoin["step"])
+    missed = [m for m in _commits(metrics, 0) if 0 not in m["participating_groups"]]
+    assert all(m["healed"] and m["sync_sent_sum"] == 0.0 and m["step"] > rejoin["step"] for m in missed), missed
     losses = [m["loss"] for m in sorted(metrics, key=lambda m: m["step"]) if m["loss"] is not None]
     n = len(losses) // 5
     assert sum(losses[-n:]) / n < sum(losses[:n]) / n - 0.3, losses
