@@ -36,7 +36,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
 from monarch_ft.records.members import members_field  # noqa: E402
-from monarch_ft.records.reports import ReportTail  # noqa: E402
+from monarch_ft.records.reports import ReportTail, _read_on  # noqa: E402
 from monarch_ft.records.stats import percentile  # noqa: E402
 
 STAGES = ("idle", "read", "parse", "typed")
@@ -67,12 +67,12 @@ def step_line(group: int, groups: int, step: int) -> bytes:
 
 
 def _raw_read(tail: ReportTail) -> list[bytes]:
-    """The read and split of :meth:`ReportTail.read_lines`, without the parse (this bench's own
-    tails only: it reaches into the tail's file to leave the parse out)."""
+    """The read and split of :meth:`ReportTail.read_lines` (its own read, ``_read_on``), without the
+    parse (this bench's own tails only: it reaches into the tail's file to leave the parse out)."""
     f = tail._f
     if f is None:
         f = tail._f = open(tail.path, "rb", buffering=0)
-    chunk = os.read(f.fileno(), 1 << 16)
+    chunk = _read_on(f.fileno())
     tail._offset += len(chunk)
     return chunk.split(b"\n")[:-1] if chunk else []
 

@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from monarch_ft.controller.loop import request_finish
+from monarch_ft.launcher.hosts import shaping_qdisc
 from monarch_ft.records.global_batch import GlobalBatch, consumed, step_tokens
 from monarch_ft.records.layout import RunLayout
 from monarch_ft.testing.jobs import FAST, NO_STANDBY, console, finish_job, need_netns, read_jsonl, start_job, wait_for
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 BATCH, SEQ = 2, 64  # FAST's
 # 6 mbit: the tiny model's state (4.7 MB) takes about 6.5 s to send (within the collective's 10 s timeout).
-SLOW_LINK = ("tbf", "rate", "6mbit", "burst", "32kbit", "latency", "400ms")
+SLOW_LINK = shaping_qdisc(0.0, "6mbit")  # the launcher's own slow_link qdisc
 
 
 def _commits(metrics, group):
